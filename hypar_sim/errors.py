@@ -1,0 +1,20 @@
+"""The one error type a user sees: a problem with their input, said in one line."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+
+
+class InputError(ValueError):
+    """Bad user input (a network file, a hardware config, a command-line value).
+
+    The message is one line that names where the problem is (file and field),
+    what is wrong, and what is allowed. The command line prints it and exits 2.
+    """
+
+
+def closest(word: str, allowed: Iterable[str]) -> str:
+    """' (did you mean X?)' when a close match of `word` exists in `allowed`, else ''."""
+    match = difflib.get_close_matches(word, list(allowed), n=1, cutoff=0.6)
+    return f" (did you mean '{match[0]}'?)" if match else ""
