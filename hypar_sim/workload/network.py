@@ -1,0 +1,202 @@
+"""Networks: load a YAML definition, validate it, and infer every layer's shapes.
+
+Schema (see workloads/README.md)::
+
+    name: lenet_c                      # optional, defaults to the file name
+    description: Caffe's MNIST LeNet   # optional
+    source: ...                        # optional, where the definition comes from
+    input: {channels: 1, height: 28, width: 28}     # or {features: 784}
+    layers:                            # weighted layers, in order
+      - {type: conv, out_channels: 20, kernel: 5, stride: 1, padding: 0,
+         pool: {kernel: 2, stride: 2, padding: 0, ceil_mode: false}}
+      - {type: fc, out_features: 500}
+
+Every error is an InputError whose one-line message names the file and field.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from hypar_sim.errors import InputError, closest
+from hypar_sim.workload.layers import FeatureShape, Layer, LayerKind, Pool, make_conv, make_fc
+
+WORKLOADS_DIR = Path(__file__).resolve().parents[2] / "workloads"
+
+_TOP_KEYS = {"name", "description", "source", "input", "layers"}
+_INPUT_KEYS = {"channels", "height", "width", "features"}
+_LAYER_KEYS = {
+    "conv": ({"type", "out_channels", "kernel"}, {"name", "stride", "padding", "pool"}),
+    "fc": ({"type", "out_features"}, {"name"}),
+}
+_POOL_KEYS = ({"kernel", "stride"}, {"padding", "ceil_mode", "type"})
+
+
+@dataclass(frozen=True)
+class Network:
+    """A chain of weighted layers with inferred shapes."""
+
+    name: str
+    input: FeatureShape
+    layers: tuple[Layer, ...]
+    source: str = ""
+    description: str = ""
+
+    @property
+    def weights(self) -> int:
+        """Total weights (no biases)."""
+        return sum(layer.weights for layer in self.layers)
+
+    @property
+    def macs_per_sample(self) -> int:
+        """Forward multiply-accumulates for one sample."""
+        return sum(layer.macs_per_sample for layer in self.layers)
+
+    @property
+    def layer_names(self) -> tuple[str, ...]:
+        return tuple(layer.name for layer in self.layers)
+
+
+def available_networks() -> list[str]:
+    """Names of the networks shipped in workloads/."""
+    return sorted(path.stem for path in WORKLOADS_DIR.glob("*.yaml"))
+
+
+def resolve_network_path(name_or_path: str) -> Path:
+    """The YAML file for a shipped network name or a user path."""
+    path = Path(name_or_path)
+    if path.suffix in (".yaml", ".yml") or path.parent != Path("."):
+        if not path.is_file():
+            raise InputError(f"{name_or_path}: network file not found")
+        return path
+    shipped = WORKLOADS_DIR / f"{name_or_path}.yaml"
+    if not shipped.is_file():
+        names = available_networks()
+        raise InputError(
+            f"unknown network '{name_or_path}'{closest(name_or_path, names)}: "
+            f"choose one of {', '.join(names)} or give a path to a .yaml file"
+        )
+    return shipped
+
+
+def load_network(name_or_path: str) -> Network:
+    """Load a shipped network by name, or a user's YAML file by path."""
+    path = resolve_network_path(name_or_path)
+    return parse_network(read_yaml(path), str(path), default_name=path.stem)
+
+
+def read_yaml(path: Path) -> Any:
+    """Parse a YAML file; syntax errors become one-line InputErrors with line and column."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read file ({exc.strerror})") from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or "invalid YAML"
+        raise InputError(f"{path}: YAML syntax error{where}: {problem}") from None
+
+
+def _check_keys(where: str, data: Any, required: set[str], optional: set[str]) -> None:
+    if not isinstance(data, Mapping):
+        raise InputError(f"{where}: expected a mapping with keys {', '.join(sorted(required))}")
+    allowed = required | optional
+    for key in data:
+        if key not in allowed:
+            raise InputError(
+                f"{where}: unknown field '{key}'{closest(str(key), allowed)}; "
+                f"allowed: {', '.join(sorted(allowed))}"
+            )
+    for key in sorted(required):
+        if key not in data:
+            raise InputError(f"{where}: missing field '{key}' (required: {', '.join(sorted(required))})")
+
+
+def _positive_int(where: str, value: Any, minimum: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise InputError(f"{where}: must be an integer >= {minimum}, got {value!r}")
+    return value
+
+
+def _parse_input(where: str, data: Any) -> FeatureShape:
+    if isinstance(data, Mapping) and "features" in data:
+        _check_keys(where, data, {"features"}, set())
+        return FeatureShape(_positive_int(f"{where}.features", data["features"]), 1, 1)
+    _check_keys(where, data, {"channels", "height", "width"}, set())
+    return FeatureShape(*(_positive_int(f"{where}.{key}", data[key])
+                          for key in ("channels", "height", "width")))
+
+
+def _parse_pool(where: str, data: Any) -> Pool:
+    _check_keys(where, data, *_POOL_KEYS)
+    if data.get("type", "max") not in ("max", "avg"):
+        raise InputError(f"{where}.type: must be max or avg, got {data['type']!r}")
+    ceil_mode = data.get("ceil_mode", False)
+    if not isinstance(ceil_mode, bool):
+        raise InputError(f"{where}.ceil_mode: must be true or false, got {ceil_mode!r}")
+    return Pool(
+        kernel=_positive_int(f"{where}.kernel", data["kernel"]),
+        stride=_positive_int(f"{where}.stride", data["stride"]),
+        padding=_positive_int(f"{where}.padding", data.get("padding", 0), minimum=0),
+        ceil_mode=ceil_mode,
+    )
+
+
+def _parse_layer(where: str, data: Any, index: int, shape: FeatureShape) -> Layer:
+    kind = data.get("type") if isinstance(data, Mapping) else None
+    if kind not in _LAYER_KEYS:
+        raise InputError(
+            f"{where}.type: must be one of {', '.join(_LAYER_KEYS)}, got {kind!r}"
+            f"{closest(str(kind), _LAYER_KEYS)}"
+        )
+    _check_keys(where, data, *_LAYER_KEYS[kind])
+    name = str(data.get("name", f"{kind}{index + 1}"))
+    try:
+        if kind == LayerKind.FC.value:
+            return make_fc(name, shape, _positive_int(f"{where}.out_features", data["out_features"]))
+        pool = _parse_pool(f"{where}.pool", data["pool"]) if data.get("pool") else None
+        return make_conv(
+            name,
+            shape,
+            out_channels=_positive_int(f"{where}.out_channels", data["out_channels"]),
+            kernel=_positive_int(f"{where}.kernel", data["kernel"]),
+            stride=_positive_int(f"{where}.stride", data.get("stride", 1)),
+            padding=_positive_int(f"{where}.padding", data.get("padding", 0), minimum=0),
+            pool=pool,
+        )
+    except ValueError as exc:
+        if isinstance(exc, InputError):
+            raise
+        raise InputError(f"{where} ({name}): {exc} (input {shape})") from None
+
+
+def parse_network(data: Any, source: str, default_name: str = "network") -> Network:
+    """Validate a parsed YAML document and infer the shapes of all its layers."""
+    _check_keys(source, data, {"input", "layers"}, _TOP_KEYS - {"input", "layers"})
+    input_shape = _parse_input(f"{source}: input", data["input"])
+    shape = input_shape
+    raw_layers = data["layers"]
+    if not isinstance(raw_layers, list) or not raw_layers:
+        raise InputError(f"{source}: layers: must be a non-empty list of conv/fc layers")
+    layers: list[Layer] = []
+    for index, raw in enumerate(raw_layers):
+        layer = _parse_layer(f"{source}: layers[{index}]", raw, index, shape)
+        if layer.name in {existing.name for existing in layers}:
+            raise InputError(f"{source}: layers[{index}].name: duplicate layer name '{layer.name}'")
+        layers.append(layer)
+        shape = layer.output
+    return Network(
+        name=str(data.get("name", default_name)),
+        input=input_shape,
+        layers=tuple(layers),
+        source=str(data.get("source", "")),
+        description=str(data.get("description", "")),
+    )
