@@ -1,0 +1,81 @@
+"""Plain-text tables for people: networks, layers and plans."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from hypar_sim.planner.plan import Plan
+from hypar_sim.workload.network import Network
+
+GB = 1e9  # bytes; the paper's GB is decimal
+
+#: Widest plan grid printed with layer names as headers (wider ones are numbered).
+MAX_GRID_WIDTH = 110
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[object]], align: str = "") -> str:
+    """A fixed-width table; `align` has one l, c or r per column (default: first l, rest r)."""
+    cells = [[str(h) for h in headers]] + [[str(c) for c in row] for row in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    align = align or "l" + "r" * (len(headers) - 1)
+    lines = []
+    for n, row in enumerate(cells):
+        lines.append("  ".join(
+            c.ljust(w) if a == "l" else c.center(w) if a == "c" else c.rjust(w)
+            for c, w, a in zip(row, widths, align, strict=True)
+        ).rstrip())
+        if n == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def networks_table(networks: Sequence[Network]) -> str:
+    rows = []
+    for net in networks:
+        conv = sum(1 for layer in net.layers if layer.kind.value == "conv")
+        rows.append((net.name, len(net.layers), conv, len(net.layers) - conv,
+                     f"{net.weights:,}", f"{net.macs_per_sample:,}", str(net.input)))
+    return table(("network", "layers", "conv", "fc", "weights", "MACs/sample", "input"), rows)
+
+
+def layers_table(network: Network) -> str:
+    rows = []
+    for layer in network.layers:
+        if layer.kind.value == "conv":
+            op = f"{layer.kernel}x{layer.kernel}/{layer.stride} pad {layer.padding}"
+        else:
+            op = "fc"
+        pool = (f"{layer.pool.kernel}x{layer.pool.kernel}/{layer.pool.stride}"
+                f"{' ceil' if layer.pool.ceil_mode else ''}" if layer.pool else "-")
+        rows.append((layer.name, layer.kind.value, str(layer.input), op, str(layer.conv_output),
+                     pool, str(layer.output), f"{layer.weights:,}", f"{layer.macs_per_sample:,}"))
+    head = (f"{network.name}: {network.description}\nsource: {network.source}\n"
+            f"input {network.input}, {len(network.layers)} weighted layers, "
+            f"{network.weights:,} weights, {network.macs_per_sample:,} MACs per sample\n\n")
+    return head + table(
+        ("layer", "kind", "input", "kernel", "conv out", "pool", "output", "weights", "MACs/sample"),
+        rows,
+    )
+
+
+def plan_grid(plan: Plan) -> str:
+    """Levels as rows (H1 at the top), layers as columns, dp/mp in the cells."""
+    names = list(plan.layer_names)
+    legend = ""
+    if sum(max(len(n), 2) + 2 for n in names) + 24 > MAX_GRID_WIDTH:
+        legend = "\nlayers: " + "  ".join(f"{i + 1}={n}" for i, n in enumerate(names))
+        names = [str(i + 1) for i in range(len(names))]
+    rows = []
+    for level, (choices, gb) in enumerate(
+        zip(plan.choices, plan.traffic_bytes_per_level, strict=True)
+    ):
+        rows.append([f"H{level + 1}", *(c.value for c in choices), f"{gb / GB:.4g}"])
+    grid = table(["level", *names, "GB"], rows, "l" + "c" * len(names) + "r")
+    return grid + legend
+
+
+def plan_summary(plan: Plan) -> str:
+    head = (f"{plan.network}: strategy {plan.strategy}, {plan.levels} levels "
+            f"({plan.accelerators} accelerators), batch {plan.batch}\n\n")
+    total = f"\n\ntotal traffic per training step: {plan.traffic_bytes / GB:.4g} GB"
+    return head + (plan_grid(plan) if plan.levels else "(one accelerator: nothing to split)") + total

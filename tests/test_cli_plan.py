@@ -1,0 +1,88 @@
+"""The `networks` and `plan` commands, through the real command line."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+
+def test_networks_lists_all(cli):
+    result = cli("networks")
+    assert result.returncode == 0
+    for name in ("sfc", "vgg_e", "alexnet_half"):
+        assert name in result.stdout
+    assert "138,344,128" in result.stdout
+
+
+def test_networks_one(cli):
+    result = cli("networks", "vgg_a")
+    assert result.returncode == 0 and "conv5_2" in result.stdout and "512x7x7" in result.stdout
+
+
+def test_plan_table(cli):
+    result = cli("plan", "vgg_a")
+    assert result.returncode == 0
+    assert "H4" in result.stdout and "1.469 GB" in result.stdout
+
+
+def test_plan_json_keys(cli):
+    result = cli("plan", "sfc", "--strategy", "data", "--levels", "4", "--batch", "256", "--json")
+    assert result.returncode == 0
+    data = json.loads(result.stdout)
+    assert {"network", "strategy", "levels", "batch", "plan", "traffic_bytes",
+            "traffic_bytes_per_level"} <= set(data)
+    assert data["plan"] == [["dp"] * 4] * 4
+    assert data["traffic_bytes"] == 2 * 15 * 140_722_176 * 4
+    assert len(data["traffic_bytes_per_level"]) == 4
+
+
+def test_explicit_plan_string_and_file(cli, tmp_path):
+    text = "dp dp mp mp\ndp,dp,mp,mp  # level 2"
+    path = tmp_path / "plan.txt"
+    path.write_text(text)
+    from_file = json.loads(cli("plan", "lenet_c", "--levels", "2", "--plan", str(path),
+                               "--json").stdout)
+    from_text = json.loads(cli("plan", "lenet_c", "--levels", "2", "--plan",
+                               "dp dp mp mp; dp dp mp mp", "--json").stdout)
+    assert from_file["plan"] == from_text["plan"] == [["dp", "dp", "mp", "mp"]] * 2
+    assert from_file["strategy"] == "explicit"
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (("plan", "no_such_net"), "unknown network 'no_such_net'"),
+    (("plan", "missing.yaml"), "missing.yaml: network file not found"),
+    (("plan", "lenet_c", "--batch", "100"), "batch: 100 is not divisible"),
+    (("plan", "lenet_c", "--levels", "-1"), "levels: must be an integer from 0"),
+    (("plan", "lenet_c", "--accelerators", "12"), "--accelerators: 12 is not a power of two"),
+    (("plan", "lenet_c", "--strategy", "nope"), "invalid choice: 'nope'"),
+    (("plan", "lenet_c", "--levels", "1", "--plan", "dp dp xp mp"), "'xp' is not a parallelism"),
+    (("plan", "lenet_c", "--levels", "2", "--plan", "dp dp mp mp"), "has 1 level(s), expected 2"),
+    (("plan", "lenet_c", "--levels", "1", "--plan", "dp dp mp"), "has 3 choice(s), expected 4"),
+    (("plan", "lenet_c", "--strategy", "data", "--batch", "0"), "batch: must be a positive"),
+    (("plan", "lenet_c", "--strategy", "explicit"), "give --plan"),
+])
+def test_bad_input_one_line_exit_2(cli, args, fragment):
+    result = cli(*args)
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert fragment in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("body, fragment", [
+    ("input: {features: 4}\nlayers:\n  - {type: fc, out_featres: 3}\n",
+     "layers[0]: unknown field 'out_featres' (did you mean 'out_features'?)"),
+    ("input: {features: 4}\nlayers:\n  - {type: fc}\n", "missing field 'out_features'"),
+    ("input: {channels: 1, height: 3, width: 3}\nlayers:\n"
+     "  - {type: conv, out_channels: 2, kernel: 5}\n", "kernel 5 is larger than its padded input 3"),
+    ("input: {features: 4\nlayers: [\n", "YAML syntax error at line"),
+])
+def test_bad_network_file(cli, tmp_path, body, fragment):
+    path = tmp_path / "bad.yaml"
+    path.write_text(body)
+    result = cli("plan", str(path))
+    assert result.returncode == 2
+    assert str(path) in result.stderr and fragment in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
