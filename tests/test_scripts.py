@@ -1,0 +1,35 @@
+"""The figure scripts run and write well-formed results; README and CI agree."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pandas as pd
+
+from tests.conftest import REPO
+
+
+def test_fig08_script_writes_csv_and_png(tmp_path):
+    result = subprocess.run([sys.executable, "scripts/fig08_communication.py", "--out",
+                             str(tmp_path)], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    table = pd.read_csv(tmp_path / "fig08_communication.csv")
+    assert len(table) == 33  # 10 networks x 3 strategies + 3 geometric means
+    hypar_data = table[table.strategy.isin(["data", "hypar"]) & (table.network != "vgg_b")]
+    assert ((hypar_data.ratio - 1).abs() < 0.01).all()
+    assert (tmp_path / "fig08_communication.png").read_bytes()[:4] == b"\x89PNG"
+    assert not list(tmp_path.glob(".*.tmp"))
+
+
+def test_readme_commands_are_what_ci_runs():
+    readme = (REPO / "README.md").read_text().splitlines()
+    block = readme[readme.index("```bash") + 1: readme.index("```")]
+    install, test = block
+    ci = (REPO / ".ci" / "run").read_text()
+    # .ci/run makes its own venv, then runs the README's install and test commands.
+    install_cmd = install.split("&& ", 2)[2]
+    for part in install_cmd.split(" && "):
+        assert part.replace('pip install -e', 'pip install --quiet --disable-pip-version-check -e') \
+            in ci or part in ci
+    assert test.strip() in ci.split()
