@@ -9,8 +9,9 @@ from collections.abc import Sequence
 
 from hypar_sim import __version__
 from hypar_sim.errors import InputError
+from hypar_sim.hardware.config import derived, describe, load_hardware
 from hypar_sim.planner.strategies import STRATEGIES, make_plan
-from hypar_sim.report import layers_table, networks_table, plan_summary
+from hypar_sim.report import hardware_table, layers_table, networks_table, plan_summary
 from hypar_sim.workload.network import available_networks, load_network
 
 PROG = "hypar-sim"
@@ -67,7 +68,27 @@ def build_parser() -> argparse.ArgumentParser:
                            "one row of dp/mp per level, rows separated by ';' or new lines")
     _add_array_arguments(plan)
     plan.add_argument("--json", action="store_true", help="print one JSON object")
+    hardware = commands.add_parser("hardware", help="the effective hardware configuration")
+    hardware.add_argument("--config", default=None,
+                          help="a YAML file whose keys change the defaults (configs/hypar_paper.yaml)")
+    hardware.add_argument("--accelerators", type=int, default=None, help="override accelerators")
+    hardware.add_argument("--batch", type=int, default=None, help="override batch")
+    hardware.add_argument("--json", action="store_true", help="print one JSON object")
     return parser
+
+
+def hardware_overrides(args: argparse.Namespace) -> dict[str, int]:
+    """The common parameters given on the command line."""
+    return {key: getattr(args, key) for key in ("accelerators", "batch")
+            if getattr(args, key, None) is not None}
+
+
+def cmd_hardware(args: argparse.Namespace) -> str:
+    config = load_hardware(args.config, hardware_overrides(args))
+    rows = describe(config, args.config)
+    if args.json:
+        return json.dumps({row["key"]: row["value"] for row in rows}, indent=2)
+    return hardware_table(rows, derived(config))
 
 
 def cmd_networks(args: argparse.Namespace) -> str:
@@ -101,7 +122,7 @@ def cmd_plan(args: argparse.Namespace) -> str:
     return plan_summary(plan)
 
 
-COMMANDS = {"networks": cmd_networks, "plan": cmd_plan}
+COMMANDS = {"networks": cmd_networks, "plan": cmd_plan, "hardware": cmd_hardware}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

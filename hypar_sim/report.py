@@ -58,6 +58,14 @@ def layers_table(network: Network) -> str:
     )
 
 
+def hardware_table(rows: Sequence[dict], derived: Sequence[tuple[str, str, str]]) -> str:
+    """The effective configuration: key, value, unit, source; then derived quantities."""
+    main = table(("key", "value", "unit", "source"),
+                 [(r["key"], f"{r['value']:g}", r["unit"], r["source"]) for r in rows], "lrll")
+    extra = table(("derived", "value", "unit"), derived, "lrl")
+    return main + "\n\n" + extra
+
+
 def plan_grid(plan: Plan) -> str:
     """Levels as rows (H1 at the top), layers as columns, dp/mp in the cells."""
     names = list(plan.layer_names)

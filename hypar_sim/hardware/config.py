@@ -1,0 +1,281 @@
+"""HardwareConfig: every parameter of the simulated machine, validated when built.
+
+The defaults live in configs/hypar_paper.yaml, one `key: value  # source` per
+line; a user file changes only the keys it gives, and the command line
+changes the common ones (--accelerators, --batch). Units are in the names.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hypar_sim.errors import InputError, closest
+from hypar_sim.workload.network import read_yaml
+
+DEFAULT_CONFIG = Path(__file__).resolve().parents[2] / "configs" / "hypar_paper.yaml"
+
+
+def _param(unit: str, help_text: str, minimum: float = 0.0, strict: bool = True,
+           maximum: float = math.inf) -> Any:
+    """A dataclass field with its unit, meaning and allowed range (no default: the YAML gives it)."""
+    return field(metadata={"unit": unit, "help": help_text, "min": minimum, "strict": strict,
+                           "max": maximum})
+
+
+@dataclass(frozen=True)
+class HardwareConfig:
+    """The machine: array, HMC cubes, processing units, links, energy per action."""
+
+    accelerators: int = _param("", "accelerators in the array (a power of two)", 1, False, 2**20)
+    batch: int = _param("samples", "samples per training step", 1, False)
+    word_bytes: int = _param("B", "bytes per element (4 = fp32)", 1, False, 8)
+    clock_mhz: float = _param("MHz", "array clock; one simulator cycle")
+
+    cube_bandwidth_gb_per_s: float = _param("GB/s", "DRAM bandwidth of one cube (all vaults)")
+    cube_capacity_gib: float = _param("GiB", "DRAM capacity of one cube")
+    vaults_per_cube: int = _param("", "vaults (DRAM channels) per cube", 1, False)
+    pus_per_cube: int = _param("", "processing units per cube (one per vault)", 1, False)
+    dram_trcd_ns: float = _param("ns", "row activate to column command", 0, False)
+    dram_tcl_ns: float = _param("ns", "column command to data", 0, False)
+    dram_tburst_ns: float = _param("ns", "one burst on the vault bus", 0, False)
+    dram_controller_ns: float = _param("ns", "vault controller latency", 0, False)
+    dram_row_bytes: int = _param("B", "DRAM row (page) size", 1, False)
+
+    pe_rows: int = _param("", "rows of the PE array", 1, False)
+    pe_cols: int = _param("", "columns of the PE array", 1, False)
+    pe_count: int = _param("", "processing engines per PU (must be pe_rows x pe_cols)", 1, False)
+    buffer_kib: float = _param("KiB", "on-chip global buffer per PU")
+    rf_filter_words: int = _param("words", "filter scratch pad per PE", 1, False)
+    rf_ifmap_words: int = _param("words", "ifmap scratch pad per PE", 1, False)
+    rf_psum_words: int = _param("words", "psum scratch pad per PE", 1, False)
+
+    link_bandwidth_gbps: float = _param("Gb/s", "bandwidth of one link, each direction")
+    link_latency_ns: float = _param("ns", "fixed latency of one link traversal", 0, False)
+    switch_latency_ns: float = _param("ns", "latency of one switch traversal", 0, False)
+    packet_payload_bytes: int = _param("B", "data bytes per packet", 1, False)
+    packet_overhead_bytes: int = _param("B", "header and tail bytes per packet", 0, False)
+
+    energy_fp_add_pj: float = _param("pJ", "one 32-bit float addition", 0, False)
+    energy_fp_mult_pj: float = _param("pJ", "one 32-bit float multiplication", 0, False)
+    energy_buffer_pj: float = _param("pJ", "one global-buffer (SRAM) word access", 0, False)
+    energy_dram_pj: float = _param("pJ", "one DRAM word access", 0, False)
+    energy_rf_pj: float = _param("pJ", "one register-file word access", 0, False)
+    energy_inter_pe_pj: float = _param("pJ", "one word passed between PEs", 0, False)
+    energy_link_pj_per_bit: float = _param("pJ/bit", "one bit over one link", 0, False)
+    energy_switch_pj_per_bit: float = _param("pJ/bit", "one bit through one switch", 0, False)
+    static_power_pu_mw: float = _param("mW", "static power of one PU", 0, False)
+
+    def __post_init__(self) -> None:
+        for item in dataclasses.fields(self):
+            _check_value(item, getattr(self, item.name), "config")
+        if self.accelerators & (self.accelerators - 1):
+            raise InputError(
+                f"config: accelerators: {self.accelerators} is not a power of two; "
+                "allowed: 1, 2, 4, 8, 16, ..."
+            )
+        if self.pe_rows * self.pe_cols != self.pe_count:
+            raise InputError(
+                f"config: pe_rows x pe_cols = {self.pe_rows} x {self.pe_cols} = "
+                f"{self.pe_rows * self.pe_cols} differs from pe_count = {self.pe_count}; "
+                "they must be equal"
+            )
+        if self.pus_per_cube > self.vaults_per_cube:
+            raise InputError(
+                f"config: pus_per_cube = {self.pus_per_cube} exceeds vaults_per_cube = "
+                f"{self.vaults_per_cube}; allowed: at most one PU per vault"
+            )
+        # One PE set needs at least a filter row, an ifmap row and a psum per PE in the buffer.
+        smallest_set_bytes = self.pe_count * 3 * self.word_bytes
+        if self.buffer_kib * 1024 < smallest_set_bytes:
+            raise InputError(
+                f"config: buffer_kib = {self.buffer_kib} is smaller than one PE set needs "
+                f"({smallest_set_bytes} B for {self.pe_count} PEs); allowed: >= "
+                f"{smallest_set_bytes / 1024:.3g}"
+            )
+
+    # --- derived quantities (units in the names) ---
+    @property
+    def levels(self) -> int:
+        """Hierarchy levels H = log2(accelerators)."""
+        return self.accelerators.bit_length() - 1
+
+    @property
+    def clock_hz(self) -> float:
+        return self.clock_mhz * 1e6
+
+    @property
+    def cycle_ns(self) -> float:
+        return 1e3 / self.clock_mhz
+
+    @property
+    def pu_peak_gops(self) -> float:
+        """Peak of one PU: one MAC (2 ops) per PE per cycle; 84.0 GOPS in the paper."""
+        return 2 * self.pe_count * self.clock_mhz / 1e3
+
+    @property
+    def vault_bandwidth_bytes_per_cycle(self) -> float:
+        """DRAM bandwidth of one vault in bytes per array cycle."""
+        return self.cube_bandwidth_gb_per_s * 1e9 / self.vaults_per_cube / self.clock_hz
+
+    @property
+    def dram_latency_cycles(self) -> int:
+        """A closed-row vault access: tRCD + tCL + burst + controller, in cycles."""
+        ns = self.dram_trcd_ns + self.dram_tcl_ns + self.dram_tburst_ns + self.dram_controller_ns
+        return math.ceil(ns / self.cycle_ns)
+
+    @property
+    def cube_capacity_bytes(self) -> int:
+        return int(self.cube_capacity_gib * 2**30)
+
+    @property
+    def buffer_bytes(self) -> int:
+        return int(self.buffer_kib * 1024)
+
+    @property
+    def network_bandwidth_gbps(self) -> float:
+        """One link per accelerator: 25.6 Gb/s for 16 accelerators in the paper."""
+        return self.accelerators * self.link_bandwidth_gbps
+
+    @property
+    def packet_efficiency(self) -> float:
+        """Share of link bits that are data (payload / (payload + overhead))."""
+        return self.packet_payload_bytes / (self.packet_payload_bytes + self.packet_overhead_bytes)
+
+    @property
+    def mac_energy_pj(self) -> float:
+        """One multiply-accumulate: a float multiplication and a float addition."""
+        return self.energy_fp_add_pj + self.energy_fp_mult_pj
+
+    def with_overrides(self, overrides: Mapping[str, Any], where: str = "override") -> HardwareConfig:
+        """A copy with some parameters changed (validated like a file)."""
+        values = dataclasses.asdict(self)
+        values.update(coerce_overrides(overrides, where))
+        return _build(values, where)
+
+
+_FIELDS = {item.name: item for item in dataclasses.fields(HardwareConfig)}
+
+
+def _type_name(item: dataclasses.Field) -> str:
+    return "an integer" if item.type in ("int", int) else "a number"
+
+
+def _check_value(item: dataclasses.Field, value: Any, where: str) -> None:
+    """Raise InputError unless `value` has the field's type and lies in its range."""
+    meta = item.metadata
+    unit = f" {meta['unit']}" if meta["unit"] else ""
+    is_int = item.type in ("int", int)
+    ok_type = isinstance(value, int) if is_int else isinstance(value, int | float)
+    if isinstance(value, bool) or not ok_type or (not is_int and not math.isfinite(value)):
+        raise InputError(f"{where}: {item.name}: must be {_type_name(item)}{unit and ' in' + unit}, "
+                         f"got {value!r}")
+    low_ok = value > meta["min"] if meta["strict"] else value >= meta["min"]
+    if not low_ok or value > meta["max"]:
+        low = f"> {meta['min']:g}" if meta["strict"] else f">= {meta['min']:g}"
+        high = f" and <= {meta['max']:g}" if math.isfinite(meta["max"]) else ""
+        raise InputError(f"{where}: {item.name}: {value!r} is out of range; allowed: {low}{high}{unit}")
+
+
+def coerce_overrides(overrides: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """Check keys and types of a mapping of parameter overrides."""
+    result = {}
+    for key, value in overrides.items():
+        if key not in _FIELDS:
+            raise InputError(f"{where}: unknown key '{key}'{closest(str(key), _FIELDS)}; "
+                             f"see `hypar-sim hardware` for the keys")
+        item = _FIELDS[key]
+        if item.type in ("float", float) and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        _check_value(item, value, where)
+        result[key] = value
+    return result
+
+
+def _read_mapping(path: Path) -> dict[str, Any]:
+    data = read_yaml(path)
+    if data is None:
+        return {}
+    if not isinstance(data, Mapping):
+        raise InputError(f"{path}: expected a mapping of key: value")
+    return dict(data)
+
+
+def load_hardware(path: str | Path | None = None,
+                  overrides: Mapping[str, Any] | None = None) -> HardwareConfig:
+    """The default config, changed by a user YAML file, then by command-line overrides."""
+    values = coerce_overrides(_read_mapping(DEFAULT_CONFIG), str(DEFAULT_CONFIG))
+    missing = set(_FIELDS) - set(values)
+    if missing:
+        raise InputError(f"{DEFAULT_CONFIG}: missing keys {', '.join(sorted(missing))}")
+    where = str(DEFAULT_CONFIG)
+    if path is not None:
+        path = Path(path)
+        if not path.is_file():
+            raise InputError(f"{path}: config file not found")
+        values.update(coerce_overrides(_read_mapping(path), str(path)))
+        where = str(path)
+    config = _build(values, where)
+    if overrides:
+        values.update(coerce_overrides(overrides, "command line"))
+        config = _build(values, "command line")
+    return config
+
+
+def _build(values: Mapping[str, Any], where: str) -> HardwareConfig:
+    """HardwareConfig(**values), its consistency errors attributed to `where`."""
+    try:
+        return HardwareConfig(**values)
+    except InputError as exc:
+        raise InputError(str(exc).replace("config:", f"{where}:", 1)) from None
+
+
+_SOURCE = re.compile(r"^(\w+)\s*:[^#]*#\s*(.*)$")
+
+
+def default_sources() -> dict[str, str]:
+    """The source comment of every key in the default config file."""
+    sources = {}
+    for line in DEFAULT_CONFIG.read_text(encoding="utf-8").splitlines():
+        match = _SOURCE.match(line)
+        if match:
+            sources[match.group(1)] = match.group(2).strip()
+    return sources
+
+
+def describe(config: HardwareConfig, user_file: str | None = None) -> list[dict[str, Any]]:
+    """Rows of (key, value, unit, meaning, source) for printing the effective config."""
+    sources = default_sources()
+    user_keys = set(_read_mapping(Path(user_file))) if user_file else set()
+    defaults = load_hardware()
+    rows = []
+    for name, item in _FIELDS.items():
+        value = getattr(config, name)
+        if name in user_keys:
+            source = f"set in {user_file}"
+        elif value != getattr(defaults, name):
+            source = "set on the command line"
+        else:
+            source = sources.get(name, "")
+        rows.append({"key": name, "value": value, "unit": item.metadata["unit"],
+                     "meaning": item.metadata["help"], "source": source})
+    return rows
+
+
+def derived(config: HardwareConfig) -> list[tuple[str, str, str]]:
+    """Quantities computed from the parameters, for display."""
+    return [
+        ("hierarchy levels", str(config.levels), ""),
+        ("PU peak", f"{config.pu_peak_gops:.1f}", "GOPS"),
+        ("cube peak", f"{config.pu_peak_gops * config.pus_per_cube:.1f}", "GOPS"),
+        ("vault bandwidth", f"{config.vault_bandwidth_bytes_per_cycle:.2f}", "B/cycle"),
+        ("DRAM access latency", str(config.dram_latency_cycles), "cycles"),
+        ("MAC energy", f"{config.mac_energy_pj:.2f}", "pJ"),
+        ("network bandwidth", f"{config.network_bandwidth_gbps:.1f}", "Gb/s"),
+        ("packet efficiency", f"{config.packet_efficiency:.4f}", ""),
+    ]

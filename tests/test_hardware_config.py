@@ -1,0 +1,99 @@
+"""HardwareConfig: the paper's numbers, overrides, validation, the `hardware` command."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from hypar_sim.errors import InputError
+from hypar_sim.hardware.config import DEFAULT_CONFIG, HardwareConfig, default_sources, load_hardware
+from hypar_sim.hardware.interconnect import (
+    htree_level_bandwidth_gbps,
+    htree_level_links,
+    link_spec,
+)
+
+
+def test_default_is_the_papers_setup():
+    """HyPar section 6.1."""
+    c = load_hardware()
+    assert (c.accelerators, c.batch, c.word_bytes, c.clock_mhz) == (16, 256, 4, 250.0)
+    assert (c.cube_bandwidth_gb_per_s, c.cube_capacity_gib) == (320.0, 8.0)
+    assert (c.pe_rows, c.pe_cols, c.pe_count, c.buffer_kib) == (12, 14, 168, 108)
+    assert c.pu_peak_gops == pytest.approx(84.0)
+    assert c.link_bandwidth_gbps == 1.6 and c.network_bandwidth_gbps == pytest.approx(25.6)
+    assert (c.energy_fp_add_pj, c.energy_fp_mult_pj, c.energy_buffer_pj, c.energy_dram_pj) == \
+        (0.9, 3.7, 5.0, 640.0)
+    assert c.vaults_per_cube == 32 and c.vault_bandwidth_bytes_per_cycle == pytest.approx(40.0)
+    assert c.levels == 4
+
+
+def test_every_parameter_has_a_source():
+    sources = default_sources()
+    for name in HardwareConfig.__dataclass_fields__:
+        assert sources.get(name), f"{name} has no source comment in {DEFAULT_CONFIG}"
+
+
+def test_user_file_changes_only_its_keys(tmp_path):
+    path = tmp_path / "hw.yaml"
+    path.write_text("link_bandwidth_gbps: 3.2\nbatch: 64\n")
+    base, custom = load_hardware(), load_hardware(path)
+    assert custom.link_bandwidth_gbps == 3.2 and custom.batch == 64
+    changed = {k for k in HardwareConfig.__dataclass_fields__
+               if getattr(base, k) != getattr(custom, k)}
+    assert changed == {"link_bandwidth_gbps", "batch"}
+
+
+def test_command_line_overrides_win(tmp_path):
+    path = tmp_path / "hw.yaml"
+    path.write_text("accelerators: 4\n")
+    assert load_hardware(path, {"accelerators": 64}).accelerators == 64
+
+
+@pytest.mark.parametrize("body, fragment", [
+    ("link_bandwidth_mbps: 1600\n",
+     "unknown key 'link_bandwidth_mbps' (did you mean 'link_bandwidth_gbps'?)"),
+    ("clock_mhz: 250 MHz\n", "clock_mhz: must be a number in MHz, got '250 MHz'"),
+    ("cube_bandwidth_gb_per_s: -1\n", "cube_bandwidth_gb_per_s: -1.0 is out of range; allowed: > 0 GB/s"),
+    ("pe_count: 0\n", "pe_count: 0 is out of range; allowed: >= 1"),
+    ("vaults_per_cube: 2.5\n", "vaults_per_cube: must be an integer"),
+    ("pe_rows: 13\n", "pe_rows x pe_cols = 13 x 14 = 182 differs from pe_count = 168"),
+    ("buffer_kib: 0.5\n", "buffer_kib = 0.5 is smaller than one PE set needs"),
+    ("accelerators: 12\n", "accelerators: 12 is not a power of two"),
+    ("- a\n- b\n", "expected a mapping"),
+])
+def test_bad_config_is_one_line_naming_file_and_key(tmp_path, body, fragment):
+    path = tmp_path / "hw.yaml"
+    path.write_text(body)
+    with pytest.raises(InputError) as info:
+        load_hardware(path)
+    message = str(info.value)
+    assert str(path) in message and fragment in message and "\n" not in message
+
+
+def test_hardware_command(cli, tmp_path):
+    result = cli("hardware")
+    assert result.returncode == 0
+    assert "320" in result.stdout and "HyPar 6.1" in result.stdout and "84.0" in result.stdout
+    path = tmp_path / "hw.yaml"
+    path.write_text("batch: 64\n")
+    data = json.loads(cli("hardware", "--config", str(path), "--accelerators", "4", "--json").stdout)
+    assert data["batch"] == 64 and data["accelerators"] == 4
+    bad = cli("hardware", "--accelerators", "6")
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
+    missing = cli("hardware", "--config", str(tmp_path / "nope.yaml"))
+    assert missing.returncode == 2 and "config file not found" in missing.stderr
+
+
+def test_interconnect_parameters():
+    c = load_hardware()
+    # H-tree: half the links at twice the bandwidth each level up; the same total per level.
+    for height in range(c.levels):
+        assert htree_level_links(c, height) * htree_level_bandwidth_gbps(c, height) == \
+            pytest.approx(c.network_bandwidth_gbps)
+    base = link_spec(c)
+    assert link_spec(c, 4).bandwidth_bytes_per_cycle == pytest.approx(4 * base.bandwidth_bytes_per_cycle)
+    # 1.6 Gb/s at 250 MHz is 0.8 raw bytes per cycle; 256 of every 272 bytes are data.
+    assert base.bandwidth_bytes_per_cycle == pytest.approx(0.8 * 256 / 272)
+    assert base.latency_cycles == pytest.approx(11 / 4)
