@@ -1,0 +1,451 @@
+"""Analytic model of one Eyeriss-like row-stationary (RS) processing unit (PU).
+
+The PU is a 2-D array of PEs (12 x 14 on the Eyeriss chip), each with three
+scratch pads (filter, ifmap, psum; sizes in words), a global buffer (GLB) and a
+DRAM behind it. Work is any convolution-shaped computation (`ConvWork`); a
+fully-connected layer is a 1x1 convolution on a 1x1 map.
+
+Sources (cited at each rule below):
+
+* [JSSC17] Y.-H. Chen, T. Krishna, J. Emer, V. Sze, "Eyeriss: An Energy-Efficient
+  Reconfigurable Accelerator for Deep Convolutional Neural Networks", IEEE JSSC
+  52(1), 2017. Table III (RS mapping parameters m, n, e, p, q, r, t and GLB
+  allocation of AlexNet), Table IV (chip: 168 PEs, 108 KB GLB, spads of 224 /
+  12 / 24 words of 16 bit), Table V (per-layer latency and active PEs), Fig. 9-10
+  (PE sets of AlexNet CONV1-5 on the 12 x 14 array).
+* [ISCA16] Y.-H. Chen, J. Emer, V. Sze, "Eyeriss: A Spatial Architecture for
+  Energy-Efficient Dataflow for CNNs", ISCA 2016, Sec. IV-V (RS dataflow: 1-D
+  row primitives, logical PE sets of R x E, folding and replication) and Sec. VI
+  (access counting per storage level).
+
+Mapping (the notation of [JSSC17] Table III):
+
+* A logical PE set has ``R`` rows (one filter row each) and ``e`` columns (one
+  ofmap row each); the E ofmap rows are strip-mined into ``ceil(E / e)`` strips.
+  A set wider than the array is cut into segments of at most ``cols`` columns
+  stacked vertically (CONV2's 5 x 27 set in [JSSC17] Fig. 9). A kernel taller
+  than the array (``R > rows``) or wider than the spads is cut into R / S
+  segments whose psums are accumulated like extra input channels.
+* ``r`` sets with different channels and ``t`` sets with different filters
+  fill the rest of the array.
+* Each PE holds ``q`` channels x ``p`` filters of one filter row (``p*q*S``
+  filter words, ``q*S`` ifmap words, ``p`` psums must fit the spads).
+* The GLB holds the psums of ``m`` filters x ``n`` images of a strip and the
+  ifmap rows of the channels in flight; filters stream from DRAM past the GLB
+  ([JSSC17] Table III allocates the GLB to ifmaps and psums only).
+
+`map_conv` enumerates (e, r, t, p, q) for the fewest cycles (ties: fewer filter
+words loaded, less GLB traffic, fewer PEs), then picks (n, m) for the fewest
+DRAM words.
+Cycles are *processing* cycles (Table V "processing latency"): DRAM transfer
+time is left to the caller, who has the DRAM model and the access counts here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from fractions import Fraction
+from functools import lru_cache
+
+import numpy as np
+
+__all__ = [
+    "AccessCounts",
+    "ArrayCost",
+    "ConvWork",
+    "PEArraySpec",
+    "RSMapping",
+    "backward_work",
+    "fc_work",
+    "forward_work",
+    "gradient_work",
+    "map_conv",
+    "update_cost",
+]
+
+
+def _positive_ints(owner: str, values: dict[str, int]) -> None:
+    """ValueError unless every value is an int >= 1."""
+    for name, value in values.items():
+        if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
+            raise ValueError(f"{owner}: {name} must be a positive integer, got {value!r}")
+
+
+@dataclass(frozen=True)
+class ConvWork:
+    """One convolution-shaped computation (a fully-connected layer is a 1x1 conv on a 1x1 map).
+
+    Sizes are element counts. ``in_height``/``in_width`` include any padding
+    (and, for error backward, the zeros of stride dilation). ``density`` is the
+    fraction of the dense MACs whose operands are not structural zeros (padding
+    or dilation zeros of the backward passes); the array still steps through
+    the zeros ([JSSC17] Sec. VI gates zero operands to save energy, not cycles).
+    """
+
+    batch: int  # N
+    in_channels: int  # C
+    out_channels: int  # M
+    in_height: int  # H (input rows, padding included)
+    in_width: int  # W (padding included)
+    kernel_height: int  # R
+    kernel_width: int  # S
+    stride: int  # U
+    out_height: int  # E
+    out_width: int  # F
+    density: Fraction = field(default=Fraction(1))
+
+    def __post_init__(self) -> None:
+        _positive_ints("ConvWork", {
+            "batch": self.batch, "in_channels": self.in_channels,
+            "out_channels": self.out_channels, "in_height": self.in_height,
+            "in_width": self.in_width, "kernel_height": self.kernel_height,
+            "kernel_width": self.kernel_width, "stride": self.stride,
+            "out_height": self.out_height, "out_width": self.out_width,
+        })
+        if self.kernel_height > self.in_height or self.kernel_width > self.in_width:
+            raise ValueError(
+                f"ConvWork: kernel {self.kernel_height}x{self.kernel_width} is larger than the "
+                f"(padded) input {self.in_height}x{self.in_width}")
+        fit_h = (self.in_height - self.kernel_height) // self.stride + 1
+        fit_w = (self.in_width - self.kernel_width) // self.stride + 1
+        if self.out_height > fit_h or self.out_width > fit_w:
+            raise ValueError(
+                f"ConvWork: output {self.out_height}x{self.out_width} is larger than the "
+                f"{fit_h}x{fit_w} a {self.kernel_height}x{self.kernel_width} kernel at stride "
+                f"{self.stride} fits in a {self.in_height}x{self.in_width} input")
+        try:
+            density = Fraction(self.density)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"ConvWork: density must be a number, got {self.density!r}") from exc
+        if not 0 < density <= 1:
+            raise ValueError(f"ConvWork: density must be in (0, 1], got {self.density!r}")
+        object.__setattr__(self, "density", density)
+
+    @property
+    def dense_macs(self) -> int:
+        """MACs the array steps through: N*M*C*E*F*R*S of this (possibly zero-padded) shape."""
+        return (self.batch * self.out_channels * self.in_channels * self.out_height
+                * self.out_width * self.kernel_height * self.kernel_width)
+
+    @property
+    def macs(self) -> int:
+        """Useful MACs (structural zeros excluded); N*M*C*E*F*R*S for a forward layer."""
+        return int(self.dense_macs * self.density)
+
+
+def forward_work(batch: int, in_channels: int, out_channels: int, in_height: int, in_width: int,
+                 kernel_height: int, kernel_width: int, stride: int = 1,
+                 padding: int = 0) -> ConvWork:
+    """Forward convolution of an unpadded ``in_height x in_width`` map padded by ``padding``."""
+    if padding < 0:
+        raise ValueError(f"forward_work: padding must be >= 0, got {padding}")
+    height, width = in_height + 2 * padding, in_width + 2 * padding
+    if kernel_height > height or kernel_width > width:
+        raise ValueError(f"forward_work: kernel {kernel_height}x{kernel_width} larger than the "
+                         f"padded input {height}x{width}")
+    _positive_ints("forward_work", {"stride": stride})
+    return ConvWork(batch, in_channels, out_channels, height, width, kernel_height, kernel_width,
+                    stride, (height - kernel_height) // stride + 1,
+                    (width - kernel_width) // stride + 1)
+
+
+def fc_work(batch: int, in_features: int, out_features: int) -> ConvWork:
+    """Forward fully-connected layer as a 1x1 convolution on a 1x1 map."""
+    return ConvWork(batch, in_features, out_features, 1, 1, 1, 1, 1, 1, 1)
+
+
+def backward_work(forward: ConvWork) -> ConvWork:
+    """Error backward E_{l+1} (*) rot180(W_l) -> E_l as a convolution.
+
+    The N x M x E x F output error, dilated by the stride ((E-1)*U+1 rows) and
+    fully padded (R-1 each side), is convolved at stride 1 with the rotated
+    filters, channels swapped (M in, C out); the result covers the
+    (E-1)*U+R <= H input rows that received a gradient. Useful MACs equal the
+    forward MACs: each forward MAC has exactly one backward partner.
+    """
+    f = forward
+    rows = (f.out_height - 1) * f.stride + f.kernel_height
+    cols = (f.out_width - 1) * f.stride + f.kernel_width
+    work = ConvWork(
+        batch=f.batch, in_channels=f.out_channels, out_channels=f.in_channels,
+        in_height=(f.out_height - 1) * f.stride + 1 + 2 * (f.kernel_height - 1),
+        in_width=(f.out_width - 1) * f.stride + 1 + 2 * (f.kernel_width - 1),
+        kernel_height=f.kernel_height, kernel_width=f.kernel_width, stride=1,
+        out_height=rows, out_width=cols,
+        density=f.density * Fraction(f.out_height * f.out_width, rows * cols),
+    )
+    return work
+
+
+def gradient_work(forward: ConvWork) -> ConvWork:
+    """Weight gradient F_l (*) E_{l+1} -> dW_l as a convolution.
+
+    dW[m][c][r][s] = sum_n sum_{e,f} F[n][c][U*e+r][U*f+s] * E[n][m][e][f]: the
+    error map (dilated by U) is the "filter" (M filters of N channels), each
+    forward input channel c is an "image" of N channels, and the R x S filter
+    positions are the output pixels. Useful MACs equal the forward MACs.
+    """
+    f = forward
+    k_h = (f.out_height - 1) * f.stride + 1
+    k_w = (f.out_width - 1) * f.stride + 1
+    return ConvWork(
+        batch=f.in_channels, in_channels=f.batch, out_channels=f.out_channels,
+        in_height=k_h + f.kernel_height - 1, in_width=k_w + f.kernel_width - 1,
+        kernel_height=k_h, kernel_width=k_w, stride=1,
+        out_height=f.kernel_height, out_width=f.kernel_width,
+        density=f.density * Fraction(f.out_height * f.out_width, k_h * k_w),
+    )
+
+
+@dataclass(frozen=True)
+class PEArraySpec:
+    """One row-stationary PU. Defaults: the Eyeriss chip ([JSSC17] Table IV) at fp32 words."""
+
+    rows: int = 12  # physical PE rows ([JSSC17] Table IV: 168 PEs as 12 x 14)
+    cols: int = 14  # physical PE columns
+    filter_rf_words: int = 224  # filter spad per PE, words ([JSSC17] Table IV: 448 B of 16 b)
+    ifmap_rf_words: int = 12  # ifmap spad per PE, words (24 B of 16 b)
+    psum_rf_words: int = 24  # psum spad per PE, words (48 B of 16 b)
+    buffer_bytes: int = 108 * 1024  # global buffer ([JSSC17] Table IV: 108 KB)
+    word_bytes: int = 4  # fp32 in hypar-sim; 2 for the Eyeriss chip (16-bit)
+    clock_hz: float = 250e6  # array clock ([JSSC17] Table IV: 100-250 MHz)
+    # Width of each on-chip data bus GLB -> array (filter, ifmap, psum), bytes per cycle.
+    # Assumption: 64-bit buses as on the Eyeriss chip (recalled from [JSSC17] Sec. V,
+    # not re-verified); a 64-bit bus carries 4 16-bit or 2 fp32 words per cycle.
+    bus_bytes: int = 8
+
+    def __post_init__(self) -> None:
+        _positive_ints("PEArraySpec", {
+            "rows": self.rows, "cols": self.cols, "filter_rf_words": self.filter_rf_words,
+            "ifmap_rf_words": self.ifmap_rf_words, "psum_rf_words": self.psum_rf_words,
+            "buffer_bytes": self.buffer_bytes, "word_bytes": self.word_bytes,
+            "bus_bytes": self.bus_bytes,
+        })
+        if not self.clock_hz > 0:
+            raise ValueError(f"PEArraySpec: clock_hz must be > 0, got {self.clock_hz!r}")
+
+    @property
+    def pes(self) -> int:
+        """Physical PEs."""
+        return self.rows * self.cols
+
+    @property
+    def bus_words(self) -> int:
+        """Words per cycle each GLB <-> array bus carries (at least one)."""
+        return max(1, self.bus_bytes // self.word_bytes)
+
+    @property
+    def buffer_words(self) -> int:
+        """Global-buffer capacity in words."""
+        return self.buffer_bytes // self.word_bytes
+
+
+@dataclass(frozen=True)
+class AccessCounts:
+    """Data movement of one piece of work, in words (not bytes) per storage level."""
+
+    macs: int  # useful MACs
+    rf: int  # scratch-pad reads + writes
+    buffer: int  # global-buffer reads + writes
+    inter_pe: int  # words passed PE to PE (psum accumulation between PEs / sets)
+    dram_read: int  # words read from DRAM (ifmap, filter, spilled psums)
+    dram_write: int  # words written to DRAM (ofmap, spilled psums)
+
+
+@dataclass(frozen=True)
+class RSMapping:
+    """A row-stationary mapping in the notation of [JSSC17] Table III."""
+
+    set_rows: int  # filter rows per PE set (R, or one R segment)
+    set_cols: int  # e: ofmap rows per PE set (strip height)
+    strips: int  # ceil(E / e)
+    row_segments: int  # R split into this many segments (R > rows)
+    col_segments: int  # S split into this many segments (S > spads)
+    set_folds: int  # a set wider than the array is stacked in this many column segments
+    r: int  # sets with different channels
+    t: int  # sets with different filters
+    p: int  # filters per PE
+    q: int  # channels per PE
+    n: int  # images per pass (filters reused across them in the spad)
+    m: int  # filters whose psums the GLB holds
+    passes: int  # processing passes of the whole array
+    psum_spill: bool  # psums do not fit the GLB and go to DRAM between channel groups
+
+
+@dataclass(frozen=True)
+class ArrayCost:
+    """Cost of one piece of work on one PU."""
+
+    cycles: int  # processing cycles (DRAM transfer time excluded)
+    active_pes: int  # PEs the mapping configures (as [JSSC17] Table V counts them)
+    utilization: float  # active_pes / (rows * cols), in [0, 1]
+    mac_utilization: float  # useful MACs / (cycles * rows * cols), in [0, 1]
+    latency_s: float  # cycles / clock, seconds
+    accesses: AccessCounts
+    mapping: RSMapping | None  # None for element-wise work
+
+
+def _ceil(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _strip_rows(work: ConvWork, e: int, set_rows: int) -> int:
+    """Input rows all strips of height e read in total (halo rows are read again)."""
+    total = 0
+    for start in range(0, work.out_height, e):
+        rows_out = min(e, work.out_height - start)
+        total += (rows_out - 1) * work.stride + set_rows
+    return total
+
+
+@lru_cache(maxsize=65536)
+def map_conv(work: ConvWork, spec: PEArraySpec) -> ArrayCost:
+    """Map `work` onto the PU `spec` with the RS dataflow; cycles and word accesses.
+
+    Cached by (work, spec): identical calls return the identical object.
+    """
+    if not isinstance(work, ConvWork) or not isinstance(spec, PEArraySpec):
+        raise ValueError("map_conv: expects (ConvWork, PEArraySpec)")
+    n_img, chans, filters = work.batch, work.in_channels, work.out_channels
+    out_h, out_w, stride = work.out_height, work.out_width, work.stride
+    bw = spec.bus_words
+
+    # Tall kernels: split R into segments that fit the array height; their psums are
+    # accumulated through the GLB like extra channels ([ISCA16] Sec. V-B: any
+    # dimension that does not fit is folded in time).
+    row_segments = _ceil(work.kernel_height, spec.rows)
+    set_rows = _ceil(work.kernel_height, row_segments)
+    # Wide kernels: one PE keeps q*S ifmap and p*q*S filter words ([ISCA16] Sec. V-A,
+    # 1-D row primitive), so S is cut to fit the ifmap and filter spads.
+    s_cap = min(spec.ifmap_rf_words, spec.filter_rf_words)
+    col_segments = _ceil(work.kernel_width, s_cap)
+    s_seg = _ceil(work.kernel_width, col_segments)
+    virt_chans = chans * row_segments * col_segments
+    in_w = min(work.in_width, (out_w - 1) * stride + s_seg)  # columns one S segment reads
+
+    # Candidate (e, r, t) triples; the set is R x e ([ISCA16] Sec. V-B, [JSSC17] Fig. 9).
+    trip: list[tuple[int, int, int, int, int]] = []  # e, r, t, folds, strips
+    max_bands = spec.rows // set_rows
+    for e in range(1, min(out_h, spec.cols * max_bands) + 1):
+        folds = _ceil(e, spec.cols)  # segments of a set wider than the array, stacked
+        height, width = set_rows * folds, min(e, spec.cols)
+        if height > spec.rows:
+            continue
+        fit = (spec.rows // height) * (spec.cols // width)  # replicated sets ([JSSC17] Fig. 9)
+        strips = _ceil(out_h, e)
+        for r in range(1, min(fit, virt_chans) + 1):
+            t_hi = min(fit // r, filters)
+            # Fewer than half the sets that fit never pays: compute time scales with 1/(r*t).
+            for t in range(max(1, t_hi // 2), t_hi + 1):
+                trip.append((e, r, t, folds, strips))
+    ta = np.array(trip, dtype=np.int64)
+    e_a, r_a, t_a, strips_a = ta[:, 0:1], ta[:, 1:2], ta[:, 2:3], ta[:, 4:5]
+
+    # (p, q) grid with the spad limits ([ISCA16] Sec. V-A; [JSSC17] Table III p, q).
+    q_max = max(1, min(spec.ifmap_rf_words // s_seg, virt_chans))
+    p_max = max(1, min(spec.psum_rf_words, filters))
+    pq = [(p, q) for q in range(1, q_max + 1) for p in range(1, p_max + 1)
+          if p * q * s_seg <= spec.filter_rf_words]
+    pqa = np.array(pq, dtype=np.int64)
+    p_a, q_a = pqa[None, :, 0], pqa[None, :, 1]
+
+    # Cycles of one image (n = 1) for every candidate.
+    passes = strips_a * -(-filters // (p_a * t_a)) * -(-virt_chans // (q_a * r_a))
+    compute = out_w * s_seg * p_a * q_a  # one MAC per PE per cycle ([JSSC17] Sec. V-A)
+    filt_words = r_a * t_a * set_rows * s_seg * p_a * q_a  # spads loaded before a pass
+    ifmap_words = r_a * q_a * ((e_a - 1) * stride + set_rows) * in_w  # multicast to t sets
+    # Psums go out on the output network and come back on the input one: separate buses
+    # ([JSSC17] Sec. V: GIN for data into the array, GON for psums out of it).
+    psum_words = t_a * p_a * e_a * out_w
+    stream = np.maximum(compute, np.maximum(-(-ifmap_words // bw), -(-psum_words // bw)))
+    fill = set_rows + s_seg  # 1-D pipeline fill + vertical psum chain per pass
+    total = passes * (-(-filt_words // bw) + stream + fill)
+    # Fewest cycles; ties to fewer filter words loaded, less GLB traffic, fewer PEs.
+    tied = np.flatnonzero(total.ravel() == total.min())
+    i_t, j_t = np.divmod(tied, len(pq))
+    pes = set_rows * e_a[i_t, 0] * r_a[i_t, 0] * t_a[i_t, 0]
+    loaded = (passes * filt_words).ravel()[tied]
+    glb = (passes * (ifmap_words + 2 * psum_words)).ravel()[tied]
+    best = int(tied[np.lexsort((pes, glb, loaded))[0]])
+    i, j = divmod(best, len(pq))
+    e, r, t, folds, strips = trip[i]
+    p, q = pq[j]
+    active = set_rows * e * r * t
+
+    # Buffer blocking ([JSSC17] Table III: GLB holds psums of m filters x n images of a
+    # strip, and the ifmap rows of the q*r channels in flight): pick (n, m) with the
+    # fewest DRAM words, ties to larger n (filters reused across more images).
+    rows_total = _strip_rows(work, e, set_rows)
+    strip_in_rows = (e - 1) * stride + set_rows
+    pt = p * t
+    filters_pad = _ceil(filters, pt) * pt
+    cgroups = _ceil(virt_chans, q * r)
+    filter_fetch = filters_pad * virt_chans * set_rows * s_seg  # all filters, once
+    ifmap_fetch = n_img * virt_chans * rows_total * in_w  # all ifmaps, once
+    choice: tuple[tuple[int, int], int, int] | None = None
+    for n in range(1, n_img + 1):
+        room = spec.buffer_words - n * q * r * strip_in_rows * in_w
+        m = min(filters_pad, room // (n * e * out_w) // pt * pt) if room > 0 else 0
+        if m < pt:  # the largest m that fits is best for this n: fewest ifmap re-reads
+            break
+        words = _ceil(filters, m) * ifmap_fetch + _ceil(n_img, n) * filter_fetch
+        key = (words, -n)
+        if choice is None or key < choice[0]:
+            choice = (key, n, m)
+    spill = choice is None
+    n, m = (1, pt) if choice is None else (choice[1], choice[2])
+
+    n_groups = _ceil(n_img, n)
+    passes_f = n_groups * strips * _ceil(filters, pt) * cgroups
+    compute_f = n * out_w * s_seg * p * q
+    filt_f = r * t * set_rows * s_seg * p * q
+    ifmap_f = n * r * q * strip_in_rows * in_w
+    psum_out = n * t * p * e * out_w  # after vertical and inter-set accumulation
+    stream_f = max(compute_f, _ceil(ifmap_f, bw), _ceil(psum_out, bw))
+    cycles = passes_f * (_ceil(filt_f, bw) + stream_f + set_rows + s_seg)
+    cycles = max(cycles, _ceil(work.macs, spec.pes))
+
+    ofmap = n_img * filters * out_h * out_w
+    psum_traffic = passes_f * psum_out
+    psum_reads = psum_traffic - psum_traffic // cgroups  # not for the first channel group
+    dram_ifmap = _ceil(filters, m) * ifmap_fetch
+    dram_filter = n_groups * filter_fetch
+    spill_words = (cgroups - 1) * ofmap if spill else 0
+    useful = work.macs
+    # Per MAC: ifmap, filter and psum read plus psum write in the spads ([ISCA16] Sec. VI-A);
+    # plus the spad fills of each pass.
+    rf = 4 * useful + passes_f * active * (p * q * s_seg + n * q * in_w)
+    buffer = (passes_f * ifmap_f + dram_ifmap  # ifmap to array, and in from DRAM
+              + psum_traffic + psum_reads + ofmap)  # psums out/in, ofmap out to DRAM
+    # Psums move up the R PEs of a set, then across the r sets of different channels
+    # ([ISCA16] Sec. V-A; [JSSC17] Sec. V: local PE-to-PE psum network).
+    inter_pe = passes_f * n * t * p * e * out_w * (r * (set_rows - 1) + (r - 1))
+    accesses = AccessCounts(
+        macs=useful, rf=rf, buffer=buffer, inter_pe=inter_pe,
+        dram_read=dram_ifmap + dram_filter + spill_words, dram_write=ofmap + spill_words,
+    )
+    mapping = RSMapping(set_rows=set_rows, set_cols=e, strips=strips,
+                        row_segments=row_segments, col_segments=col_segments, set_folds=folds,
+                        r=r, t=t, p=p, q=q, n=n, m=m, passes=passes_f, psum_spill=spill)
+    return ArrayCost(cycles=cycles, active_pes=active, utilization=active / spec.pes,
+                     mac_utilization=useful / (cycles * spec.pes),
+                     latency_s=cycles / spec.clock_hz, accesses=accesses, mapping=mapping)
+
+
+@lru_cache(maxsize=4096)
+def update_cost(weights: int, spec: PEArraySpec) -> ArrayCost:
+    """Element-wise weight update W -= lr * dW on one PU.
+
+    One MAC-equivalent per weight; reads W and dW from DRAM, writes W back. The
+    PEs do one MAC per cycle each, but the GLB -> array buses feed W and dW at
+    ``bus_words`` each per cycle and take W back at the same rate, so the update
+    is bus-bound on any array wider than the bus.
+    """
+    _positive_ints("update_cost", {"weights": weights})
+    cycles = max(_ceil(weights, spec.pes), _ceil(weights, spec.bus_words))
+    active = min(spec.pes, weights)
+    accesses = AccessCounts(macs=weights, rf=3 * weights, buffer=6 * weights, inter_pe=0,
+                            dram_read=2 * weights, dram_write=weights)
+    return ArrayCost(cycles=cycles, active_pes=active, utilization=active / spec.pes,
+                     mac_utilization=weights / (cycles * spec.pes),
+                     latency_s=cycles / spec.clock_hz, accesses=accesses, mapping=None)
