@@ -1,0 +1,157 @@
+"""What one cube spends on one phase of one layer's share: cycles and actions.
+
+The share is what the hierarchical partition leaves one accelerator: `batch`
+samples and a fraction `in_fraction` of the layer's input channels (a
+`planner.comm_model.LayerSplit` after the last level). The three training
+computations are all convolution-shaped (pe_array.forward/backward/gradient
+work); the weight update is element-wise. Costs are cached by shape, so the
+same layer piece is mapped once.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import lru_cache
+from types import MappingProxyType
+
+from hypar_sim.hardware.config import HardwareConfig
+from hypar_sim.hardware.energy import Action
+from hypar_sim.hardware.hmc import Footprint, overlapped_cycles, pe_array_spec, split_over_vaults
+from hypar_sim.hardware.pe_array import (
+    ConvWork,
+    backward_work,
+    fc_work,
+    forward_work,
+    gradient_work,
+    update_cost,
+)
+from hypar_sim.planner.comm_model import LayerSplit, Phase
+from hypar_sim.workload.layers import Layer, LayerKind
+
+
+@dataclass(frozen=True)
+class PieceCost:
+    """One phase of one layer's share on one cube (all its PUs in parallel)."""
+
+    cycles: float  # time on the cube, compute and DRAM overlapped, cycles
+    compute_cycles: float  # PE-array time of the busiest PU, cycles
+    memory_cycles: float  # DRAM transfer time of the busiest PU, cycles
+    macs: int  # useful multiply-accumulates on the cube
+    dram_bytes: float  # DRAM bytes read and written on the cube
+    pus_used: int
+    counts: Mapping[Action, float]  # energy actions on the whole cube
+
+    @property
+    def stall_cycles(self) -> float:
+        """Time the PUs wait on DRAM beyond their compute, cycles."""
+        return self.cycles - self.compute_cycles
+
+
+ZERO_COST = PieceCost(0.0, 0.0, 0.0, 0, 0.0, 0, MappingProxyType({}))
+
+
+def share_channels(channels: int, in_fraction: float) -> int:
+    """Input channels a share holds (a fractional channel still occupies one)."""
+    return max(1, math.ceil(channels * in_fraction))
+
+
+def forward_piece(layer: Layer, batch: int, in_fraction: float = 1.0) -> ConvWork:
+    """The forward convolution of a share of `layer`: `batch` samples, a fraction of inputs."""
+    channels = share_channels(layer.input.channels, in_fraction)
+    if layer.kind is LayerKind.FC:
+        return fc_work(batch, channels, layer.output.channels)
+    return forward_work(batch, channels, layer.conv_output.channels, layer.input.height,
+                        layer.input.width, layer.kernel, layer.kernel, layer.stride, layer.padding)
+
+
+def phase_work(forward: ConvWork, phase: Phase) -> ConvWork:
+    """The convolution of `phase` (forward, backward or gradient) for a forward piece."""
+    if phase is Phase.FORWARD:
+        return forward
+    if phase is Phase.BACKWARD:
+        return backward_work(forward)
+    if phase is Phase.GRADIENT:
+        return gradient_work(forward)
+    raise ValueError(f"phase_work: {phase} is not a convolution phase")
+
+
+def _batch_of(split: LayerSplit) -> int:
+    if split.batch != int(split.batch) or split.batch < 1:
+        raise ValueError(f"a share holds {split.batch} samples of {split.layer.name}")
+    return int(split.batch)
+
+
+@lru_cache(maxsize=65536)
+def conv_cost(work: ConvWork, config: HardwareConfig) -> PieceCost:
+    """Cost of a convolution-shaped piece on one cube: split over the PUs, DRAM overlapped."""
+    split = split_over_vaults(work, config)
+    per_pu = split.per_pu_cost
+    dram_words = per_pu.accesses.dram_read + per_pu.accesses.dram_write
+    tiles = per_pu.mapping.passes if per_pu.mapping else 1
+    time = overlapped_cycles(per_pu.cycles, dram_words * config.word_bytes, tiles, config)
+    pus = split.pus_used
+    counts = {
+        Action.MAC: work.macs,
+        Action.RF: pus * per_pu.accesses.rf,
+        Action.INTER_PE: pus * per_pu.accesses.inter_pe,
+        Action.BUFFER: pus * per_pu.accesses.buffer,
+        Action.DRAM: pus * dram_words,
+        Action.STATIC_PU_CYCLE: config.pus_per_cube * time.total_cycles,
+    }
+    return PieceCost(time.total_cycles, time.compute_cycles, time.memory_cycles, work.macs,
+                     pus * dram_words * config.word_bytes, pus, MappingProxyType(counts))
+
+
+@lru_cache(maxsize=65536)
+def update_piece_cost(weights: int, config: HardwareConfig) -> PieceCost:
+    """Element-wise weight update of `weights` weights, spread evenly over the cube's PUs."""
+    if weights <= 0:
+        return ZERO_COST
+    pus = min(config.pus_per_cube, weights)
+    per_pu_weights = math.ceil(weights / pus)
+    per_pu = update_cost(per_pu_weights, pe_array_spec(config))
+    dram_words = per_pu.accesses.dram_read + per_pu.accesses.dram_write
+    time = overlapped_cycles(per_pu.cycles, dram_words * config.word_bytes, 1, config)
+    counts = {
+        Action.MAC: weights,
+        Action.RF: pus * per_pu.accesses.rf,
+        Action.BUFFER: pus * per_pu.accesses.buffer,
+        Action.DRAM: pus * dram_words,
+        Action.STATIC_PU_CYCLE: config.pus_per_cube * time.total_cycles,
+    }
+    return PieceCost(time.total_cycles, time.compute_cycles, time.memory_cycles, weights,
+                     pus * dram_words * config.word_bytes, pus, MappingProxyType(counts))
+
+
+def held_weights(split: LayerSplit) -> int:
+    """Weights of the kernel rows a share holds (mp splits the rows)."""
+    return split.layer.conv_output.channels * share_channels(split.layer.input.channels,
+                                                             split.in_fraction) \
+        * split.layer.kernel * split.layer.kernel
+
+
+def phase_cost(split: LayerSplit, phase: Phase, config: HardwareConfig,
+               first_layer: bool = False) -> PieceCost:
+    """Cost of one phase of a share on one cube.
+
+    The first layer has no error-backward phase: nothing needs E_0.
+    """
+    if phase is Phase.UPDATE:
+        return update_piece_cost(held_weights(split), config)
+    if phase is Phase.BACKWARD and first_layer:
+        return ZERO_COST
+    forward = forward_piece(split.layer, _batch_of(split), split.in_fraction)
+    return conv_cost(phase_work(forward, phase), config)
+
+
+def footprint(split: LayerSplit, buffers_bytes: float, word_bytes: int) -> Footprint:
+    """Bytes a cube holds for its share of one layer during the step.
+
+    Weights and gradients of the kernel rows held; the input F_l kept for the
+    backward pass (max pooling keeps only its argmax positions, not counted);
+    the communication buffers the caller gives (the largest message received).
+    """
+    weights = held_weights(split) * word_bytes
+    return Footprint(split.layer.name, weights, weights, split.input_bytes, buffers_bytes)

@@ -1,0 +1,121 @@
+"""One HMC cube: its vaults' DRAM, how a layer's work is spread over the vaults, capacity.
+
+Each vault has its own DRAM channel (the cube's bandwidth shared evenly,
+320 GB/s / 32 = 10 GB/s, i.e. 40 B per 250 MHz cycle) and, on the logic die,
+one row-stationary PU. A layer's share of work on one cube is split over the
+PUs along one dimension (output channels, samples or output rows: the one
+that keeps the most PUs busy with the least DRAM traffic); the PUs then run
+in parallel, each streaming its tiles from its own vault with double
+buffering, so a PU's time is max(compute, memory) plus the fill of one tile
+and one DRAM access latency.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+from hypar_sim.errors import InputError
+from hypar_sim.hardware.config import HardwareConfig
+from hypar_sim.hardware.pe_array import ArrayCost, ConvWork, PEArraySpec, map_conv
+
+#: The dimensions a layer's work may be split along over the PUs of a cube.
+SPLIT_DIMENSIONS = ("out_channels", "batch", "out_height")
+
+
+def pe_array_spec(config: HardwareConfig) -> PEArraySpec:
+    """The PU of `config` as the PE-array model sees it."""
+    return PEArraySpec(
+        rows=config.pe_rows, cols=config.pe_cols,
+        filter_rf_words=config.rf_filter_words, ifmap_rf_words=config.rf_ifmap_words,
+        psum_rf_words=config.rf_psum_words, buffer_bytes=config.buffer_bytes,
+        word_bytes=config.word_bytes, clock_hz=config.clock_hz,
+    )
+
+
+def _part(work: ConvWork, dimension: str, parts: int) -> ConvWork:
+    """The largest of `parts` even pieces of `work` along `dimension`."""
+    size = math.ceil(getattr(work, dimension) / parts)
+    if dimension != "out_height":
+        return replace(work, **{dimension: size})
+    rows = (size - 1) * work.stride + work.kernel_height  # input rows one piece needs
+    return replace(work, out_height=size, in_height=min(work.in_height, rows))
+
+
+@dataclass(frozen=True)
+class VaultSplit:
+    """How one cube spreads a piece of work over its PUs."""
+
+    dimension: str  # one of SPLIT_DIMENSIONS
+    pus_used: int
+    per_pu: ConvWork
+    per_pu_cost: ArrayCost
+
+
+def split_over_vaults(work: ConvWork, config: HardwareConfig) -> VaultSplit:
+    """Spread `work` over the cube's PUs: the split with the fewest cycles, then least DRAM."""
+    spec = pe_array_spec(config)
+    candidates = []
+    for dimension in SPLIT_DIMENSIONS:
+        parts = min(config.pus_per_cube, getattr(work, dimension))
+        piece = _part(work, dimension, parts)
+        cost = map_conv(piece, spec)
+        dram_words = parts * (cost.accesses.dram_read + cost.accesses.dram_write)
+        candidates.append(((cost.cycles, dram_words), VaultSplit(dimension, parts, piece, cost)))
+    return min(candidates, key=lambda candidate: candidate[0])[1]
+
+
+@dataclass(frozen=True)
+class OverlapTime:
+    """Time of one PU streaming tiles with double buffering, in cycles."""
+
+    compute_cycles: float
+    memory_cycles: float
+    total_cycles: float
+
+
+def overlapped_cycles(compute_cycles: float, dram_bytes: float, tiles: int,
+                      config: HardwareConfig) -> OverlapTime:
+    """max(compute, memory) + the first tile's fill + one DRAM access latency.
+
+    With double buffering, tile i+1 loads while tile i computes; only the first
+    load (or the last compute) is not hidden: min(compute, memory) / tiles.
+    """
+    memory_cycles = dram_bytes / config.vault_bandwidth_bytes_per_cycle
+    fill = min(compute_cycles, memory_cycles) / max(1, tiles)
+    latency = config.dram_latency_cycles if dram_bytes > 0 else 0
+    return OverlapTime(compute_cycles, memory_cycles,
+                       max(compute_cycles, memory_cycles) + fill + latency)
+
+
+@dataclass(frozen=True)
+class Footprint:
+    """Bytes one cube holds for one layer during a training step."""
+
+    layer: str
+    weights_bytes: float
+    gradients_bytes: float
+    activations_bytes: float  # inputs kept for the backward pass, and their errors
+    buffers_bytes: float  # communication buffers (largest message received)
+
+    @property
+    def total_bytes(self) -> float:
+        return self.weights_bytes + self.gradients_bytes + self.activations_bytes + self.buffers_bytes
+
+
+def check_capacity(footprints: list[Footprint], config: HardwareConfig, network: str) -> float:
+    """Total bytes per cube; InputError naming the layer where the capacity is crossed."""
+    capacity = config.cube_capacity_bytes
+    running = 0.0
+    for item in footprints:
+        running += item.total_bytes
+        if running > capacity:
+            raise InputError(
+                f"capacity: {network} needs {running / 2**30:.2f} GiB per cube by layer "
+                f"{item.layer} (weights {item.weights_bytes / 2**30:.2f}, gradients "
+                f"{item.gradients_bytes / 2**30:.2f}, activations {item.activations_bytes / 2**30:.2f}, "
+                f"buffers {item.buffers_bytes / 2**30:.2f} GiB there), more than the cube's "
+                f"{config.cube_capacity_gib:g} GiB; use more accelerators, a smaller batch or a "
+                "larger cube_capacity_gib"
+            )
+    return running

@@ -1,0 +1,58 @@
+"""Link parameters of the array's interconnect, in simulator units (bytes, cycles, pJ).
+
+H-tree (HyPar Fig. 4(c)): a binary fat tree with the accelerators as leaves
+and a switch at every parent node. A link at height k (k = 0 joins an
+accelerator to its parent switch) is 2**k base links wide, so each level up
+has half the links at twice the bandwidth and every level carries the same
+total (16 x 1.6 Gb/s = 25.6 Gb/s in the paper). Torus: every link is one base
+link. Links are full duplex: the bandwidth is per direction.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hypar_sim.hardware.config import HardwareConfig
+
+
+@dataclass(frozen=True)
+class LinkSpec:
+    """One direction of one link."""
+
+    bandwidth_bytes_per_cycle: float  # payload bytes per array cycle (packet overhead removed)
+    latency_cycles: float  # fixed latency of one traversal (SerDes, wire, controller)
+    energy_pj_per_byte: float  # per payload byte, overhead bits included
+
+    def transfer_cycles(self, payload_bytes: float) -> float:
+        """Cycles to push `payload_bytes` through this link, latency excluded."""
+        return payload_bytes / self.bandwidth_bytes_per_cycle
+
+
+def link_spec(config: HardwareConfig, width: int = 1) -> LinkSpec:
+    """A link `width` base links wide (a fat-tree link at height k has width 2**k)."""
+    raw_bytes_per_cycle = width * config.link_bandwidth_gbps * 1e9 / 8 / config.clock_hz
+    return LinkSpec(
+        bandwidth_bytes_per_cycle=raw_bytes_per_cycle * config.packet_efficiency,
+        latency_cycles=config.link_latency_ns / config.cycle_ns,
+        energy_pj_per_byte=8 * config.energy_link_pj_per_bit / config.packet_efficiency,
+    )
+
+
+def switch_latency_cycles(config: HardwareConfig) -> float:
+    """Cycles to cross one switch."""
+    return config.switch_latency_ns / config.cycle_ns
+
+
+def switch_energy_pj_per_byte(config: HardwareConfig) -> float:
+    """pJ per payload byte through one switch, overhead bits included."""
+    return 8 * config.energy_switch_pj_per_bit / config.packet_efficiency
+
+
+def htree_level_bandwidth_gbps(config: HardwareConfig, height: int) -> float:
+    """Bandwidth of one H-tree link at `height` (0 = accelerator to its switch), Gb/s."""
+    return config.link_bandwidth_gbps * 2**height
+
+
+def htree_level_links(config: HardwareConfig, height: int) -> int:
+    """Number of H-tree links at `height`: accelerators / 2**height."""
+    return config.accelerators // 2**height

@@ -1,0 +1,82 @@
+"""Layer costs on a cube: MAC conservation, physical limits, energy, capacity."""
+
+from __future__ import annotations
+
+import pytest
+
+from hypar_sim.errors import InputError
+from hypar_sim.hardware.config import load_hardware
+from hypar_sim.hardware.costs import footprint, forward_piece, phase_cost, phase_work
+from hypar_sim.hardware.energy import Action, EnergyTable
+from hypar_sim.hardware.hmc import check_capacity, pe_array_spec, split_over_vaults
+from hypar_sim.hardware.pe_array import map_conv
+from hypar_sim.paper import PAPER_NETWORKS
+from hypar_sim.planner.comm_model import LayerSplit, Phase
+from hypar_sim.workload.network import load_network
+
+CONFIG = load_hardware()
+CONV_PHASES = (Phase.FORWARD, Phase.BACKWARD, Phase.GRADIENT)
+
+
+@pytest.mark.parametrize("name", PAPER_NETWORKS + ("alexnet",))
+def test_all_phases_do_the_layers_macs(name):
+    batch = 4
+    for layer in load_network(name).layers:
+        forward = forward_piece(layer, batch)
+        for phase in CONV_PHASES:
+            work = phase_work(forward, phase)
+            assert work.macs == layer.macs_per_sample * batch, (layer.name, phase)
+
+
+@pytest.mark.parametrize("name", ["lenet_c", "vgg_a", "sfc", "alexnet_half"])
+def test_physical_limits_on_a_pu(name):
+    spec = pe_array_spec(CONFIG)
+    for layer in load_network(name).layers:
+        for phase in CONV_PHASES:
+            work = phase_work(forward_piece(layer, 8), phase)
+            cost = map_conv(work, spec)
+            assert cost.active_pes <= spec.pes and 0 < cost.utilization <= 1
+            assert cost.cycles >= work.macs / spec.pes
+            split = split_over_vaults(work, CONFIG)
+            assert split.pus_used <= CONFIG.pus_per_cube
+            cube = phase_cost(LayerSplit(layer, 8), phase, CONFIG)
+            assert cube.cycles >= work.macs / (spec.pes * CONFIG.pus_per_cube)
+            assert cube.cycles >= cube.compute_cycles and cube.cycles >= cube.memory_cycles
+
+
+def test_first_layer_has_no_backward():
+    layer = load_network("lenet_c").layers[0]
+    assert phase_cost(LayerSplit(layer, 8), Phase.BACKWARD, CONFIG, first_layer=True).cycles == 0
+    assert phase_cost(LayerSplit(layer, 8), Phase.BACKWARD, CONFIG).cycles > 0
+
+
+def test_energy_breakdown_sums_to_total():
+    table = EnergyTable.from_config(CONFIG)
+    layer = load_network("vgg_a").layers[3]
+    for phase in (*CONV_PHASES, Phase.UPDATE):
+        energy = table.energy(phase_cost(LayerSplit(layer, 16), phase, CONFIG).counts)
+        assert energy.total_pj == pytest.approx(sum(energy.parts_pj.values()), rel=1e-9)
+        assert energy.total_pj > 0
+
+
+def test_doubling_batch_doubles_mac_and_activation_energy():
+    table = EnergyTable.from_config(CONFIG)
+    spec = pe_array_spec(CONFIG)
+    for layer in load_network("cifar_c").layers:
+        one = map_conv(forward_piece(layer, 16), spec)
+        two = map_conv(forward_piece(layer, 32), spec)
+        mac = table.energy({Action.MAC: one.accesses.macs}).total_pj
+        assert table.energy({Action.MAC: two.accesses.macs}).total_pj == 2 * mac
+        # the output activations written to DRAM
+        assert two.accesses.dram_write == 2 * one.accesses.dram_write
+
+
+def test_capacity_check_names_the_layer():
+    net = load_network("vgg_e")
+    # VGG-E, batch 4096 on 2 accelerators by data parallelism: 2048 samples per cube.
+    shares = [LayerSplit(layer, 2048) for layer in net.layers]
+    with pytest.raises(InputError, match=r"capacity: vgg_e needs .* GiB per cube by layer conv1_2"):
+        check_capacity([footprint(s, 0, 4) for s in shares], CONFIG, "vgg_e")
+    small = [LayerSplit(layer, 16) for layer in net.layers]
+    total = check_capacity([footprint(s, 0, 4) for s in small], CONFIG, "vgg_e")
+    assert 2 * 4 * net.weights < total < CONFIG.cube_capacity_bytes
