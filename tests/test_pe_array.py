@@ -272,3 +272,64 @@ def test_map_conv_is_cached_and_cheap() -> None:
     assert map_conv.cache_info().hits >= len(pieces)
     assert cold < 2.0, f"all AlexNet phases took {cold:.2f} s uncached"
     assert warm < 0.01
+
+
+# --- the pruned search equals the exhaustive one ------------------------------------------
+
+
+def _exhaustive_mapping(work: ConvWork, spec: PEArraySpec) -> tuple[int, ...]:
+    """(e, r, t, p, q, n, m, spill) of the plain search over every candidate `map_conv` prunes."""
+    ceil = lambda a, b: -(-a // b)  # noqa: E731
+    row_segments = ceil(work.kernel_height, spec.rows)
+    set_rows = ceil(work.kernel_height, row_segments)
+    col_segments = ceil(work.kernel_width, min(spec.ifmap_rf_words, spec.filter_rf_words))
+    s_seg = ceil(work.kernel_width, col_segments)
+    chans = work.in_channels * row_segments * col_segments
+    filters, out_w, u, bw = work.out_channels, work.out_width, work.stride, spec.bus_words
+    in_w = min(work.in_width, (out_w - 1) * u + s_seg)
+    best = None
+    for e in range(1, min(work.out_height, spec.cols * (spec.rows // set_rows)) + 1):
+        fit = (spec.rows // (set_rows * ceil(e, spec.cols))) * (spec.cols // min(e, spec.cols))
+        for r in range(1, min(fit, chans) + 1):
+            t_hi = min(fit // r, filters)
+            for t in range(max(1, t_hi // 2), t_hi + 1):
+                for q in range(1, max(1, min(spec.ifmap_rf_words // s_seg, chans)) + 1):
+                    for p in range(1, max(1, min(spec.psum_rf_words, filters)) + 1):
+                        if p * q * s_seg > spec.filter_rf_words:
+                            continue
+                        passes = ceil(work.out_height, e) * ceil(filters, p * t) * ceil(chans, q * r)
+                        filt = r * t * set_rows * s_seg * p * q
+                        ifmap = r * q * ((e - 1) * u + set_rows) * in_w
+                        psum = t * p * e * out_w
+                        stream = max(out_w * s_seg * p * q, ceil(ifmap, bw), ceil(psum, bw))
+                        total = passes * (ceil(filt, bw) + stream + set_rows + s_seg)
+                        key = (total, passes * filt, passes * (ifmap + 2 * psum), set_rows * e * r * t)
+                        if best is None or key < best[0]:
+                            best = (key, e, r, t, p, q)
+    _, e, r, t, p, q = best
+    strip_in = (e - 1) * u + set_rows
+    rows_total = sum((min(e, work.out_height - s) - 1) * u + set_rows
+                     for s in range(0, work.out_height, e))
+    pt = p * t
+    filters_pad = ceil(filters, pt) * pt
+    choice = None
+    for n in range(1, work.batch + 1):
+        room = spec.buffer_words - n * q * r * strip_in * in_w
+        m = min(filters_pad, room // (n * e * out_w) // pt * pt) if room > 0 else 0
+        if m < pt:
+            break
+        words = (ceil(filters, m) * work.batch * chans * rows_total * in_w
+                 + ceil(work.batch, n) * filters_pad * chans * set_rows * s_seg)
+        if choice is None or (words, -n) < choice[0]:
+            choice = ((words, -n), n, m)
+    n, m = (1, pt) if choice is None else choice[1:]
+    return e, r, t, p, q, n, m, choice is None
+
+
+@settings(max_examples=80, deadline=None)
+@given(works, st.one_of(specs, st.just(PEArraySpec())), st.sampled_from(["fwd", "bwd", "grad"]))
+def test_pruned_search_matches_exhaustive_search(work: ConvWork, spec: PEArraySpec, phase: str) -> None:
+    work = {"fwd": work, "bwd": backward_work(work), "grad": gradient_work(work)}[phase]
+    m = map_conv(work, spec).mapping
+    assert m is not None
+    assert (m.set_cols, m.r, m.t, m.p, m.q, m.n, m.m, m.psum_spill) == _exhaustive_mapping(work, spec)

@@ -34,9 +34,10 @@ Mapping (the notation of [JSSC17] Table III):
   ifmap rows of the channels in flight; filters stream from DRAM past the GLB
   ([JSSC17] Table III allocates the GLB to ifmaps and psums only).
 
-`map_conv` enumerates (e, r, t, p, q) for the fewest cycles (ties: fewer filter
+`map_conv` searches (e, r, t, p, q) for the fewest cycles (ties: fewer filter
 words loaded, less GLB traffic, fewer PEs), then picks (n, m) for the fewest
-DRAM words.
+DRAM words. The search skips the (e, r, t) whose lower bound on cycles exceeds a
+candidate already found; its result is that of the exhaustive search.
 Cycles are *processing* cycles (Table V "processing latency"): DRAM transfer
 time is left to the caller, who has the DRAM model and the access counts here.
 """
@@ -291,11 +292,50 @@ def _ceil(a: int, b: int) -> int:
 
 def _strip_rows(work: ConvWork, e: int, set_rows: int) -> int:
     """Input rows all strips of height e read in total (halo rows are read again)."""
-    total = 0
-    for start in range(0, work.out_height, e):
-        rows_out = min(e, work.out_height - start)
-        total += (rows_out - 1) * work.stride + set_rows
+    full, rest = divmod(work.out_height, e)  # full strips of e rows, then one of `rest` rows
+    total = full * ((e - 1) * work.stride + set_rows)
+    if rest:
+        total += (rest - 1) * work.stride + set_rows
     return total
+
+
+def _ragged_arange(counts: np.ndarray, starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Concatenated ranges starts[g], starts[g] + 1, ... (counts[g] >= 1 values) over groups g.
+
+    Returns (group of each value, the values), i.e. the flattened nested loop
+    ``for g in groups: for v in range(starts[g], starts[g] + counts[g])``.
+    """
+    group = np.repeat(np.arange(counts.size), counts)
+    offset = np.arange(group.size) - np.repeat(np.cumsum(counts) - counts, counts)
+    return group, starts[group] + offset
+
+
+def _set_candidates(spec: PEArraySpec, set_rows: int, out_h: int, virt_chans: int,
+                    filters: int) -> tuple[np.ndarray, ...]:
+    """Candidate (e, r, t) PE-set arrangements; arrays e, r, t, folds, strips, one entry each.
+
+    Ordered as the loops ``for e: for r: for t`` (ascending) would produce them: the
+    order breaks the last ties of `map_conv`.
+    """
+    # The set is R x e ([ISCA16] Sec. V-B, [JSSC17] Fig. 9). e <= cols * (rows // R) is
+    # exactly the condition that the ceil(e / cols) stacked segments of R rows fit the
+    # array height, so every e of the range fits.
+    e = np.arange(1, min(out_h, spec.cols * (spec.rows // set_rows)) + 1)
+    folds = -(-e // spec.cols)  # segments of a set wider than the array, stacked
+    # Replicated sets ([JSSC17] Fig. 9): how many R*folds x min(e, cols) sets fit.
+    fit = (spec.rows // (set_rows * folds)) * (spec.cols // np.minimum(e, spec.cols))
+    by_e, r = _ragged_arange(np.minimum(fit, virt_chans), np.ones_like(e))  # r = 1..min(fit, C')
+    t_hi = np.minimum(fit[by_e] // r, filters)
+    # Fewer than half the sets that fit never pays: compute time scales with 1/(r*t).
+    t_lo = np.maximum(1, t_hi // 2)
+    by_r, t = _ragged_arange(t_hi - t_lo + 1, t_lo)
+    by_e = by_e[by_r]
+    return e[by_e], r[by_r], t, folds[by_e], -(-out_h // e[by_e])
+
+
+# Candidate (e, r, t) rows `map_conv` evaluates first (those of lowest cycle bound); the
+# next chunks double in size until the bound of the rows left exceeds the best found.
+_FIRST_ROWS = 8
 
 
 @lru_cache(maxsize=65536)
@@ -323,53 +363,75 @@ def map_conv(work: ConvWork, spec: PEArraySpec) -> ArrayCost:
     virt_chans = chans * row_segments * col_segments
     in_w = min(work.in_width, (out_w - 1) * stride + s_seg)  # columns one S segment reads
 
-    # Candidate (e, r, t) triples; the set is R x e ([ISCA16] Sec. V-B, [JSSC17] Fig. 9).
-    trip: list[tuple[int, int, int, int, int]] = []  # e, r, t, folds, strips
-    max_bands = spec.rows // set_rows
-    for e in range(1, min(out_h, spec.cols * max_bands) + 1):
-        folds = _ceil(e, spec.cols)  # segments of a set wider than the array, stacked
-        height, width = set_rows * folds, min(e, spec.cols)
-        if height > spec.rows:
-            continue
-        fit = (spec.rows // height) * (spec.cols // width)  # replicated sets ([JSSC17] Fig. 9)
-        strips = _ceil(out_h, e)
-        for r in range(1, min(fit, virt_chans) + 1):
-            t_hi = min(fit // r, filters)
-            # Fewer than half the sets that fit never pays: compute time scales with 1/(r*t).
-            for t in range(max(1, t_hi // 2), t_hi + 1):
-                trip.append((e, r, t, folds, strips))
-    ta = np.array(trip, dtype=np.int64)
-    e_a, r_a, t_a, strips_a = ta[:, 0:1], ta[:, 1:2], ta[:, 2:3], ta[:, 4:5]
+    # Candidate (e, r, t) triples ("rows" below).
+    e_a, r_a, t_a, folds_a, strips_a = _set_candidates(spec, set_rows, out_h, virt_chans, filters)
 
-    # (p, q) grid with the spad limits ([ISCA16] Sec. V-A; [JSSC17] Table III p, q).
+    # (p, q) grid with the spad limits ([ISCA16] Sec. V-A; [JSSC17] Table III p, q),
+    # q-major like ``for q: for p`` ("columns" below).
     q_max = max(1, min(spec.ifmap_rf_words // s_seg, virt_chans))
     p_max = max(1, min(spec.psum_rf_words, filters))
-    pq = [(p, q) for q in range(1, q_max + 1) for p in range(1, p_max + 1)
-          if p * q * s_seg <= spec.filter_rf_words]
-    pqa = np.array(pq, dtype=np.int64)
-    p_a, q_a = pqa[None, :, 0], pqa[None, :, 1]
-
-    # Cycles of one image (n = 1) for every candidate.
-    passes = strips_a * -(-filters // (p_a * t_a)) * -(-virt_chans // (q_a * r_a))
-    compute = out_w * s_seg * p_a * q_a  # one MAC per PE per cycle ([JSSC17] Sec. V-A)
-    filt_words = r_a * t_a * set_rows * s_seg * p_a * q_a  # spads loaded before a pass
-    ifmap_words = r_a * q_a * ((e_a - 1) * stride + set_rows) * in_w  # multicast to t sets
-    # Psums go out on the output network and come back on the input one: separate buses
-    # ([JSSC17] Sec. V: GIN for data into the array, GON for psums out of it).
-    psum_words = t_a * p_a * e_a * out_w
-    stream = np.maximum(compute, np.maximum(-(-ifmap_words // bw), -(-psum_words // bw)))
+    q_a, p_a = np.nonzero(np.arange(1, q_max + 1)[:, None] * np.arange(1, p_max + 1) * s_seg
+                          <= spec.filter_rf_words)
+    q_a, p_a = q_a + 1, p_a + 1
     fill = set_rows + s_seg  # 1-D pipeline fill + vertical psum chain per pass
-    total = passes * (-(-filt_words // bw) + stream + fill)
-    # Fewest cycles; ties to fewer filter words loaded, less GLB traffic, fewer PEs.
-    tied = np.flatnonzero(total.ravel() == total.min())
-    i_t, j_t = np.divmod(tied, len(pq))
-    pes = set_rows * e_a[i_t, 0] * r_a[i_t, 0] * t_a[i_t, 0]
-    loaded = (passes * filt_words).ravel()[tied]
-    glb = (passes * (ifmap_words + 2 * psum_words)).ravel()[tied]
-    best = int(tied[np.lexsort((pes, glb, loaded))[0]])
-    i, j = divmod(best, len(pq))
-    e, r, t, folds, strips = trip[i]
-    p, q = pq[j]
+
+    def cost(i: np.ndarray, j: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Cycles of one image (n = 1), filter words loaded and GLB words of rows i x columns j."""
+        e, r, t, p, q = e_a[i], r_a[i], t_a[i], p_a[j], q_a[j]
+        passes = strips_a[i] * -(-filters // (p * t)) * -(-virt_chans // (q * r))
+        compute = out_w * s_seg * p * q  # one MAC per PE per cycle ([JSSC17] Sec. V-A)
+        filt_words = r * t * set_rows * s_seg * p * q  # spads loaded before a pass
+        ifmap_words = r * q * ((e - 1) * stride + set_rows) * in_w  # multicast to t sets
+        # Psums go out on the output network and come back on the input one: separate buses
+        # ([JSSC17] Sec. V: GIN for data into the array, GON for psums out of it).
+        psum_words = t * p * e * out_w
+        stream = np.maximum(compute, np.maximum(-(-ifmap_words // bw), -(-psum_words // bw)))
+        total = passes * (-(-filt_words // bw) + stream + fill)
+        return total, passes * filt_words, passes * (ifmap_words + 2 * psum_words)
+
+    # Lower bound of `total` over all columns of each row (M filters, C' channels, F = out_w,
+    # W' = in_w, R x S = set_rows x s_seg). Let pad_m(t) = min over p <= p_max
+    # of ceil(M/(p t)) p t >= M (filters padded to whole passes) and pad_c(r) the same for
+    # C' over q <= q_max; then passes = strips ceil(M/(p t)) ceil(C'/(q r)) times
+    #   ceil(filt_words / bw)  >= strips * pad_m(t) pad_c(r) R S / bw
+    #   compute                >= strips * pad_m(t) pad_c(r) F S / (r t)
+    #   ceil(psum_words / bw)  >= strips * ceil(C'/(q_max r)) pad_m(t) e F / bw
+    #   ceil(ifmap_words / bw) >= strips * ceil(M/(p_max t)) pad_c(r) ((e-1) U + R) W' / bw
+    #   fill                   >= strips * ceil(M/(p_max t)) ceil(C'/(q_max r)) fill
+    # and stream is the largest of the middle three. Floors keep it a bound in integers.
+    x = np.arange(1, t_a.max() + 1)[:, None] * np.arange(1, p_max + 1)
+    pad_m = (-(-filters // x) * x).min(axis=1)[t_a - 1]
+    y = np.arange(1, r_a.max() + 1)[:, None] * np.arange(1, q_max + 1)
+    pad_c = (-(-virt_chans // y) * y).min(axis=1)[r_a - 1]
+    min_cf = -(-filters // (p_max * t_a))
+    min_cc = -(-virt_chans // (q_max * r_a))
+    bound = strips_a * (
+        pad_m * pad_c * set_rows * s_seg // bw + min_cf * min_cc * fill
+        + np.maximum(np.maximum(pad_m * pad_c * out_w * s_seg // (r_a * t_a),
+                                min_cc * pad_m * e_a * out_w // bw),
+                     min_cf * pad_c * ((e_a - 1) * stride + set_rows) * in_w // bw))
+    # Evaluate rows in order of increasing bound, in chunks of doubling size, until the next
+    # bound exceeds the fewest cycles found: no row left can then win or even tie, so the
+    # result is the one the search of all rows x columns gives.
+    order = np.argsort(bound, kind="stable")
+    cols = np.arange(p_a.size)[None, :]
+    parts, done, chunk, fewest = [], 0, _FIRST_ROWS, None
+    while done < order.size and (fewest is None or bound[order[done]] <= fewest):
+        rows = order[done:done + chunk]
+        parts.append((rows, *cost(rows[:, None], cols)))
+        fewest = parts[-1][1].min() if fewest is None else min(fewest, parts[-1][1].min())
+        done, chunk = done + chunk, 2 * chunk
+    rows, total, loaded, glb = (parts[0] if len(parts) == 1 else
+                                (np.concatenate(arrays) for arrays in zip(*parts, strict=True)))
+    # Fewest cycles; ties to fewer filter words loaded, less GLB traffic, fewer PEs, and
+    # last to the first candidate in (e, r, t, q, p) loop order.
+    tied = np.flatnonzero(total == fewest)
+    i_t, j_t = rows[tied // p_a.size], tied % p_a.size
+    pes = set_rows * e_a[i_t] * r_a[i_t] * t_a[i_t]
+    best = np.lexsort((j_t, i_t, pes, glb.ravel()[tied], loaded.ravel()[tied]))[0]
+    i, j = i_t[best], j_t[best]
+    e, r, t, folds, strips = (int(a[i]) for a in (e_a, r_a, t_a, folds_a, strips_a))
+    p, q = int(p_a[j]), int(q_a[j])
     active = set_rows * e * r * t
 
     # Buffer blocking ([JSSC17] Table III: GLB holds psums of m filters x n images of a
@@ -382,18 +444,21 @@ def map_conv(work: ConvWork, spec: PEArraySpec) -> ArrayCost:
     cgroups = _ceil(virt_chans, q * r)
     filter_fetch = filters_pad * virt_chans * set_rows * s_seg  # all filters, once
     ifmap_fetch = n_img * virt_chans * rows_total * in_w  # all ifmaps, once
-    choice: tuple[tuple[int, int], int, int] | None = None
-    for n in range(1, n_img + 1):
-        room = spec.buffer_words - n * q * r * strip_in_rows * in_w
-        m = min(filters_pad, room // (n * e * out_w) // pt * pt) if room > 0 else 0
-        if m < pt:  # the largest m that fits is best for this n: fewest ifmap re-reads
-            break
-        words = _ceil(filters, m) * ifmap_fetch + _ceil(n_img, n) * filter_fetch
-        key = (words, -n)
-        if choice is None or key < choice[0]:
-            choice = (key, n, m)
-    spill = choice is None
-    n, m = (1, pt) if choice is None else (choice[1], choice[2])
+    # n images leave room = buffer - n q r strip_in_rows W' words for psums, and the
+    # largest m that fits is best for this n (fewest ifmap re-reads): a multiple of p t,
+    # at least p t, so n fits iff n (q r strip_in_rows W' + p t e F) <= buffer.
+    n_fit = min(n_img, spec.buffer_words // (q * r * strip_in_rows * in_w + pt * e * out_w))
+    spill = n_fit < 1
+    if spill:
+        n, m = 1, pt
+    else:
+        # int64 like the cycle search above: exact below 2**63 words.
+        ns = np.arange(1, n_fit + 1)
+        room = spec.buffer_words - ns * q * r * strip_in_rows * in_w
+        ms = np.minimum(filters_pad, room // (ns * e * out_w) // pt * pt)
+        words = -(-filters // ms) * ifmap_fetch + -(-n_img // ns) * filter_fetch
+        n = n_fit - int(np.argmin(words[::-1]))  # the last (largest) n of fewest words
+        m = int(ms[n - 1])
 
     n_groups = _ceil(n_img, n)
     passes_f = n_groups * strips * _ceil(filters, pt) * cgroups
@@ -403,7 +468,8 @@ def map_conv(work: ConvWork, spec: PEArraySpec) -> ArrayCost:
     psum_out = n * t * p * e * out_w  # after vertical and inter-set accumulation
     stream_f = max(compute_f, _ceil(ifmap_f, bw), _ceil(psum_out, bw))
     cycles = passes_f * (_ceil(filt_f, bw) + stream_f + set_rows + s_seg)
-    cycles = max(cycles, _ceil(work.macs, spec.pes))
+    useful = work.macs
+    cycles = max(cycles, _ceil(useful, spec.pes))
 
     ofmap = n_img * filters * out_h * out_w
     psum_traffic = passes_f * psum_out
@@ -411,7 +477,6 @@ def map_conv(work: ConvWork, spec: PEArraySpec) -> ArrayCost:
     dram_ifmap = _ceil(filters, m) * ifmap_fetch
     dram_filter = n_groups * filter_fetch
     spill_words = (cgroups - 1) * ofmap if spill else 0
-    useful = work.macs
     # Per MAC: ifmap, filter and psum read plus psum write in the spads ([ISCA16] Sec. VI-A);
     # plus the spad fills of each pass.
     rf = 4 * useful + passes_f * active * (p * q * s_seg + n * q * in_w)
