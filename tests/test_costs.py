@@ -76,7 +76,7 @@ def test_capacity_check_names_the_layer():
     # VGG-E, batch 4096 on 2 accelerators by data parallelism: 2048 samples per cube.
     shares = [LayerSplit(layer, 2048) for layer in net.layers]
     with pytest.raises(InputError, match=r"capacity: vgg_e needs .* GiB per cube by layer conv1_2"):
-        check_capacity([footprint(s, 0, 4) for s in shares], CONFIG, "vgg_e")
+        check_capacity([footprint(s, 4) for s in shares], 0.0, CONFIG, "vgg_e")
     small = [LayerSplit(layer, 16) for layer in net.layers]
-    total = check_capacity([footprint(s, 0, 4) for s in small], CONFIG, "vgg_e")
+    total = check_capacity([footprint(s, 4) for s in small], 1e6, CONFIG, "vgg_e")
     assert 2 * 4 * net.weights < total < CONFIG.cube_capacity_bytes

@@ -41,7 +41,7 @@ class PieceCost:
     macs: int  # useful multiply-accumulates on the cube
     dram_bytes: float  # DRAM bytes read and written on the cube
     pus_used: int
-    counts: Mapping[Action, float]  # energy actions on the whole cube
+    counts: Mapping[Action, float]  # energy actions on the whole cube (static power excluded)
 
     @property
     def stall_cycles(self) -> float:
@@ -98,7 +98,6 @@ def conv_cost(work: ConvWork, config: HardwareConfig) -> PieceCost:
         Action.INTER_PE: pus * per_pu.accesses.inter_pe,
         Action.BUFFER: pus * per_pu.accesses.buffer,
         Action.DRAM: pus * dram_words,
-        Action.STATIC_PU_CYCLE: config.pus_per_cube * time.total_cycles,
     }
     return PieceCost(time.total_cycles, time.compute_cycles, time.memory_cycles, work.macs,
                      pus * dram_words * config.word_bytes, pus, MappingProxyType(counts))
@@ -119,7 +118,6 @@ def update_piece_cost(weights: int, config: HardwareConfig) -> PieceCost:
         Action.RF: pus * per_pu.accesses.rf,
         Action.BUFFER: pus * per_pu.accesses.buffer,
         Action.DRAM: pus * dram_words,
-        Action.STATIC_PU_CYCLE: config.pus_per_cube * time.total_cycles,
     }
     return PieceCost(time.total_cycles, time.compute_cycles, time.memory_cycles, weights,
                      pus * dram_words * config.word_bytes, pus, MappingProxyType(counts))
@@ -146,12 +144,11 @@ def phase_cost(split: LayerSplit, phase: Phase, config: HardwareConfig,
     return conv_cost(phase_work(forward, phase), config)
 
 
-def footprint(split: LayerSplit, buffers_bytes: float, word_bytes: int) -> Footprint:
-    """Bytes a cube holds for its share of one layer during the step.
+def footprint(split: LayerSplit, word_bytes: int) -> Footprint:
+    """Bytes a cube keeps for its share of one layer through the step.
 
-    Weights and gradients of the kernel rows held; the input F_l kept for the
-    backward pass (max pooling keeps only its argmax positions, not counted);
-    the communication buffers the caller gives (the largest message received).
+    Weights and gradients of the kernel rows held, and the input F_l kept for
+    the backward pass (max pooling keeps only its argmax positions, not counted).
     """
     weights = held_weights(split) * word_bytes
-    return Footprint(split.layer.name, weights, weights, split.input_bytes, buffers_bytes)
+    return Footprint(split.layer.name, weights, weights, split.input_bytes)

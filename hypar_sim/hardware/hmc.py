@@ -90,31 +90,34 @@ def overlapped_cycles(compute_cycles: float, dram_bytes: float, tiles: int,
 
 @dataclass(frozen=True)
 class Footprint:
-    """Bytes one cube holds for one layer during a training step."""
+    """Bytes one cube keeps for one layer through a training step."""
 
     layer: str
     weights_bytes: float
     gradients_bytes: float
-    activations_bytes: float  # inputs kept for the backward pass, and their errors
-    buffers_bytes: float  # communication buffers (largest message received)
+    activations_bytes: float  # the input kept for the backward pass
 
     @property
     def total_bytes(self) -> float:
-        return self.weights_bytes + self.gradients_bytes + self.activations_bytes + self.buffers_bytes
+        return self.weights_bytes + self.gradients_bytes + self.activations_bytes
 
 
-def check_capacity(footprints: list[Footprint], config: HardwareConfig, network: str) -> float:
-    """Total bytes per cube; InputError naming the layer where the capacity is crossed."""
+def check_capacity(footprints: list[Footprint], buffers_bytes: float, config: HardwareConfig,
+                   network: str) -> float:
+    """Bytes per cube: every layer's footprint plus the communication buffers (the most
+    one cube receives in one communication step). InputError naming the layer where the
+    cube's capacity is crossed, with the numbers."""
     capacity = config.cube_capacity_bytes
-    running = 0.0
+    running = buffers_bytes
+    gib = 2**30
     for item in footprints:
         running += item.total_bytes
         if running > capacity:
             raise InputError(
-                f"capacity: {network} needs {running / 2**30:.2f} GiB per cube by layer "
-                f"{item.layer} (weights {item.weights_bytes / 2**30:.2f}, gradients "
-                f"{item.gradients_bytes / 2**30:.2f}, activations {item.activations_bytes / 2**30:.2f}, "
-                f"buffers {item.buffers_bytes / 2**30:.2f} GiB there), more than the cube's "
+                f"capacity: {network} needs {running / gib:.2f} GiB per cube by layer {item.layer} "
+                f"(weights {item.weights_bytes / gib:.2f}, gradients {item.gradients_bytes / gib:.2f}, "
+                f"activations {item.activations_bytes / gib:.2f} GiB for that layer; communication "
+                f"buffers {buffers_bytes / gib:.2f} GiB), more than the cube's "
                 f"{config.cube_capacity_gib:g} GiB; use more accelerators, a smaller batch or a "
                 "larger cube_capacity_gib"
             )
