@@ -4,15 +4,29 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 
 from hypar_sim import __version__
+from hypar_sim.atomic import atomic_write_text
 from hypar_sim.errors import InputError
-from hypar_sim.hardware.config import derived, describe, load_hardware
+from hypar_sim.hardware.config import HardwareConfig, derived, describe, load_hardware
+from hypar_sim.hardware.topology import TOPOLOGIES
 from hypar_sim.planner.strategies import STRATEGIES, make_plan
-from hypar_sim.report import hardware_table, layers_table, networks_table, plan_summary
+from hypar_sim.report import (
+    comparison_table,
+    hardware_table,
+    layers_table,
+    networks_table,
+    plan_summary,
+)
+from hypar_sim.results import SimResult
+from hypar_sim.sim.accounting import DEFAULT_CHUNK_BYTES, DEFAULT_MAX_CHUNKS
+from hypar_sim.sim.run import ENGINES, SimOptions, simulate
 from hypar_sim.workload.network import available_networks, load_network
+
+COMPARED_STRATEGIES = ("data", "model", "trick", "hypar")
 
 PROG = "hypar-sim"
 DEFAULT_LEVELS = 4
@@ -68,6 +82,21 @@ def build_parser() -> argparse.ArgumentParser:
                            "one row of dp/mp per level, rows separated by ';' or new lines")
     _add_array_arguments(plan)
     plan.add_argument("--json", action="store_true", help="print one JSON object")
+    run = commands.add_parser("run", help="simulate one training step and report latency, "
+                                          "energy and traffic")
+    _add_simulation_arguments(run)
+    run.add_argument("--strategy", default="hypar", choices=STRATEGIES, metavar="STRATEGY",
+                     help=f"one of {', '.join(STRATEGIES)} (default hypar)")
+    run.add_argument("--plan", dest="plan_text", default=None,
+                     help="an explicit plan (file or string, one row of dp/mp per level)")
+    run.add_argument("--json", action="store_true", help="print one JSON object")
+    run.add_argument("--csv", default=None, metavar="FILE", help="write the per-layer table as CSV")
+
+    compare = commands.add_parser("compare", help="data, model, trick and hypar side by side, "
+                                                  "normalized to data parallelism")
+    _add_simulation_arguments(compare)
+    compare.add_argument("--json", action="store_true", help="print a JSON list of the runs")
+
     hardware = commands.add_parser("hardware", help="the effective hardware configuration")
     hardware.add_argument("--config", default=None,
                           help="a YAML file whose keys change the defaults (configs/hypar_paper.yaml)")
@@ -75,6 +104,67 @@ def build_parser() -> argparse.ArgumentParser:
     hardware.add_argument("--batch", type=int, default=None, help="override batch")
     hardware.add_argument("--json", action="store_true", help="print one JSON object")
     return parser
+
+
+def _add_simulation_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("network", help="a network name (see `networks`) or a .yaml path")
+    parser.add_argument("--topology", default="htree", choices=TOPOLOGIES, metavar="TOPOLOGY",
+                        help=f"one of {', '.join(TOPOLOGIES)} (default htree)")
+    parser.add_argument("--accelerators", type=int, default=None,
+                        help="accelerators, a power of two (default from the config: 16)")
+    parser.add_argument("--batch", type=int, default=None,
+                        help="samples per training step (default from the config: 256)")
+    parser.add_argument("--config", default=None,
+                        help="a hardware YAML file whose keys change configs/hypar_paper.yaml")
+    parser.add_argument("--engine", default="des", choices=ENGINES,
+                        help="des: event-driven SimPy simulation (default); analytic: closed form")
+    parser.add_argument("--chunk-kib", type=int, default=DEFAULT_CHUNK_BYTES // 1024,
+                        help="messages cross the network in chunks of this size, KiB "
+                             f"(default {DEFAULT_CHUNK_BYTES // 1024})")
+    parser.add_argument("--max-chunks", type=int, default=DEFAULT_MAX_CHUNKS,
+                        help="at most this many chunks per message; larger messages get larger "
+                             f"chunks (default {DEFAULT_MAX_CHUNKS})")
+    parser.add_argument("--no-overlap", action="store_true",
+                        help="wait for each layer's gradient exchange before going on with the "
+                             "backward pass (default: overlap it)")
+
+
+def _simulation_inputs(args: argparse.Namespace):
+    network = load_network(args.network)
+    config = load_hardware(args.config, hardware_overrides(args))
+    if args.chunk_kib < 1:
+        raise InputError(f"--chunk-kib: must be a positive integer, got {args.chunk_kib}")
+    if args.max_chunks < 1:
+        raise InputError(f"--max-chunks: must be a positive integer, got {args.max_chunks}")
+    options = SimOptions(topology=args.topology, engine=args.engine,
+                         chunk_bytes=args.chunk_kib * 1024, max_chunks=args.max_chunks,
+                         overlap_gradients=not args.no_overlap)
+    return network, config, options
+
+
+def _simulate(network, strategy: str, config: HardwareConfig, options: SimOptions,
+              plan_text: str | None = None) -> SimResult:
+    plan = make_plan(network, strategy, config.levels, config.batch, plan_text, config.word_bytes)
+    return simulate(network, plan, config, options)
+
+
+def cmd_run(args: argparse.Namespace) -> str:
+    network, config, options = _simulation_inputs(args)
+    strategy = "explicit" if args.plan_text is not None else args.strategy
+    result = _simulate(network, strategy, config, options, args.plan_text)
+    if args.csv:
+        atomic_write_text(args.csv, result.per_layer_frame().to_csv(index=False))
+    if args.json:
+        return json.dumps(result.to_dict(), indent=2)
+    return result.summary() + (f"\nper-layer table written to {args.csv}" if args.csv else "")
+
+
+def cmd_compare(args: argparse.Namespace) -> str:
+    network, config, options = _simulation_inputs(args)
+    results = [_simulate(network, strategy, config, options) for strategy in COMPARED_STRATEGIES]
+    if args.json:
+        return json.dumps([result.to_dict() for result in results], indent=2)
+    return comparison_table(results)
 
 
 def hardware_overrides(args: argparse.Namespace) -> dict[str, int]:
@@ -122,7 +212,8 @@ def cmd_plan(args: argparse.Namespace) -> str:
     return plan_summary(plan)
 
 
-COMMANDS = {"networks": cmd_networks, "plan": cmd_plan, "hardware": cmd_hardware}
+COMMANDS = {"networks": cmd_networks, "plan": cmd_plan, "hardware": cmd_hardware,
+            "run": cmd_run, "compare": cmd_compare}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -132,5 +223,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except InputError as exc:
         print(f"{PROG} {args.command}: error: {exc}", file=sys.stderr)
         return 2
-    print(output)
+    try:
+        print(output)
+    except BrokenPipeError:  # e.g. piped into `head`: not an error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return 0

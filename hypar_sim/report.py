@@ -66,6 +66,22 @@ def hardware_table(rows: Sequence[dict], derived: Sequence[tuple[str, str, str]]
     return main + "\n\n" + extra
 
 
+def comparison_table(results: Sequence) -> str:
+    """Strategies side by side, normalized to Data Parallelism (the first `data` result)."""
+    base = next(r for r in results if r.strategy == "data")
+    first = results[0]
+    rows = []
+    for r in results:
+        rows.append((r.strategy, f"{r.latency_s * 1e3:.4g}", f"{base.latency_cycles / r.latency_cycles:.2f}x",
+                     f"{r.energy_j:.4g}", f"{base.energy_pj / r.energy_pj:.2f}x",
+                     f"{r.traffic_bytes / GB:.4g}", f"{r.time_shares['communication']:.0%}"))
+    head = (f"{first.network} on {first.accelerators} accelerators ({first.topology}), batch "
+            f"{first.batch}, {first.engine} engine; speedup and energy efficiency relative to "
+            "data parallelism\n\n")
+    return head + table(("strategy", "latency ms", "speedup", "energy J", "efficiency", "traffic GB",
+                         "comm share"), rows)
+
+
 def plan_grid(plan: Plan) -> str:
     """Levels as rows (H1 at the top), layers as columns, dp/mp in the cells."""
     names = list(plan.layer_names)

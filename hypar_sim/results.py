@@ -1,0 +1,143 @@
+"""SimResult: everything one simulated training step reports, as plain frozen data.
+
+Convertible to a dict (the JSON of `run --json`; its key names are read by
+other tools, keep them), to pandas DataFrames (per layer, per link), and to
+a summary a person reads at a glance.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import pandas as pd
+
+from hypar_sim.report import GB, table
+
+
+@dataclass(frozen=True)
+class LayerResult:
+    """One layer on one accelerator (all accelerators do the same work)."""
+
+    name: str
+    forward_cycles: float  # compute of the phase, DRAM stalls included
+    backward_cycles: float
+    gradient_cycles: float
+    update_cycles: float
+    comm_wait_cycles: float  # time blocked on this layer's messages (mean over accelerators)
+    traffic_bytes: float  # bytes of this layer's messages, whole array, all levels
+
+
+@dataclass(frozen=True)
+class LinkResult:
+    """One direction of one link."""
+
+    link: str
+    bytes: float
+    busy_fraction: float  # share of the step the link was transmitting
+
+
+@dataclass(frozen=True)
+class SimResult:
+    """One training step of one network under one plan on one array."""
+
+    network: str
+    strategy: str
+    topology: str
+    engine: str  # "des" (SimPy) or "analytic"
+    accelerators: int
+    batch: int
+    plan: tuple[tuple[str, ...], ...]  # [level][layer] "dp"/"mp"
+    clock_hz: float
+    latency_cycles: float
+    energy_breakdown_pj: Mapping[str, float]
+    traffic_bytes: float
+    traffic_bytes_per_level: tuple[float, ...]
+    compute_cycles: float  # mean per accelerator: PE arrays busy
+    dram_stall_cycles: float  # mean per accelerator: waiting on DRAM beyond compute
+    comm_wait_cycles: float  # mean per accelerator: blocked on messages
+    per_layer: tuple[LayerResult, ...]
+    per_link: tuple[LinkResult, ...]
+    events: int  # simulation events processed (0 for the analytic engine)
+    wall_s: float  # wall-clock time of the simulation, seconds
+    lane_grants: int = 0  # link and vault-channel requests served (des engine)
+    version: str = ""
+    config: Mapping[str, Any] | None = None  # the full effective hardware configuration
+
+    @property
+    def latency_s(self) -> float:
+        return self.latency_cycles / self.clock_hz
+
+    @property
+    def energy_pj(self) -> float:
+        return sum(self.energy_breakdown_pj.values())
+
+    @property
+    def energy_j(self) -> float:
+        return self.energy_pj * 1e-12
+
+    @property
+    def energy_breakdown_j(self) -> dict[str, float]:
+        return {action: pj * 1e-12 for action, pj in self.energy_breakdown_pj.items()}
+
+    @property
+    def time_shares(self) -> dict[str, float]:
+        """Shares of the step spent computing, waiting on DRAM and communicating."""
+        if self.latency_cycles <= 0:
+            return {"compute": 0.0, "dram": 0.0, "communication": 0.0}
+        return {"compute": self.compute_cycles / self.latency_cycles,
+                "dram": self.dram_stall_cycles / self.latency_cycles,
+                "communication": self.comm_wait_cycles / self.latency_cycles}
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON object of `run --json`."""
+        return {
+            "network": self.network, "strategy": self.strategy, "topology": self.topology,
+            "engine": self.engine, "accelerators": self.accelerators, "batch": self.batch,
+            "plan": [list(level) for level in self.plan],
+            "latency_s": self.latency_s, "latency_cycles": self.latency_cycles,
+            "energy_j": self.energy_j, "energy_breakdown_j": self.energy_breakdown_j,
+            "traffic_bytes": self.traffic_bytes,
+            "traffic_bytes_per_level": list(self.traffic_bytes_per_level),
+            "time_shares": self.time_shares,
+            "per_layer": [asdict(layer) for layer in self.per_layer],
+            "per_link": [asdict(link) for link in self.per_link],
+            "events": self.events, "lane_grants": self.lane_grants, "wall_s": self.wall_s,
+            "version": self.version,
+            "config": dict(self.config or {}),
+        }
+
+    def per_layer_frame(self) -> pd.DataFrame:
+        return pd.DataFrame([asdict(layer) for layer in self.per_layer])
+
+    def per_link_frame(self) -> pd.DataFrame:
+        return pd.DataFrame([asdict(link) for link in self.per_link],
+                            columns=["link", "bytes", "busy_fraction"])
+
+    def summary(self, busiest: int = 5) -> str:
+        """A few lines a person reads at a glance."""
+        shares = self.time_shares
+        lines = [
+            f"{self.network}: {self.strategy} plan on {self.accelerators} accelerators "
+            f"({self.topology}), batch {self.batch}, {self.engine} engine",
+            "",
+            f"step latency   {self.latency_s * 1e3:.4g} ms  ({self.latency_cycles:,.0f} cycles "
+            f"at {self.clock_hz / 1e6:g} MHz)",
+            f"time shares    compute {shares['compute']:.1%}, DRAM stalls {shares['dram']:.1%}, "
+            f"communication {shares['communication']:.1%}",
+            f"energy         {self.energy_j:.4g} J: " + ", ".join(
+                f"{action} {joules:.3g}" for action, joules in self.energy_breakdown_j.items()
+                if joules > 0),
+            f"traffic        {self.traffic_bytes / GB:.4g} GB: " + ", ".join(
+                f"H{level + 1} {level_bytes / GB:.4g}"
+                for level, level_bytes in enumerate(self.traffic_bytes_per_level)),
+        ]
+        links = sorted(self.per_link, key=lambda link: (-link.busy_fraction, link.link))[:busiest]
+        if links and links[0].bytes > 0:
+            lines += ["", "busiest links:",
+                      table(("link", "GB", "busy"),
+                            [(link.link, f"{link.bytes / GB:.4g}", f"{link.busy_fraction:.1%}")
+                             for link in links])]
+        lines.append(f"\n{self.events:,} events in {self.wall_s:.2f} s")
+        return "\n".join(lines)

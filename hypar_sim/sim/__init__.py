@@ -1,0 +1,1 @@
+"""Simulation of one training step: schedule, SimPy engine, analytic estimate."""

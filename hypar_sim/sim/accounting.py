@@ -1,0 +1,176 @@
+"""What both engines count the same way: chunks, cut-through timing, traffic, energy, results.
+
+A message is read from DRAM at its source, crosses its route's links and is
+written to DRAM at its destination, in chunks. A chunk moves cut-through: it
+holds one lane of a link for its serialization time (chunk / lane bandwidth),
+its head goes on to the next link at once, and it cannot finish on a link
+before it has finished arriving from the one before. The next chunk of a
+message is issued once the previous one holds its first link, so messages
+sharing a link take turns chunk by chunk. The route latency (links and
+switches) is added once, when the last chunk has arrived.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+
+from hypar_sim import __version__
+from hypar_sim.hardware.config import HardwareConfig
+from hypar_sim.hardware.energy import Action, EnergyTable, add_counts, scale_counts
+from hypar_sim.hardware.interconnect import switch_latency_cycles
+from hypar_sim.hardware.topology import Route, Topology
+from hypar_sim.planner.comm_model import Phase
+from hypar_sim.results import LayerResult, LinkResult, SimResult
+from hypar_sim.sim.schedule import Compute, Message, Schedule
+
+#: Default chunk a message is cut into on its way through the network, bytes: the
+#: granularity at which messages sharing a link take turns (a chunk cuts through, so
+#: its size does not change the time of a message alone). Smaller chunks share links
+#: more finely, at more events; 1 MiB keeps a VGG-E step well under a second.
+DEFAULT_CHUNK_BYTES = 1024 * 1024
+#: Most chunks per message: larger messages get larger chunks, which bounds the events
+#: of the heaviest plans (model parallelism moves 315 GB for VGG-E).
+DEFAULT_MAX_CHUNKS = 32
+
+
+def chunk_sizes(total_bytes: float, chunk_bytes: float,
+                max_chunks: int = DEFAULT_MAX_CHUNKS) -> list[float]:
+    """`total_bytes` cut into equal chunks of at least `chunk_bytes`, at most `max_chunks`
+    of them, and one last, smaller chunk."""
+    if total_bytes <= 0:
+        return []
+    size = max(chunk_bytes, total_bytes / max_chunks)
+    full = math.ceil(total_bytes / size) - 1
+    return [size] * full + [total_bytes - full * size]
+
+
+def route_latency_cycles(route: Route, config: HardwareConfig) -> float:
+    """Fixed latency of a route: its links and its switches, cycles."""
+    links = sum(link.spec.latency_cycles for link in route.links)
+    return links + route.switches * switch_latency_cycles(config)
+
+
+def cut_through_cycles(chunks: Sequence[float], route: Route, config: HardwareConfig) -> float:
+    """Cycles for a message's chunks to reach DRAM at its destination, alone in the array.
+
+    The same rules as the event-driven engine (see the module docstring), with
+    every link and vault channel free when a chunk asks for it.
+    """
+    dram = config.vault_bandwidth_bytes_per_cycle
+    lanes = [[0.0] * link.lanes for link in route.links]  # when each lane is next free
+    issue = arrived = 0.0
+    for chunk in chunks:
+        start, finish = issue, issue + chunk / dram  # read at the source
+        for hop, link in enumerate(route.links):
+            free = lanes[hop]
+            lane = free.index(min(free))
+            start = max(start, free[lane])
+            finish = max(start + chunk / link.spec.bandwidth_bytes_per_cycle, finish)
+            free[lane] = finish
+            if hop == 0:
+                issue = start
+        arrived = max(arrived, max(start + chunk / dram, finish))  # written at the destination
+    return arrived
+
+
+def message_cycles(message: Message, topology: Topology, config: HardwareConfig,
+                   chunk_bytes: float, max_chunks: int = DEFAULT_MAX_CHUNKS) -> float:
+    """Time of a message alone in the array (no contention), cycles."""
+    route = topology.route(message.src, message.dst)
+    chunks = chunk_sizes(message.bytes, chunk_bytes, max_chunks)
+    return cut_through_cycles(chunks, route, config) + route_latency_cycles(route, config)
+
+
+def link_bytes(schedule: Schedule, topology: Topology) -> list[float]:
+    """Bytes each directed link carries in the step."""
+    carried = [0.0] * len(topology.links)
+    for message in schedule.messages:
+        for link in topology.route(message.src, message.dst).links:
+            carried[link.index] += message.bytes
+    return carried
+
+
+def communication_counts(schedule: Schedule, topology: Topology,
+                         config: HardwareConfig) -> dict[Action, float]:
+    """Energy actions of all messages: DRAM words at both ends, link and switch bits."""
+    dram_words = link_bits = switch_bits = 0.0
+    bits_per_byte = 8 / config.packet_efficiency  # packet headers ride along
+    for message in schedule.messages:
+        route = topology.route(message.src, message.dst)
+        dram_words += 2 * message.bytes / config.word_bytes
+        link_bits += message.bytes * bits_per_byte * len(route.links)
+        switch_bits += message.bytes * bits_per_byte * route.switches
+    return {Action.DRAM: dram_words, Action.LINK_BIT: link_bits, Action.SWITCH_BIT: switch_bits}
+
+
+def compute_counts(schedule: Schedule) -> dict[Action, float]:
+    """Energy actions of all computation on all accelerators."""
+    one = add_counts(*(task.cost.counts for task in schedule.tasks if isinstance(task, Compute)))
+    return scale_counts(one, schedule.accelerators)
+
+
+def phase_cycles(schedule: Schedule) -> dict[tuple[int, Phase], float]:
+    """Compute time of each (layer, phase) on one accelerator, cycles."""
+    return {(task.layer, task.phase): task.cost.cycles
+            for task in schedule.tasks if isinstance(task, Compute)}
+
+
+def assemble_result(
+    schedule: Schedule,
+    topology: Topology,
+    engine: str,
+    latency_cycles: float,
+    comm_wait_per_layer: Mapping[int, float],
+    link_busy_cycles: Sequence[float],
+    events: int,
+    wall_s: float,
+    config_dict: Mapping | None = None,
+) -> SimResult:
+    """The SimResult of a finished step (comm waits are means over accelerators)."""
+    config = schedule.config
+    plan = schedule.plan
+    counts = add_counts(compute_counts(schedule), communication_counts(schedule, topology, config))
+    counts[Action.STATIC_PU_CYCLE] = config.pus_per_cube * schedule.accelerators * latency_cycles
+    energy = EnergyTable.from_config(config).energy(counts)
+
+    cycles = phase_cycles(schedule)
+    computes = [task.cost for task in schedule.tasks if isinstance(task, Compute)]
+    traffic = defaultdict(float)
+    for message in schedule.messages:
+        traffic[message.layer] += message.bytes
+    layers = tuple(
+        LayerResult(
+            name=share.layer.name,
+            forward_cycles=cycles.get((index, Phase.FORWARD), 0.0),
+            backward_cycles=cycles.get((index, Phase.BACKWARD), 0.0),
+            gradient_cycles=cycles.get((index, Phase.GRADIENT), 0.0),
+            update_cycles=cycles.get((index, Phase.UPDATE), 0.0),
+            comm_wait_cycles=comm_wait_per_layer.get(index, 0.0),
+            traffic_bytes=traffic[index],
+        )
+        for index, share in enumerate(schedule.shares)
+    )
+    carried = link_bytes(schedule, topology)
+    links = tuple(
+        LinkResult(link.name, carried[link.index],
+                   link_busy_cycles[link.index] / latency_cycles if latency_cycles else 0.0)
+        for link in topology.links
+    )
+    return SimResult(
+        network=schedule.network.name, strategy=plan.strategy, topology=topology.name,
+        engine=engine, accelerators=schedule.accelerators, batch=plan.batch,
+        plan=tuple(tuple(c.value for c in level) for level in plan.choices),
+        clock_hz=config.clock_hz, latency_cycles=latency_cycles,
+        energy_breakdown_pj={action.value: pj for action, pj in energy.parts_pj.items()},
+        traffic_bytes=sum(m.bytes for m in schedule.messages),
+        traffic_bytes_per_level=tuple(
+            sum(m.bytes for m in schedule.messages if m.level == level)
+            for level in range(plan.levels)),
+        compute_cycles=sum(cost.compute_cycles for cost in computes),
+        dram_stall_cycles=sum(cost.stall_cycles for cost in computes),
+        comm_wait_cycles=sum(comm_wait_per_layer.values()),
+        per_layer=layers, per_link=links, events=events, wall_s=wall_s,
+        version=__version__, config=config_dict,
+    )

@@ -1,0 +1,79 @@
+"""The same training step in closed form, for quick sweeps: no events, no queues.
+
+One accelerator's task list is walked in order (all accelerators do the same
+work). A computation takes its piece's cycles. A communication step takes as
+long as the slowest of its messages alone in the array (its chunks cut
+through DRAM, links and DRAM, plus the route latency), or as long as its
+busiest link, or its busiest cube's DRAM, needs for all the step's bytes,
+whichever is longer. Steps leave an accelerator one after another (its
+network port is busy until a step has arrived), which stands for the links
+and the DRAM all of an accelerator's messages share. A wait ends when its step has
+arrived. Contention between steps beyond that is not modelled: where no two
+messages share a link, this and the event-driven engine agree within 2%.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+
+from hypar_sim.hardware.topology import Topology
+from hypar_sim.results import SimResult
+from hypar_sim.sim.accounting import (
+    DEFAULT_CHUNK_BYTES,
+    DEFAULT_MAX_CHUNKS,
+    assemble_result,
+    link_bytes,
+    message_cycles,
+)
+from hypar_sim.sim.schedule import Compute, Schedule, Send, StepKey, Wait
+
+
+def step_cycles(schedule: Schedule, topology: Topology, step: StepKey, chunk_bytes: float,
+                max_chunks: int = DEFAULT_MAX_CHUNKS) -> float:
+    """Cycles for all messages of one communication step to arrive."""
+    config = schedule.config
+    slowest = 0.0
+    per_link: dict[int, float] = defaultdict(float)
+    per_cube: dict[int, float] = defaultdict(float)
+    seen: dict[tuple, float] = {}  # many messages share a route shape and a size
+    for message in schedule.steps[step]:
+        route = topology.route(message.src, message.dst)
+        key = (tuple((link.lanes, link.spec) for link in route.links), route.switches, message.bytes)
+        if key not in seen:
+            seen[key] = message_cycles(message, topology, config, chunk_bytes, max_chunks)
+        slowest = max(slowest, seen[key])
+        for link in route.links:
+            per_link[link.index] += message.bytes
+        per_cube[message.src] += message.bytes  # read at the source
+        per_cube[message.dst] += message.bytes  # written at the destination
+    busiest = max((carried / topology.links[index].bandwidth_bytes_per_cycle
+                   for index, carried in per_link.items()), default=0.0)
+    dram = config.vault_bandwidth_bytes_per_cycle * config.vaults_per_cube
+    busiest_cube = max(per_cube.values(), default=0.0) / dram
+    return max(slowest, busiest, busiest_cube)
+
+
+def simulate_analytic(schedule: Schedule, topology: Topology,
+                      chunk_bytes: float = DEFAULT_CHUNK_BYTES,
+                      max_chunks: int = DEFAULT_MAX_CHUNKS, config_dict=None) -> SimResult:
+    """Estimate one training step without simulation."""
+    started = time.perf_counter()
+    now = port_free = 0.0
+    arrival: dict[StepKey, float] = {}
+    waits: dict[int, float] = defaultdict(float)
+    for task in schedule.tasks:
+        if isinstance(task, Compute):
+            now += task.cost.cycles
+        elif isinstance(task, Send):
+            start = max(now, port_free)
+            arrival[task.step] = start + step_cycles(schedule, topology, task.step, chunk_bytes,
+                                                     max_chunks)
+            port_free = arrival[task.step]
+        elif isinstance(task, Wait) and arrival[task.step] > now:
+            waits[task.step[0]] += arrival[task.step] - now
+            now = arrival[task.step]
+    busy = [carried / link.bandwidth_bytes_per_cycle
+            for carried, link in zip(link_bytes(schedule, topology), topology.links, strict=True)]
+    return assemble_result(schedule, topology, "analytic", now, waits, busy, 0,
+                           time.perf_counter() - started, config_dict)

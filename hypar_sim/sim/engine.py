@@ -1,0 +1,202 @@
+"""The discrete-event engine (SimPy): one training step, time in cycles of the array clock.
+
+Each accelerator is a process that works through its tasks: a computation
+keeps its cube's PUs busy for the piece's cycles (compute and DRAM overlapped,
+from the hardware models); a send starts one process per message and goes on;
+a wait blocks until every message of that step addressed to the accelerator
+has arrived. A message cuts its bytes into chunks; each chunk is read through
+one of the source cube's vault channels, cuts through the links of its route
+(all messages share them: contention is modelled) and is written through a
+vault channel at the destination (see `accounting` for the rules, which the
+analytic engine mirrors). When the last chunk is in, the route's fixed
+latency passes and the message has arrived.
+
+Links and vault channels are `Lanes`: a few identical lanes granted first come,
+first served. Because a chunk knows how long it will hold a lane when it asks
+for it, a request is a reservation (the lane's next free time moves on) and
+the chunk waits only when the lane is busy: one timeout instead of a request
+and a release, and none at all without contention.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import heapq
+import time
+from collections import defaultdict
+
+import simpy
+from simpy.core import EmptySchedule
+
+from hypar_sim.hardware.config import HardwareConfig
+from hypar_sim.hardware.topology import Route, Topology
+from hypar_sim.results import SimResult
+from hypar_sim.sim.accounting import (
+    DEFAULT_CHUNK_BYTES,
+    DEFAULT_MAX_CHUNKS,
+    assemble_result,
+    chunk_sizes,
+    route_latency_cycles,
+)
+from hypar_sim.sim.schedule import Compute, Message, Schedule, Send, StepKey, Wait
+
+
+class Lanes:
+    """A resource of identical lanes, each serving one request at a time, first come first served."""
+
+    def __init__(self, count: int) -> None:
+        self.free = [0.0] * count  # a heap of the times the lanes are next free
+        self.busy_cycles = 0.0  # lane-cycles held so far
+        self.grants = 0  # requests served so far
+
+    def reserve(self, now: float, service: float, not_before: float = 0.0) -> tuple[float, float]:
+        """Take the lane that frees first, asked at `now` for `service` cycles, ending no
+        earlier than `not_before`; returns (start, finish)."""
+        start = max(now, self.free[0])
+        finish = max(start + service, not_before)
+        heapq.heapreplace(self.free, finish)
+        self.busy_cycles += finish - start
+        self.grants += 1
+        return start, finish
+
+
+class _InFlight:
+    """A message on its way: its route, chunks not yet written, latest write finish."""
+
+    __slots__ = ("message", "route", "chunks_left", "last_write")
+
+    def __init__(self, message: Message, route: Route, chunks: int) -> None:
+        self.message = message
+        self.route = route
+        self.chunks_left = chunks
+        self.last_write = 0.0
+
+
+class _Step:
+    """The SimPy state of one training step."""
+
+    def __init__(self, schedule: Schedule, topology: Topology, chunk_bytes: float,
+                 max_chunks: int) -> None:
+        config: HardwareConfig = schedule.config
+        self.schedule = schedule
+        self.topology = topology
+        self.chunk_bytes = chunk_bytes
+        self.max_chunks = max_chunks
+        self.config = config
+        self.env = simpy.Environment()
+        self.vaults = [Lanes(config.vaults_per_cube) for _ in range(schedule.accelerators)]
+        self.links = [Lanes(link.lanes) for link in topology.links]
+        self.link_rate = [link.spec.bandwidth_bytes_per_cycle for link in topology.links]  # a lane
+        self.vault_rate = config.vault_bandwidth_bytes_per_cycle
+        # arrivals still expected per (destination, step), and the event that fires at zero
+        self.pending: dict[tuple[int, StepKey], int] = defaultdict(int)
+        for step, messages in schedule.steps.items():
+            for message in messages:
+                self.pending[(message.dst, step)] += 1
+        self.arrived = {key: self.env.event() for key in self.pending}
+        self.wait_cycles: dict[int, float] = defaultdict(float)
+        self.outbox = {(src, step): schedule.messages_from(src, step)
+                       for step in schedule.steps for src in range(schedule.accelerators)}
+
+    def accelerator(self, index: int):
+        env = self.env
+        for task in self.schedule.tasks:
+            if isinstance(task, Compute):
+                if task.cost.cycles > 0:
+                    yield env.timeout(task.cost.cycles)
+            elif isinstance(task, Send):
+                for message in self.outbox[(index, task.step)]:
+                    env.process(self.message(message))
+            elif isinstance(task, Wait):
+                started = env.now
+                yield self.arrived[(index, task.step)]
+                self.wait_cycles[task.step[0]] += env.now - started
+
+    def message(self, message: Message):
+        """Issue the chunks; each next one once the previous holds its first link."""
+        env = self.env
+        route = self.topology.route(message.src, message.dst)
+        links = route.links
+        sizes = chunk_sizes(message.bytes, self.chunk_bytes, self.max_chunks)
+        state = _InFlight(message, route, len(sizes))
+        source = self.vaults[message.src]
+        vault_rate = self.vault_rate
+        for size in sizes:
+            start, finish = source.reserve(env.now, size / vault_rate)  # read at the source
+            if start > env.now:
+                yield env.timeout(start - env.now)
+            if links:
+                first = links[0].index
+                start, finish = self.links[first].reserve(env.now, size / self.link_rate[first],
+                                                          finish)
+                if start > env.now:
+                    yield env.timeout(start - env.now)
+            self.forward(state, size, 1, finish)
+
+    def forward(self, state: _InFlight, size: float, hop: int, upstream_finish: float) -> None:
+        """Move a chunk on from `hop` as far as it goes now; a process takes over where it
+        must wait for a lane, or where the message's last chunk waits to arrive."""
+        now = self.env.now
+        links = state.route.links
+        while hop < len(links):
+            index = links[hop].index
+            start, upstream_finish = self.links[index].reserve(now, size / self.link_rate[index],
+                                                               upstream_finish)
+            hop += 1
+            if start > now:
+                self.env.process(self.resume(state, size, hop, upstream_finish, start - now))
+                return
+        _, finish = self.vaults[state.message.dst].reserve(now, size / self.vault_rate,
+                                                           upstream_finish)
+        state.last_write = max(state.last_write, finish)
+        state.chunks_left -= 1
+        if state.chunks_left == 0:
+            self.env.process(self.deliver(state))
+
+    def resume(self, state: _InFlight, size: float, hop: int, upstream_finish: float, wait: float):
+        yield self.env.timeout(wait)
+        self.forward(state, size, hop, upstream_finish)
+
+    def deliver(self, state: _InFlight):
+        """The message has arrived once every chunk is written and the route latency passed."""
+        env = self.env
+        yield env.timeout(state.last_write - env.now + route_latency_cycles(state.route, self.config))
+        message = state.message
+        key = (message.dst, (message.layer, message.kind))
+        self.pending[key] -= 1
+        if self.pending[key] == 0:
+            self.arrived[key].succeed()
+
+    def run(self) -> tuple[float, int]:
+        """Run to the end; (latency in cycles, events processed)."""
+        for index in range(self.schedule.accelerators):
+            self.env.process(self.accelerator(index))
+        events = 0
+        step = self.env.step
+        try:
+            while True:
+                step()
+                events += 1
+        except EmptySchedule:
+            pass
+        return self.env.now, events
+
+
+def simulate_des(schedule: Schedule, topology: Topology,
+                 chunk_bytes: float = DEFAULT_CHUNK_BYTES, max_chunks: int = DEFAULT_MAX_CHUNKS,
+                 config_dict=None) -> SimResult:
+    """Simulate one training step event by event."""
+    started = time.perf_counter()
+    state = _Step(schedule, topology, chunk_bytes, max_chunks)
+    latency, events = state.run()
+    unfinished = [key for key, count in state.pending.items() if count]
+    if unfinished:
+        raise RuntimeError(f"simulation ended with undelivered messages: {unfinished[:3]}")
+    accelerators = schedule.accelerators
+    waits = {layer: cycles / accelerators for layer, cycles in state.wait_cycles.items()}
+    busy = [lanes.busy_cycles / link.lanes
+            for lanes, link in zip(state.links, topology.links, strict=True)]
+    grants = sum(lanes.grants for lanes in (*state.links, *state.vaults))
+    result = assemble_result(schedule, topology, "des", latency, waits, busy, events,
+                             time.perf_counter() - started, config_dict)
+    return dataclasses.replace(result, lane_grants=grants)

@@ -1,0 +1,57 @@
+"""One entry point for a simulation: plan + network + hardware + options -> SimResult."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from hypar_sim.errors import InputError, closest
+from hypar_sim.hardware.config import HardwareConfig
+from hypar_sim.hardware.topology import TOPOLOGIES, make_topology
+from hypar_sim.planner.plan import Plan
+from hypar_sim.results import SimResult
+from hypar_sim.sim.accounting import DEFAULT_CHUNK_BYTES, DEFAULT_MAX_CHUNKS
+from hypar_sim.sim.analytic import simulate_analytic
+from hypar_sim.sim.engine import simulate_des
+from hypar_sim.sim.schedule import build_schedule
+from hypar_sim.workload.network import Network
+
+ENGINES = ("des", "analytic")
+
+
+@dataclass(frozen=True)
+class SimOptions:
+    """How to simulate (not what: that is the plan and the hardware)."""
+
+    topology: str = "htree"
+    engine: str = "des"  # "des": SimPy event by event; "analytic": closed form
+    chunk_bytes: int = DEFAULT_CHUNK_BYTES  # a message crosses the network in chunks of this size
+    max_chunks: int = DEFAULT_MAX_CHUNKS  # ... or in this many larger chunks, if that is fewer
+    overlap_gradients: bool = True  # gradient exchange overlaps the rest of the backward pass
+
+    def __post_init__(self) -> None:
+        if self.topology not in TOPOLOGIES:
+            raise InputError(f"topology: unknown '{self.topology}'{closest(self.topology, TOPOLOGIES)}"
+                             f"; allowed: {', '.join(TOPOLOGIES)}")
+        if self.engine not in ENGINES:
+            raise InputError(f"engine: unknown '{self.engine}'; allowed: {', '.join(ENGINES)}")
+        if isinstance(self.chunk_bytes, bool) or not isinstance(self.chunk_bytes, int) \
+                or self.chunk_bytes < 1:
+            raise InputError(f"chunk_bytes: must be a positive integer, got {self.chunk_bytes!r}")
+        if isinstance(self.max_chunks, bool) or not isinstance(self.max_chunks, int) \
+                or self.max_chunks < 1:
+            raise InputError(f"max_chunks: must be a positive integer, got {self.max_chunks!r}")
+
+
+def simulate(network: Network, plan: Plan, config: HardwareConfig,
+             options: SimOptions = SimOptions()) -> SimResult:  # noqa: B008 - frozen, immutable
+    """Simulate one training step of `network` split by `plan` on the array of `config`."""
+    if plan.accelerators != config.accelerators or plan.batch != config.batch:
+        raise InputError(
+            f"plan: made for {plan.accelerators} accelerators and batch {plan.batch}, but the "
+            f"hardware has {config.accelerators} accelerators and batch {config.batch}")
+    schedule = build_schedule(network, plan, config, options.overlap_gradients)
+    topology = make_topology(options.topology, config)
+    config_dict = dataclasses.asdict(config) | dataclasses.asdict(options)
+    engine = simulate_des if options.engine == "des" else simulate_analytic
+    return engine(schedule, topology, options.chunk_bytes, options.max_chunks, config_dict)

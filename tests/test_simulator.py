@@ -1,0 +1,192 @@
+"""The simulator's invariants: bytes, energy, determinism, sanity, engines' agreement."""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+
+import pytest
+
+from hypar_sim.hardware.config import load_hardware
+from hypar_sim.hardware.energy import Action
+from hypar_sim.hardware.topology import make_topology
+from hypar_sim.paper import PAPER_NETWORKS
+from hypar_sim.planner.strategies import make_plan
+from hypar_sim.sim.accounting import communication_counts
+from hypar_sim.sim.run import SimOptions, simulate
+from hypar_sim.sim.schedule import Compute, Send, Wait, build_schedule
+from hypar_sim.workload.network import load_network
+
+CONFIG = load_hardware()
+SMALL = ("sconv", "lenet_c", "cifar_c")
+
+
+def _run(name, strategy="hypar", topology="htree", engine="des", config=CONFIG, **options):
+    net = load_network(name)
+    plan = make_plan(net, strategy, config.levels, config.batch)
+    return simulate(net, plan, config, SimOptions(topology=topology, engine=engine, **options))
+
+
+@pytest.mark.parametrize("name", PAPER_NETWORKS)
+@pytest.mark.parametrize("strategy", ["data", "model", "trick", "hypar"])
+def test_message_bytes_equal_planner_traffic(name, strategy):
+    net = load_network(name)
+    plan = make_plan(net, strategy, 4, 256)
+    schedule = build_schedule(net, plan, CONFIG)
+    messages = schedule.messages
+    assert sum(m.bytes for m in messages) == plan.traffic_bytes
+    for level, expected in enumerate(plan.traffic_bytes_per_level):
+        assert sum(m.bytes for m in messages if m.level == level) == expected
+    sent, received = defaultdict(float), defaultdict(float)
+    for m in messages:
+        sent[(m.src, m.dst)] += m.bytes
+        received[(m.dst, m.src)] += m.bytes
+    assert sent == {(a, b): received[(a, b)] for (a, b) in sent}  # symmetric pairs
+    for m in messages:  # partners are the counterparts in the other half of the group
+        assert m.dst == m.src ^ 2 ** (plan.levels - m.level - 1)
+
+
+def test_every_wait_has_its_send_first():
+    net = load_network("vgg_a")
+    for strategy in ("data", "model", "trick", "hypar"):
+        for overlap in (True, False):
+            schedule = build_schedule(net, make_plan(net, strategy, 4, 256), CONFIG, overlap)
+            sent = set()
+            for task in schedule.tasks:
+                if isinstance(task, Send):
+                    sent.add(task.step)
+                elif isinstance(task, Wait):
+                    assert task.step in sent
+            assert sent == set(schedule.steps)
+            assert sum(isinstance(t, Wait) for t in schedule.tasks) == len(schedule.steps)
+            phases = [t.phase.value for t in schedule.tasks if isinstance(t, Compute)]
+            assert phases.count("forward") == phases.count("update") == len(net.layers)
+
+
+@pytest.mark.parametrize("topology", ["htree", "torus", "ideal"])
+def test_des_result_invariants(topology):
+    for name in SMALL:
+        result = _run(name, "hypar", topology)
+        plan = make_plan(load_network(name), "hypar", 4, 256)
+        assert result.traffic_bytes == plan.traffic_bytes
+        assert list(result.traffic_bytes_per_level) == list(plan.traffic_bytes_per_level)
+        assert sum(layer.traffic_bytes for layer in result.per_layer) == plan.traffic_bytes
+        assert result.energy_j == pytest.approx(sum(result.energy_breakdown_j.values()), rel=1e-12)
+        assert 0 < result.latency_cycles < float("inf")
+        for link in result.per_link:
+            assert 0 <= link.busy_fraction <= 1 + 1e-9
+
+
+def test_link_bytes_match_routes():
+    result = _run("lenet_c", "data", "htree")
+    by_name = {link.link: link.bytes for link in result.per_link}
+    # every accelerator's up-link to its switch carries everything it sends
+    sent = defaultdict(float)
+    net = load_network("lenet_c")
+    for m in build_schedule(net, make_plan(net, "data", 4, 256), CONFIG).messages:
+        sent[m.src] += m.bytes
+    for accelerator, total in sent.items():
+        assert by_name[f"A{accelerator}>S1.{accelerator // 2}"] == total
+
+
+def test_communication_energy_scales_exactly_with_traffic():
+    """Model parallelism moves only partial sums, proportional to the batch."""
+    net = load_network("lenet_c")
+    topology = make_topology("torus", CONFIG)
+    counts = []
+    for batch in (64, 128):
+        config = CONFIG.with_overrides({"batch": batch})
+        schedule = build_schedule(net, make_plan(net, "model", 4, batch), config)
+        counts.append(communication_counts(schedule, topology, config))
+    for action in (Action.DRAM, Action.LINK_BIT, Action.SWITCH_BIT):
+        assert counts[1][action] == 2 * counts[0][action]
+    traffic = make_plan(net, "model", 4, 64).traffic_bytes
+    assert counts[0][Action.DRAM] == 2 * traffic / 4  # read at the source, written at the end
+
+
+def test_same_input_same_output(cli):
+    args = ("run", "lenet_c", "--topology", "torus", "--strategy", "data", "--json")
+    first, second = (json.loads(cli(*args).stdout) for _ in range(2))
+    first.pop("wall_s"), second.pop("wall_s")
+    assert first == second
+
+
+@pytest.mark.parametrize("name", SMALL + ("sfc",))
+def test_ideal_is_never_slower(name):
+    for strategy in ("data", "hypar"):
+        ideal = _run(name, strategy, "ideal").latency_cycles
+        assert ideal <= _run(name, strategy, "htree").latency_cycles
+        assert ideal <= _run(name, strategy, "torus").latency_cycles
+
+
+def test_one_accelerator_has_no_traffic():
+    config = CONFIG.with_overrides({"accelerators": 1})
+    result = _run("lenet_c", "hypar", "htree", config=config)
+    assert result.traffic_bytes == 0 and result.per_link == () and result.comm_wait_cycles == 0
+
+
+def test_data_traffic_does_not_depend_on_batch():
+    small = _run("cifar_c", "data", config=CONFIG.with_overrides({"batch": 64}))
+    large = _run("cifar_c", "data", config=CONFIG.with_overrides({"batch": 512}))
+    assert small.traffic_bytes == large.traffic_bytes
+
+
+def test_sfc_data_parallelism_is_dominated_by_communication():
+    result = _run("sfc", "data", "htree")
+    assert result.time_shares["communication"] > 0.9
+
+
+@pytest.mark.parametrize("name", PAPER_NETWORKS)
+def test_analytic_agrees_on_ideal(name):
+    for strategy in ("data", "model", "hypar"):
+        des = _run(name, strategy, "ideal").latency_cycles
+        analytic = _run(name, strategy, "ideal", "analytic").latency_cycles
+        assert analytic == pytest.approx(des, rel=0.02)
+
+
+@pytest.mark.parametrize("topology", ["htree", "torus"])
+@pytest.mark.parametrize("name", ["lenet_c", "cifar_c", "alexnet_half", "sfc"])
+def test_analytic_agrees_when_no_link_is_shared(name, topology):
+    """Two accelerators: each direction of the one pair has its own links."""
+    config = CONFIG.with_overrides({"accelerators": 2})
+    for strategy in ("data", "model", "hypar"):
+        des = _run(name, strategy, topology, config=config).latency_cycles
+        analytic = _run(name, strategy, topology, "analytic", config=config).latency_cycles
+        assert analytic == pytest.approx(des, rel=0.02)
+
+
+def test_overlap_helps_data_parallelism():
+    overlapped = _run("cifar_c", "data", "htree").latency_cycles
+    waiting = _run("cifar_c", "data", "htree", overlap_gradients=False).latency_cycles
+    assert overlapped <= waiting
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (("run", "lenet_c", "--topology", "ring"), "invalid choice: 'ring'"),
+    (("run", "lenet_c", "--strategy", "best"), "invalid choice: 'best'"),
+    (("run", "lenet_c", "--accelerators", "12"), "accelerators: 12 is not a power of two"),
+    (("run", "vgg_e", "--accelerators", "2", "--batch", "4096"), "capacity: vgg_e needs"),
+    (("run", "lenet_c", "--batch", "0"), "batch: 0 is out of range"),
+    (("compare", "nonet"), "unknown network 'nonet'"),
+    (("run", "lenet_c", "--chunk-kib", "0"), "--chunk-kib: must be a positive integer"),
+])
+def test_bad_run_input(cli, args, fragment):
+    result = cli(*args)
+    assert result.returncode == 2 and result.stdout == ""
+    assert fragment in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_run_and_compare_commands(cli, tmp_path):
+    result = cli("run", "lenet_c", "--topology", "torus", "--json", "--csv", str(tmp_path / "l.csv"))
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    for key in ("network", "strategy", "topology", "accelerators", "batch", "latency_s",
+                "latency_cycles", "energy_j", "energy_breakdown_j", "traffic_bytes",
+                "traffic_bytes_per_level", "per_layer", "per_link", "events", "wall_s"):
+        assert key in data
+    assert data["per_link"][0].keys() >= {"link", "bytes", "busy_fraction"}
+    assert (tmp_path / "l.csv").read_text().startswith("name,forward_cycles")
+    text = cli("run", "lenet_c").stdout
+    assert "step latency" in text and "busiest links" in text
+    compare = cli("compare", "lenet_c", "--engine", "analytic")
+    assert compare.returncode == 0 and "hypar" in compare.stdout and "1.00x" in compare.stdout
