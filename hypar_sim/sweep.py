@@ -1,0 +1,391 @@
+"""Sweeps: many simulations, one CSV row each, in parallel, resumable.
+
+A sweep is the cartesian product of networks, strategies, topologies,
+accelerator counts, batch sizes and hardware overrides (`--set key=v1,v2`).
+Each case becomes one row with every input and every scalar output of
+`run --json` (dicts flattened to `name.key` columns; lists, the plan, the
+per-layer and per-link tables as JSON text). A failed simulation becomes a
+row with its error in the `error` column.
+
+Rows are written as they finish: each is appended to the output CSV with a
+single write of one whole line, so a killed sweep leaves whole rows (a torn
+last line, if the file system ever leaves one, is dropped on resume).
+Rerunning the same sweep skips the cases already in the file. When all cases
+are done the file is rewritten in the sweep's canonical order (to a temporary
+file, then renamed), so a resumed sweep and an uninterrupted one give the
+same CSV row for row, whatever the number of workers.
+
+Executors: local processes (default, all cores), `serial` (in this process),
+or a dask.distributed cluster (`executor="dask"`, `scheduler="tcp://HOST:8786"`;
+without a scheduler address a LocalCluster is started).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import itertools
+import json
+import os
+import traceback
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hypar_sim import __version__
+from hypar_sim.atomic import atomic_write_text
+from hypar_sim.errors import InputError
+from hypar_sim.hardware.config import HardwareConfig, coerce_overrides, load_hardware
+from hypar_sim.planner.strategies import STRATEGIES, make_plan
+from hypar_sim.sim.run import ENGINES, SimOptions, simulate
+from hypar_sim.workload.network import available_networks, load_network
+
+EXECUTORS = ("process", "serial", "dask")
+#: Input columns, in order; then the outputs.
+INPUT_COLUMNS = ("network", "strategy", "topology", "accelerators", "batch", "engine", "overrides",
+                 "plan_input")
+
+
+@dataclass(frozen=True)
+class Case:
+    """The inputs of one simulation of a sweep."""
+
+    network: str
+    strategy: str
+    topology: str
+    accelerators: int
+    batch: int
+    engine: str = "des"
+    overrides: tuple[tuple[str, Any], ...] = ()  # hardware keys changed for this case
+    plan_text: str | None = None  # for the explicit strategy
+    config_file: str | None = None
+
+    def key(self) -> str:
+        """What identifies the case in a CSV (its input columns as text)."""
+        return json.dumps([self.network, self.strategy, self.topology, self.accelerators,
+                           self.batch, self.engine, self.overrides_text(), self.plan_text or ""])
+
+    def overrides_text(self) -> str:
+        return json.dumps(dict(self.overrides), sort_keys=True)
+
+    def inputs(self) -> dict[str, Any]:
+        return {"network": self.network, "strategy": self.strategy, "topology": self.topology,
+                "accelerators": self.accelerators, "batch": self.batch, "engine": self.engine,
+                "overrides": self.overrides_text(), "plan_input": self.plan_text or ""}
+
+
+def row_key(row: Mapping[str, Any]) -> str:
+    """The key of a CSV row (values as read back from the file)."""
+    return json.dumps([row["network"], row["strategy"], row["topology"], int(row["accelerators"]),
+                       int(row["batch"]), row["engine"], row["overrides"],
+                       row.get("plan_input") or ""])
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    """The axes of a sweep; `cases()` is their cartesian product in a fixed order."""
+
+    networks: tuple[str, ...]
+    strategies: tuple[str, ...] = ("data", "model", "hypar")
+    topologies: tuple[str, ...] = ("htree",)
+    accelerators: tuple[int, ...] = (16,)
+    batches: tuple[int, ...] = (256,)
+    overrides: tuple[tuple[str, tuple[Any, ...]], ...] = ()  # key -> values to sweep
+    engine: str = "des"
+    config_file: str | None = None
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    def cases(self) -> list[Case]:
+        keys = [key for key, _ in self.overrides]
+        value_lists = [values for _, values in self.overrides]
+        result = []
+        for network, strategy, topology, count, batch in itertools.product(
+                self.networks, self.strategies, self.topologies, self.accelerators, self.batches):
+            for values in itertools.product(*value_lists):
+                result.append(Case(network, strategy, topology, count, batch, self.engine,
+                                   tuple(zip(keys, values, strict=True)),
+                                   config_file=self.config_file))
+        return result
+
+
+def parse_list(text: str, allowed: Sequence[str] | None, what: str) -> tuple[str, ...]:
+    """A comma-separated list; 'all' means every allowed value."""
+    items = tuple(item.strip() for item in text.split(",") if item.strip())
+    if allowed is not None:
+        if items == ("all",):
+            return tuple(allowed)
+        for item in items:
+            if item not in allowed:
+                raise InputError(f"{what}: unknown '{item}'; allowed: {', '.join(allowed)} or all")
+    if not items:
+        raise InputError(f"{what}: give at least one value")
+    return items
+
+
+def parse_ints(text: str, what: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(item) for item in parse_list(text, None, what))
+    except ValueError:
+        raise InputError(f"{what}: must be comma-separated integers, got '{text}'") from None
+    return values
+
+
+def _scalar(text: str) -> Any:
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def parse_overrides(items: Iterable[str]) -> tuple[tuple[str, tuple[Any, ...]], ...]:
+    """`key=value` or `key=v1,v2,...` items, checked against the hardware keys."""
+    result = []
+    for item in items:
+        if "=" not in item:
+            raise InputError(f"--set: '{item}' is not key=value (e.g. link_bandwidth_gbps=3.2)")
+        key, text = item.split("=", 1)
+        values = tuple(_scalar(v.strip()) for v in text.split(",") if v.strip())
+        for value in values:
+            coerce_overrides({key.strip(): value}, "--set")
+        result.append((key.strip(), values))
+    return tuple(result)
+
+
+def flatten(data: Mapping[str, Any]) -> dict[str, Any]:
+    """`run --json` as one row: dicts become `name.key` columns, lists become JSON text."""
+    row: dict[str, Any] = {}
+    for key, value in data.items():
+        if isinstance(value, Mapping):
+            for inner, item in value.items():
+                row[f"{key}.{inner}"] = json.dumps(item) if isinstance(item, list | dict) else item
+        elif isinstance(value, list | tuple):
+            row[key] = json.dumps(value, separators=(",", ":"))
+        else:
+            row[key] = value
+    return row
+
+
+def case_config(case: Case) -> HardwareConfig:
+    overrides = dict(case.overrides)
+    overrides.update({"accelerators": case.accelerators, "batch": case.batch})
+    return load_hardware(case.config_file, overrides)
+
+
+def run_case(case: Case, options: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Simulate one case; never raises: a failure is a row with its error message."""
+    row: dict[str, Any] = case.inputs()
+    try:
+        config = case_config(case)
+        network = load_network(case.network)
+        plan = make_plan(network, case.strategy, config.levels, config.batch, case.plan_text,
+                         config.word_bytes)
+        sim_options = SimOptions(topology=case.topology, engine=case.engine, **(options or {}))
+        result = simulate(network, plan, config, sim_options)
+        data = result.to_dict()
+        for key in INPUT_COLUMNS:
+            data.pop(key, None)
+        row.update(flatten(data))
+        row["error"] = ""
+    except InputError as exc:
+        row["error"] = str(exc)
+    except Exception as exc:  # noqa: BLE001 - a sweep records failures and goes on
+        last = traceback.extract_tb(exc.__traceback__)[-1]
+        row["error"] = f"{type(exc).__name__}: {exc} ({Path(last.filename).name}:{last.lineno})"
+    row["version"] = __version__
+    return row
+
+
+def _csv_line(row: Mapping[str, Any], columns: Sequence[str]) -> str:
+    buffer = io.StringIO()
+    csv.DictWriter(buffer, columns, extrasaction="ignore", lineterminator="\n").writerow(row)
+    return buffer.getvalue()
+
+
+class CsvJournal:
+    """The sweep's output CSV: whole rows appended one write each; read back to resume."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.columns: list[str] | None = None
+        self.rows: dict[str, dict[str, Any]] = {}
+        if path.exists():
+            self._load()
+
+    def _load(self) -> None:
+        text = self.path.read_text(encoding="utf-8")
+        if text and not text.endswith("\n"):  # a torn last line: keep whole rows only
+            text = text[: text.rfind("\n") + 1]
+            atomic_write_text(self.path, text)
+        reader = csv.DictReader(io.StringIO(text))
+        self.columns = list(reader.fieldnames or [])
+        missing = set(INPUT_COLUMNS) - set(self.columns)
+        if self.columns and missing:
+            raise InputError(f"{self.path}: not a sweep CSV (no column {sorted(missing)[0]}); "
+                             "choose another --out")
+        for row in reader:
+            self.rows[row_key(row)] = row
+
+    def append(self, row: dict[str, Any]) -> None:
+        if self.columns is None or not set(row) <= set(self.columns):
+            self._rewrite_with(row)
+        else:
+            with open(self.path, "a", encoding="utf-8") as handle:
+                handle.write(_csv_line(row, self.columns))  # one write of one whole line
+                handle.flush()
+                os.fsync(handle.fileno())
+        self.rows[row_key(row)] = row
+
+    def _rewrite_with(self, row: Mapping[str, Any]) -> None:
+        """New columns (the first row, or a row with more outputs): rewrite the whole file."""
+        columns = list(self.columns or [])
+        columns += [c for c in row if c not in columns]
+        self.columns = columns
+        self.write_all([*self.rows.values(), row])
+
+    def write_all(self, rows: Sequence[Mapping[str, Any]]) -> None:
+        columns = self.columns or list(INPUT_COLUMNS)
+        text = "".join([_csv_line({c: c for c in columns}, columns),
+                        *(_csv_line(row, columns) for row in rows)])
+        atomic_write_text(self.path, text)
+
+
+def _progress(total: int, initial: int, enabled: bool):
+    from tqdm import tqdm
+
+    return tqdm(total=total, initial=initial, unit="run", disable=not enabled, dynamic_ncols=True,
+                desc="sweep", smoothing=0.1)
+
+
+def _run_isolated(case: Case, options, attempts: int = 2) -> dict[str, Any]:
+    """Run one case in a process of its own; a dying worker is retried, then recorded."""
+    for _ in range(attempts):
+        with ProcessPoolExecutor(1) as pool:
+            try:
+                return pool.submit(run_case, case, options).result()
+            except BrokenProcessPool:
+                continue
+    return case.inputs() | {"error": f"worker process died {attempts} times",
+                            "version": __version__}
+
+
+def _run_local(todo: list[Case], workers: int, options, on_row: Callable[[dict], None]) -> None:
+    """Run cases in a process pool. If a worker dies, the pool is lost with every case in
+    flight: those are rerun one process each, so only the culprit fails (after one retry)."""
+    unfinished = []
+    with ProcessPoolExecutor(workers) as pool:
+        futures: dict[Future, Case] = {pool.submit(run_case, c, options): c for c in todo}
+        pending = set(futures)
+        while pending:
+            done, pending = wait(pending, return_when=FIRST_COMPLETED)
+            for future in done:
+                try:
+                    on_row(future.result())
+                except BrokenProcessPool:
+                    unfinished.append(futures[future])
+    for case in sorted(unfinished, key=todo.index):
+        on_row(_run_isolated(case, options))
+
+
+def _run_dask(todo: list[Case], scheduler: str | None, options, on_row) -> None:
+    try:
+        from dask.distributed import Client, LocalCluster, as_completed
+    except ImportError:
+        raise InputError("--executor dask: dask.distributed is not installed; "
+                         "pip install -e '.[dask]'") from None
+    cluster = None if scheduler else LocalCluster(n_workers=2, threads_per_worker=1,
+                                                  processes=True, dashboard_address=None)
+    try:
+        with Client(scheduler or cluster) as client:
+            futures = [client.submit(run_case, case, options, pure=False, retries=1)
+                       for case in todo]
+            for future in as_completed(futures):
+                try:
+                    on_row(future.result())
+                except Exception as exc:  # noqa: BLE001 - e.g. the worker died twice
+                    case = todo[futures.index(future)]
+                    on_row(case.inputs() | {"error": f"{type(exc).__name__}: {exc}",
+                                            "version": __version__})
+    finally:
+        if cluster is not None:
+            cluster.close()
+
+
+def execute(todo: Sequence[Case], on_row: Callable[[dict], None], executor: str = "process",
+            workers: int | None = None, scheduler: str | None = None,
+            options: Mapping[str, Any] | None = None) -> None:
+    """Run `todo`, handing each finished row to `on_row` (in the order they finish)."""
+    todo = list(todo)
+    if executor == "serial" or (executor == "process" and (workers == 1 or len(todo) <= 1)):
+        for case in todo:
+            on_row(run_case(case, options))
+    elif executor == "process":
+        _run_local(todo, workers or os.cpu_count() or 1, options, on_row)
+    else:
+        _run_dask(todo, scheduler, options, on_row)
+
+
+def run_cases(cases: Sequence[Case], workers: int | None = None, progress: bool = False,
+              options: Mapping[str, Any] | None = None,
+              cache: dict[str, dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """Rows of `cases` in their order, without a file; `cache` (key -> row) is reused and filled."""
+    cache = {} if cache is None else cache
+    todo = list(dict.fromkeys(case for case in cases if case.key() not in cache))
+    bar = _progress(len(todo), 0, progress)
+
+    def on_row(row: dict[str, Any]) -> None:
+        cache[row_key(row)] = row
+        bar.update(1)
+
+    try:
+        execute(todo, on_row, "process", workers, None, options)
+    finally:
+        bar.close()
+    return [cache[case.key()] for case in cases]
+
+
+def run_sweep(
+    cases: Sequence[Case],
+    out: str | Path,
+    executor: str = "process",
+    workers: int | None = None,
+    scheduler: str | None = None,
+    options: Mapping[str, Any] | None = None,
+    progress: bool = True,
+) -> list[dict[str, Any]]:
+    """Run every case not yet in `out`, append rows as they finish, then write `out` in order."""
+    if executor not in EXECUTORS:
+        raise InputError(f"executor: unknown '{executor}'; allowed: {', '.join(EXECUTORS)}")
+    journal = CsvJournal(Path(out))
+    todo = [case for case in cases if case.key() not in journal.rows]
+    bar = _progress(len(cases), len(cases) - len(todo), progress)
+
+    def on_row(row: dict[str, Any]) -> None:
+        journal.append(row)
+        bar.update(1)
+
+    try:
+        execute(todo, on_row, executor, workers, scheduler, options)
+    finally:
+        bar.close()
+    ordered = [journal.rows[case.key()] for case in cases if case.key() in journal.rows]
+    journal.write_all(ordered)
+    return ordered
+
+
+def all_networks() -> tuple[str, ...]:
+    return tuple(available_networks())
+
+
+def check_axes(spec: SweepSpec) -> None:
+    """Refuse unknown strategies and engines up front (the rest is checked per case)."""
+    for strategy in spec.strategies:
+        if strategy not in STRATEGIES or strategy == "explicit":
+            raise InputError(f"--strategies: unknown '{strategy}'; allowed: "
+                             f"{', '.join(s for s in STRATEGIES if s != 'explicit')}")
+    if spec.engine not in ENGINES:
+        raise InputError(f"--engine: unknown '{spec.engine}'; allowed: {', '.join(ENGINES)}")

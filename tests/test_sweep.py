@@ -1,0 +1,95 @@
+"""Sweeps: rows, resume, failures, overrides, executors (processes and Dask)."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from hypar_sim.sweep import Case, SweepSpec, run_case, run_sweep
+
+SPEC = SweepSpec(networks=("lenet_c", "sconv"), strategies=("data", "hypar"),
+                 topologies=("htree", "torus"), accelerators=(4,), batches=(64,))
+
+
+def frame(path):
+    return pd.read_csv(path).drop(columns=["wall_s"])
+
+
+def test_rows_have_inputs_and_outputs(tmp_path):
+    rows = run_sweep(SPEC.cases(), tmp_path / "s.csv", workers=2, progress=False)
+    table = pd.read_csv(tmp_path / "s.csv")
+    assert len(rows) == len(table) == 8
+    for column in ("network", "strategy", "topology", "accelerators", "batch", "latency_s",
+                   "energy_j", "energy_breakdown_j.dram", "traffic_bytes", "events", "plan",
+                   "config.link_bandwidth_gbps", "time_shares.communication", "error"):
+        assert column in table.columns
+    assert table.error.isna().all()
+    assert (table.latency_s > 0).all()
+
+
+def test_one_and_two_workers_give_the_same_csv(tmp_path):
+    run_sweep(SPEC.cases(), tmp_path / "one.csv", workers=1, progress=False)
+    run_sweep(SPEC.cases(), tmp_path / "two.csv", workers=2, progress=False)
+    pd.testing.assert_frame_equal(frame(tmp_path / "one.csv"), frame(tmp_path / "two.csv"))
+
+
+def test_resume_skips_done_rows_and_ends_like_a_full_run(tmp_path):
+    cases = SPEC.cases()
+    out = tmp_path / "s.csv"
+    run_sweep(cases[:3], out, workers=1, progress=False)
+    first_walls = pd.read_csv(out).wall_s.tolist()
+    with open(out, "a", encoding="utf-8") as handle:  # a torn row, as a killed writer might leave
+        handle.write("lenet_c,data,htr")
+    run_sweep(cases, out, workers=2, progress=False)
+    resumed = pd.read_csv(out)
+    assert resumed.wall_s.tolist()[:3] == first_walls  # not rerun
+    run_sweep(cases, tmp_path / "full.csv", workers=1, progress=False)
+    pd.testing.assert_frame_equal(frame(out), frame(tmp_path / "full.csv"))
+
+
+def test_a_failed_simulation_is_a_row(tmp_path):
+    bad = Case("vgg_e", "data", "htree", 2, 4096)
+    good = Case("lenet_c", "data", "htree", 2, 64)
+    rows = run_sweep([bad, good], tmp_path / "s.csv", executor="serial", progress=False)
+    assert "capacity: vgg_e needs" in rows[0]["error"] and not rows[1]["error"]
+    assert "capacity" in pd.read_csv(tmp_path / "s.csv").error.iloc[0]
+
+
+def test_run_case_never_raises():
+    row = run_case(Case("no_such_network", "data", "htree", 4, 64))
+    assert "unknown network" in row["error"]
+
+
+def test_overrides_are_swept(tmp_path):
+    spec = SweepSpec(networks=("lenet_c",), strategies=("data",), accelerators=(4,),
+                     batches=(64,), overrides=(("link_bandwidth_gbps", (1.6, 3.2)),))
+    rows = run_sweep(spec.cases(), tmp_path / "s.csv", executor="serial", progress=False)
+    slow, fast = (float(r["latency_s"]) for r in rows)
+    assert fast < slow
+    assert [r["config.link_bandwidth_gbps"] for r in rows] == [1.6, 3.2]
+
+
+def test_dask_local_cluster_gives_the_same_rows(tmp_path):
+    pytest.importorskip("dask.distributed")
+    cases = SPEC.cases()[:4]
+    run_sweep(cases, tmp_path / "dask.csv", executor="dask", progress=False)
+    run_sweep(cases, tmp_path / "local.csv", executor="serial", progress=False)
+    pd.testing.assert_frame_equal(frame(tmp_path / "dask.csv"), frame(tmp_path / "local.csv"))
+
+
+def test_sweep_command(cli, tmp_path):
+    out = tmp_path / "main.csv"
+    args = ("sweep", "--networks", "lenet_c,cifar_c", "--strategies", "data,hypar",
+            "--topologies", "htree,torus", "--accelerators", "4", "--batch", "64",
+            "--set", "link_bandwidth_gbps=1.6,3.2", "--out", str(out), "--no-progress")
+    result = cli(*args)
+    assert result.returncode == 0, result.stderr
+    assert "16 rows" in result.stdout and len(pd.read_csv(out)) == 16
+    assert "16 rows" in cli(*args).stdout  # resumed: nothing to do
+    for bad, fragment in ((("--set", "link_bw=3"), "unknown key 'link_bw'"),
+                          (("--topologies", "ring"), "--topologies: unknown 'ring'"),
+                          (("--strategies", "best"), "--strategies: unknown 'best'"),
+                          (("--networks", "nonet"), "unknown network 'nonet'")):
+        result = cli("sweep", "--out", str(tmp_path / "bad.csv"), "--no-progress", *bad)
+        assert result.returncode == 2 and fragment in result.stderr
+        assert not (tmp_path / "bad.csv").exists()
