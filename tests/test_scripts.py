@@ -16,6 +16,7 @@ def test_fig08_script_writes_csv_and_png(tmp_path):
     assert result.returncode == 0, result.stderr
     table = pd.read_csv(tmp_path / "fig08_communication.csv")
     assert len(table) == 33  # 10 networks x 3 strategies + 3 geometric means
+    assert table[table.network == "geomean"].ratio.between(0.99, 1.01).sum() == 2  # DP, HyPar
     hypar_data = table[table.strategy.isin(["data", "hypar"]) & (table.network != "vgg_b")]
     assert ((hypar_data.ratio - 1).abs() < 0.01).all()
     assert (tmp_path / "fig08_communication.png").read_bytes()[:4] == b"\x89PNG"

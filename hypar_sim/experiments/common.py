@@ -1,0 +1,144 @@
+"""What the figure modules share: running cases, tables, plots, markdown, the command line."""
+
+from __future__ import annotations
+
+import argparse
+import io
+import math
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from hypar_sim.atomic import atomic_write, atomic_write_text  # noqa: E402
+from hypar_sim.errors import InputError  # noqa: E402
+from hypar_sim.paper import DISPLAY_NAMES  # noqa: E402
+from hypar_sim.sweep import Case, run_cases  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parents[2] / "results"
+#: Small networks used by the quick (test) configuration.
+QUICK_NETWORKS = ("sconv", "lenet_c", "cifar_c")
+STRATEGY_LABELS = {"model": "Model Parallelism", "data": "Data Parallelism", "hypar": "HyPar",
+                   "trick": "one weird trick"}
+STRATEGY_COLORS = {"model": "#d62728", "data": "#1f77b4", "hypar": "#2ca02c", "trick": "#ff7f0e"}
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One experiment: how to compute its table, draw it and describe it."""
+
+    name: str  # e.g. "fig06_performance"
+    title: str
+    compute: Callable[..., pd.DataFrame]
+    plot: Callable[[pd.DataFrame, Path], None]
+    report: Callable[[pd.DataFrame], str]
+
+    def paths(self, out: Path) -> tuple[Path, Path]:
+        return out / f"{self.name}.csv", out / f"{self.name}.png"
+
+    def run(self, out: Path = RESULTS, quick: bool = False, workers: int | None = None,
+            cache: dict | None = None) -> tuple[pd.DataFrame, float]:
+        """Compute, write the CSV and the PNG; (table, seconds)."""
+        started = time.perf_counter()
+        table = self.compute(quick=quick, workers=workers, cache=cache)
+        csv_path, png_path = self.paths(out)
+        atomic_write_text(csv_path, table.to_csv(index=False))
+        self.plot(table, png_path)
+        return table, time.perf_counter() - started
+
+    def main(self, argv: Sequence[str] | None = None) -> pd.DataFrame:
+        parser = argparse.ArgumentParser(description=self.title)
+        parser.add_argument("--out", type=Path, default=RESULTS, help="output folder (results/)")
+        parser.add_argument("--quick", action="store_true",
+                            help="reduced configuration: 4 accelerators, small networks")
+        parser.add_argument("--workers", type=int, default=None, help="processes (all cores)")
+        args = parser.parse_args(argv)
+        try:
+            table, seconds = self.run(args.out, args.quick, args.workers)
+        except InputError as exc:
+            parser.exit(2, f"{self.name}: error: {exc}\n")
+        csv_path, png_path = self.paths(args.out)
+        print(self.report(table))
+        print(f"\nwrote {csv_path} and {png_path} in {seconds:.1f} s")
+        return table
+
+
+def cases(networks: Iterable[str], strategies: Iterable[str], topology: str = "htree",
+          accelerators: int = 16, batch: int = 256, engine: str = "des") -> list[Case]:
+    return [Case(n, s, topology, accelerators, batch, engine) for n in networks for s in strategies]
+
+
+def rows_frame(case_list: Sequence[Case], workers: int | None, cache: dict | None) -> pd.DataFrame:
+    """Run the cases (reusing `cache`) and return their rows; any failure is an error."""
+    rows = run_cases(case_list, workers=workers, cache=cache)
+    failed = [row for row in rows if row.get("error")]
+    if failed:
+        raise InputError(f"{failed[0]['network']} ({failed[0]['strategy']}): {failed[0]['error']}")
+    frame = pd.DataFrame(rows)
+    for column in ("latency_s", "latency_cycles", "energy_j", "traffic_bytes", "accelerators",
+                   "batch"):
+        frame[column] = pd.to_numeric(frame[column])
+    return frame
+
+
+def geomean(values: Iterable[float]) -> float:
+    values = list(values)
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else math.nan
+
+
+def display(network: str) -> str:
+    return DISPLAY_NAMES.get(network, network)
+
+
+def save_figure(fig, path: Path) -> None:
+    """Save a matplotlib figure as PNG, atomically."""
+    buffer = io.BytesIO()
+    fig.tight_layout()
+    fig.savefig(buffer, format="png", dpi=110)
+    plt.close(fig)
+    atomic_write(path, lambda handle: handle.write(buffer.getvalue()))
+
+
+def grouped_bars(ax, table: pd.DataFrame, groups: Sequence[str], series: Sequence[str],
+                 value: str, group_column: str, series_column: str,
+                 labels: dict[str, str], colors: dict[str, str]) -> None:
+    """One group of bars per `groups` item, one bar per `series` item."""
+    width = 0.8 / len(series)
+    for k, name in enumerate(series):
+        part = table[table[series_column] == name].set_index(group_column)
+        heights = [part.loc[g, value] if g in part.index else math.nan for g in groups]
+        positions = [i + (k - (len(series) - 1) / 2) * width for i in range(len(groups))]
+        bars = ax.bar(positions, heights, width, label=labels.get(name, name),
+                      color=colors.get(name), edgecolor="black", linewidth=0.4)
+        if len(groups) * len(series) <= 40:
+            ax.bar_label(bars, fmt="%.3g", fontsize=6, rotation=90, padding=2)
+    ax.set_xticks(range(len(groups)), [display(g) for g in groups])
+
+
+def markdown_table(frame: pd.DataFrame, floats: str = "{:.4g}") -> str:
+    """A GitHub markdown table of `frame`."""
+    def cell(value) -> str:
+        if isinstance(value, float):
+            return floats.format(value)
+        return str(value)
+
+    head = "| " + " | ".join(map(str, frame.columns)) + " |"
+    rule = "|" + "|".join("---" for _ in frame.columns) + "|"
+    body = ["| " + " | ".join(cell(v) for v in row) + " |" for row in frame.itertuples(index=False)]
+    return "\n".join([head, rule, *body])
+
+
+def normalized_to_data(frame: pd.DataFrame, keys: Sequence[str]) -> pd.DataFrame:
+    """Add speedup (DP latency / latency) and efficiency (DP energy / energy) per `keys` group."""
+    base = frame[frame.strategy == "data"].set_index(list(keys))
+    index = frame.set_index(list(keys)).index
+    frame = frame.copy()
+    frame["speedup_vs_data"] = base.loc[index, "latency_s"].to_numpy() / frame.latency_s
+    frame["efficiency_vs_data"] = base.loc[index, "energy_j"].to_numpy() / frame.energy_j
+    return frame

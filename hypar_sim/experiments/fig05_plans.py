@@ -1,0 +1,93 @@
+"""Figure 5: the plans HyPar chooses, levels x layers of dp/mp, for the ten networks."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import pandas as pd
+from matplotlib.colors import ListedColormap
+
+from hypar_sim.experiments.common import QUICK_NETWORKS, Figure, display, save_figure
+from hypar_sim.paper import PAPER_NETWORKS
+from hypar_sim.planner.strategies import make_plan
+from hypar_sim.workload.network import load_network
+
+#: Section 6.2.1 of the paper, as checks on the plans: (network, description, test).
+CLAIMS = (
+    ("sfc", "SFC: mp everywhere except fc1 at H3, which is dp",
+     lambda g: g[2][0] == "dp" and sum(c == "dp" for row in g for c in row) == 1),
+    ("sconv", "SCONV: dp everywhere", lambda g: all(c == "dp" for row in g for c in row)),
+    ("lenet_c", "Lenet-c: H1 and H4 are (dp, dp, mp, mp)",
+     lambda g: g[0] == g[3] == ["dp", "dp", "mp", "mp"]),
+    ("vgg_a", "VGG-A: conv5_2 over H1..H4 is (dp, dp, dp, mp); fc1 is mp at all four levels",
+     lambda g: [row[7] for row in g] == ["dp", "dp", "dp", "mp"] and
+     all(row[8] == "mp" for row in g)),
+)
+
+
+def compute(quick: bool = False, workers: int | None = None, cache: dict | None = None) -> pd.DataFrame:
+    networks = QUICK_NETWORKS if quick else PAPER_NETWORKS
+    levels = 2 if quick else 4
+    rows = []
+    for name in networks:
+        net = load_network(name)
+        plan = make_plan(net, "hypar", levels, 256)
+        for level, choices in enumerate(plan.choices):
+            for layer, choice in zip(net.layers, choices, strict=True):
+                rows.append({"network": name, "level": f"H{level + 1}", "layer": layer.name,
+                             "kind": layer.kind.value, "choice": choice.value})
+    return pd.DataFrame(rows)
+
+
+def grids(table: pd.DataFrame) -> dict[str, list[list[str]]]:
+    result = {}
+    for name, part in table.groupby("network", sort=False):
+        levels = list(dict.fromkeys(part.level))
+        result[name] = [list(part[part.level == level].choice) for level in levels]
+    return result
+
+
+def plot(table: pd.DataFrame, path: Path) -> None:
+    plans = grids(table)
+    cols = 2
+    rows = math.ceil(len(plans) / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(13, 1.35 * rows + 0.8), squeeze=False)
+    cmap = ListedColormap(["#9ecae1", "#fdae6b"])  # dp blue, mp orange
+    for ax, (name, grid) in zip(axes.flat, plans.items(), strict=False):
+        layers = list(table[(table.network == name) & (table.level == "H1")].layer)
+        values = [[0 if c == "dp" else 1 for c in row] for row in grid]
+        ax.imshow(values, cmap=cmap, vmin=0, vmax=1, aspect="auto")
+        for i, row in enumerate(grid):
+            for j, choice in enumerate(row):
+                ax.text(j, i, choice, ha="center", va="center", fontsize=6)
+        ax.set_yticks(range(len(grid)), [f"H{i + 1}" for i in range(len(grid))], fontsize=7)
+        ax.set_xticks(range(len(layers)), layers, fontsize=6, rotation=60)
+        ax.set_title(display(name), fontsize=9)
+    for ax in list(axes.flat)[len(plans):]:
+        ax.axis("off")
+    fig.suptitle("Figure 5: HyPar's parallelism per layer (columns) and hierarchy level (rows); "
+                 "blue dp, orange mp", fontsize=10)
+    save_figure(fig, path)
+
+
+def report(table: pd.DataFrame) -> str:
+    plans = grids(table)
+    lines = []
+    for name, text, test in CLAIMS:
+        if name in plans and len(plans[name]) == 4:
+            lines.append(f"- {text}: **{'reproduced' if test(plans[name]) else 'NOT reproduced'}**")
+    conv = table[table.kind == "conv"]
+    fc = table[table.kind == "fc"]
+    lines.append(f"- Conv layers mostly dp, fc layers mostly mp: {100 * (conv.choice == 'dp').mean():.0f}% "
+                 f"of conv choices are dp, {100 * (fc.choice == 'mp').mean():.0f}% of fc choices "
+                 "are mp.")
+    hybrid = [display(n) for n, g in plans.items() if len({c for row in g for c in row}) == 2]
+    lines.append(f"- Hybrid (both dp and mp) in {len(hybrid)} of {len(plans)} networks: "
+                 f"{', '.join(hybrid)}.")
+    return "\n".join(lines)
+
+
+FIGURE = Figure("fig05_plans", __doc__.splitlines()[0], compute, plot, report)
+main = FIGURE.main
