@@ -97,6 +97,43 @@ def build_parser() -> argparse.ArgumentParser:
     _add_simulation_arguments(compare)
     compare.add_argument("--json", action="store_true", help="print a JSON list of the runs")
 
+    sweep = commands.add_parser(
+        "sweep", help="many simulations (a cartesian product), one CSV row each; parallel, "
+                      "resumable")
+    sweep.add_argument("--networks", default="all",
+                       help="comma-separated network names or .yaml paths, or all (default)")
+    sweep.add_argument("--strategies", default="data,model,hypar",
+                       help="comma-separated, from data, model, trick, hypar, exhaustive "
+                            "(default data,model,hypar)")
+    sweep.add_argument("--topologies", default="htree", help="comma-separated (default htree)")
+    sweep.add_argument("--accelerators", default="16", help="comma-separated powers of two")
+    sweep.add_argument("--batch", default="256", help="comma-separated batch sizes")
+    sweep.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUES",
+                       help="a hardware parameter to change, one value or several to sweep "
+                            "(e.g. link_bandwidth_gbps=1.6,3.2); repeatable")
+    sweep.add_argument("--config", default=None, help="a hardware YAML file (base of every run)")
+    sweep.add_argument("--engine", default="des", choices=ENGINES, help="des (default) or analytic")
+    sweep.add_argument("--out", required=True, help="the CSV to write (rows already there for the "
+                                                    "same inputs are kept and not rerun)")
+    sweep.add_argument("--executor", default="process", choices=("process", "serial", "dask"),
+                       help="local processes (default), serial, or a dask.distributed cluster")
+    sweep.add_argument("--workers", type=int, default=None,
+                       help="local processes (default: all cores)")
+    sweep.add_argument("--scheduler", default=None,
+                       help="with --executor dask: the scheduler address, e.g. tcp://HOST:8786 "
+                            "(default: start a local cluster)")
+    sweep.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+    reproduce = commands.add_parser("reproduce", help="every figure of the paper's evaluation "
+                                                      "into results/, with results/README.md")
+    reproduce.add_argument("--out", default=None, help="output folder (default: results/)")
+    reproduce.add_argument("--quick", action="store_true",
+                           help="reduced configuration (4 accelerators, small networks)")
+    reproduce.add_argument("--only", default=None,
+                           help="comma-separated figure names (default: all), e.g. fig11_scalability")
+    reproduce.add_argument("--workers", type=int, default=None, help="processes (default: all cores)")
+    reproduce.add_argument("--no-progress", action="store_true", help="no progress bar")
+
     hardware = commands.add_parser("hardware", help="the effective hardware configuration")
     hardware.add_argument("--config", default=None,
                           help="a YAML file whose keys change the defaults (configs/hypar_paper.yaml)")
@@ -167,6 +204,53 @@ def cmd_compare(args: argparse.Namespace) -> str:
     return comparison_table(results)
 
 
+def cmd_sweep(args: argparse.Namespace) -> str:
+    from hypar_sim import sweep
+
+    networks = sweep.parse_list(args.networks, None, "--networks")
+    if networks == ("all",):
+        networks = sweep.all_networks()
+    for network in networks:
+        load_network(network)  # a bad name or file stops the sweep before it starts
+    if args.config:
+        load_hardware(args.config)
+    if args.workers is not None and args.workers < 1:
+        raise InputError(f"--workers: must be a positive integer, got {args.workers}")
+    spec = sweep.SweepSpec(
+        networks=networks,
+        strategies=sweep.parse_list(args.strategies, None, "--strategies"),
+        topologies=sweep.parse_list(args.topologies, TOPOLOGIES, "--topologies"),
+        accelerators=sweep.parse_ints(args.accelerators, "--accelerators"),
+        batches=sweep.parse_ints(args.batch, "--batch"),
+        overrides=sweep.parse_overrides(args.overrides),
+        engine=args.engine,
+        config_file=args.config,
+    )
+    sweep.check_axes(spec)
+    rows = sweep.run_sweep(spec.cases(), args.out, args.executor, args.workers, args.scheduler,
+                           progress=not args.no_progress)
+    failed = sum(1 for row in rows if row.get("error"))
+    return f"{len(rows)} rows in {args.out} ({failed} failed)"
+
+
+def cmd_reproduce(args: argparse.Namespace) -> str:
+    from pathlib import Path
+
+    from hypar_sim.experiments import FIGURES
+    from hypar_sim.experiments.common import RESULTS
+    from hypar_sim.experiments.reproduce import reproduce
+
+    names = FIGURES
+    if args.only:
+        names = tuple(n.strip() for n in args.only.split(",") if n.strip())
+        for name in names:
+            if name not in FIGURES:
+                raise InputError(f"--only: unknown figure '{name}'; allowed: {', '.join(FIGURES)}")
+    out = Path(args.out) if args.out else RESULTS
+    path = reproduce(out, args.quick, args.workers, names, progress=not args.no_progress)
+    return f"wrote {len(names)} figures and {path}"
+
+
 def hardware_overrides(args: argparse.Namespace) -> dict[str, int]:
     """The common parameters given on the command line."""
     return {key: getattr(args, key) for key in ("accelerators", "batch")
@@ -213,7 +297,7 @@ def cmd_plan(args: argparse.Namespace) -> str:
 
 
 COMMANDS = {"networks": cmd_networks, "plan": cmd_plan, "hardware": cmd_hardware,
-            "run": cmd_run, "compare": cmd_compare}
+            "run": cmd_run, "compare": cmd_compare, "sweep": cmd_sweep, "reproduce": cmd_reproduce}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
