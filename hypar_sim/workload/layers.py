@@ -53,6 +53,8 @@ def conv_output_size(size: int, kernel: int, stride: int, padding: int) -> int:
     padded = size + 2 * padding
     if kernel > padded:
         raise ValueError(f"kernel {kernel} is larger than its padded input {padded}")
+    if stride > padded:
+        raise ValueError(f"stride {stride} is larger than its padded input {padded}")
     return (padded - kernel) // stride + 1
 
 
@@ -61,6 +63,8 @@ def pool_output_size(size: int, pool: Pool) -> int:
     padded = size + 2 * pool.padding
     if pool.kernel > padded:
         raise ValueError(f"pooling kernel {pool.kernel} is larger than its input {padded}")
+    if pool.stride > padded:
+        raise ValueError(f"pooling stride {pool.stride} is larger than its input {padded}")
     if not pool.ceil_mode:
         return (padded - pool.kernel) // pool.stride + 1
     out = math.ceil((padded - pool.kernel) / pool.stride) + 1

@@ -153,6 +153,9 @@ def _parse_pool(where: str, data: Any) -> Pool:
 
 def _parse_layer(where: str, data: Any, index: int, shape: FeatureShape) -> Layer:
     kind = data.get("type") if isinstance(data, Mapping) else None
+    if kind == "pool":
+        raise InputError(f"{where}.type: pooling is not a layer of its own; give it as the "
+                         "'pool' field of the conv layer before it, e.g. pool: {kernel: 2, stride: 2}")
     if kind not in _LAYER_KEYS:
         raise InputError(
             f"{where}.type: must be one of {', '.join(_LAYER_KEYS)}, got {kind!r}"
