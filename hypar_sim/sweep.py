@@ -261,24 +261,28 @@ def _progress(total: int, initial: int, enabled: bool):
                 desc="sweep", smoothing=0.1)
 
 
-def _run_isolated(case: Case, options, attempts: int = 2) -> dict[str, Any]:
+Runner = Callable[[Case, Any], dict[str, Any]]
+
+
+def _run_isolated(case: Case, options, runner: Runner, attempts: int = 2) -> dict[str, Any]:
     """Run one case in a process of its own; a dying worker is retried, then recorded."""
     for _ in range(attempts):
         with ProcessPoolExecutor(1) as pool:
             try:
-                return pool.submit(run_case, case, options).result()
+                return pool.submit(runner, case, options).result()
             except BrokenProcessPool:
                 continue
     return case.inputs() | {"error": f"worker process died {attempts} times",
                             "version": __version__}
 
 
-def _run_local(todo: list[Case], workers: int, options, on_row: Callable[[dict], None]) -> None:
+def _run_local(todo: list[Case], workers: int, options, on_row: Callable[[dict], None],
+               runner: Runner) -> None:
     """Run cases in a process pool. If a worker dies, the pool is lost with every case in
     flight: those are rerun one process each, so only the culprit fails (after one retry)."""
     unfinished = []
     with ProcessPoolExecutor(workers) as pool:
-        futures: dict[Future, Case] = {pool.submit(run_case, c, options): c for c in todo}
+        futures: dict[Future, Case] = {pool.submit(runner, c, options): c for c in todo}
         pending = set(futures)
         while pending:
             done, pending = wait(pending, return_when=FIRST_COMPLETED)
@@ -288,10 +292,10 @@ def _run_local(todo: list[Case], workers: int, options, on_row: Callable[[dict],
                 except BrokenProcessPool:
                     unfinished.append(futures[future])
     for case in sorted(unfinished, key=todo.index):
-        on_row(_run_isolated(case, options))
+        on_row(_run_isolated(case, options, runner))
 
 
-def _run_dask(todo: list[Case], scheduler: str | None, options, on_row) -> None:
+def _run_dask(todo: list[Case], scheduler: str | None, options, on_row, runner: Runner) -> None:
     try:
         from dask.distributed import Client, LocalCluster, as_completed
     except ImportError:
@@ -301,7 +305,7 @@ def _run_dask(todo: list[Case], scheduler: str | None, options, on_row) -> None:
                                                   processes=True, dashboard_address=None)
     try:
         with Client(scheduler or cluster) as client:
-            futures = [client.submit(run_case, case, options, pure=False, retries=1)
+            futures = [client.submit(runner, case, options, pure=False, retries=1)
                        for case in todo]
             for future in as_completed(futures):
                 try:
@@ -317,16 +321,17 @@ def _run_dask(todo: list[Case], scheduler: str | None, options, on_row) -> None:
 
 def execute(todo: Sequence[Case], on_row: Callable[[dict], None], executor: str = "process",
             workers: int | None = None, scheduler: str | None = None,
-            options: Mapping[str, Any] | None = None) -> None:
-    """Run `todo`, handing each finished row to `on_row` (in the order they finish)."""
+            options: Mapping[str, Any] | None = None, runner: Runner = run_case) -> None:
+    """Run `todo` with `runner` (run_case; a picklable stand-in in tests), handing each
+    finished row to `on_row` in the order they finish."""
     todo = list(todo)
     if executor == "serial" or (executor == "process" and (workers == 1 or len(todo) <= 1)):
         for case in todo:
-            on_row(run_case(case, options))
+            on_row(runner(case, options))
     elif executor == "process":
-        _run_local(todo, workers or os.cpu_count() or 1, options, on_row)
+        _run_local(todo, workers or os.cpu_count() or 1, options, on_row, runner)
     else:
-        _run_dask(todo, scheduler, options, on_row)
+        _run_dask(todo, scheduler, options, on_row, runner)
 
 
 def run_cases(cases: Sequence[Case], workers: int | None = None, progress: bool = False,
@@ -356,6 +361,7 @@ def run_sweep(
     scheduler: str | None = None,
     options: Mapping[str, Any] | None = None,
     progress: bool = True,
+    runner: Runner = run_case,
 ) -> list[dict[str, Any]]:
     """Run every case not yet in `out`, append rows as they finish, then write `out` in order."""
     if executor not in EXECUTORS:
@@ -369,7 +375,7 @@ def run_sweep(
         bar.update(1)
 
     try:
-        execute(todo, on_row, executor, workers, scheduler, options)
+        execute(todo, on_row, executor, workers, scheduler, options, runner)
     finally:
         bar.close()
     ordered = [journal.rows[case.key()] for case in cases if case.key() in journal.rows]
