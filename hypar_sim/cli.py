@@ -190,7 +190,9 @@ def cmd_run(args: argparse.Namespace) -> str:
     strategy = "explicit" if args.plan_text is not None else args.strategy
     result = _simulate(network, strategy, config, options, args.plan_text)
     if args.csv:
-        atomic_write_text(args.csv, result.per_layer_frame().to_csv(index=False))
+        table = result.per_layer_frame().assign(
+            hypar_sim_version=result.version, config=json.dumps(dict(result.config or {})))
+        atomic_write_text(args.csv, table.to_csv(index=False))
     if args.json:
         return json.dumps(result.to_dict(), indent=2)
     return result.summary() + (f"\nper-layer table written to {args.csv}" if args.csv else "")

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import io
+import json
 import math
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -16,8 +18,10 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from hypar_sim import __version__  # noqa: E402
 from hypar_sim.atomic import atomic_write, atomic_write_text  # noqa: E402
 from hypar_sim.errors import InputError  # noqa: E402
+from hypar_sim.hardware.config import load_hardware  # noqa: E402
 from hypar_sim.paper import DISPLAY_NAMES  # noqa: E402
 from hypar_sim.sweep import Case, run_cases  # noqa: E402
 
@@ -48,7 +52,8 @@ class Figure:
         started = time.perf_counter()
         table = self.compute(quick=quick, workers=workers, cache=cache)
         csv_path, png_path = self.paths(out)
-        atomic_write_text(csv_path, table.to_csv(index=False))
+        stamped = table.assign(hypar_sim_version=__version__, base_config=base_config_json())
+        atomic_write_text(csv_path, stamped.to_csv(index=False))
         self.plot(table, png_path)
         return table, time.perf_counter() - started
 
@@ -96,11 +101,18 @@ def display(network: str) -> str:
     return DISPLAY_NAMES.get(network, network)
 
 
+def base_config_json() -> str:
+    """The default hardware configuration every figure starts from, as compact JSON."""
+    return json.dumps(dataclasses.asdict(load_hardware()), separators=(",", ":"))
+
+
 def save_figure(fig, path: Path) -> None:
-    """Save a matplotlib figure as PNG, atomically."""
+    """Save a matplotlib figure as PNG, atomically, with the tool's version and base
+    configuration in its metadata."""
     buffer = io.BytesIO()
     fig.tight_layout()
-    fig.savefig(buffer, format="png", dpi=110)
+    fig.savefig(buffer, format="png", dpi=110,
+                metadata={"Software": f"hypar-sim {__version__}", "Comment": base_config_json()})
     plt.close(fig)
     atomic_write(path, lambda handle: handle.write(buffer.getvalue()))
 
