@@ -20,9 +20,9 @@ from hypar_sim.hardware.costs import conv_cost, phase_cost, update_piece_cost
 from hypar_sim.hardware.pe_array import map_conv
 from hypar_sim.paper import PAPER_NETWORKS
 from hypar_sim.planner.comm_model import Phase
-from hypar_sim.planner.plan import level_splits, split_all
 from hypar_sim.planner.strategies import make_plan
 from hypar_sim.sim.run import SimOptions, simulate
+from hypar_sim.sim.schedule import leaf_shares
 from hypar_sim.workload.network import load_network
 
 PHASES = (Phase.FORWARD, Phase.BACKWARD, Phase.GRADIENT, Phase.UPDATE)
@@ -33,16 +33,11 @@ def clear_cost_caches() -> None:
         cache.cache_clear()
 
 
-def leaf_shares(network, strategy: str, levels: int, batch: int):
-    """What one accelerator holds of every layer under a strategy's plan."""
-    plan = make_plan(network, strategy, levels, batch)
-    return split_all(level_splits(network, batch, plan.choices)[-1], plan.choices[-1])
-
-
 def bench_costs() -> None:
     config = load_hardware()
     networks = {name: load_network(name) for name in PAPER_NETWORKS}
-    shares = {name: leaf_shares(net, "hypar", 4, 256) for name, net in networks.items()}
+    shares = {name: leaf_shares(net, make_plan(net, "hypar", 4, 256))
+              for name, net in networks.items()}
     clear_cost_caches()
     start = time.perf_counter()
     pieces = 0

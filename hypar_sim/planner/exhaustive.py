@@ -13,6 +13,7 @@ from collections.abc import Iterator, Sequence
 
 from hypar_sim.errors import InputError
 from hypar_sim.planner.comm_model import LayerSplit, Parallelism
+from hypar_sim.planner.hypar import hierarchical_choices
 from hypar_sim.planner.plan import Choices, level_pair_costs, split_all
 
 _BOTH = (Parallelism.DP, Parallelism.MP)
@@ -45,14 +46,7 @@ def best_level(splits: Sequence[LayerSplit]) -> tuple[float, tuple[Parallelism, 
 
 def greedy_levels(splits: Sequence[LayerSplit], levels: int) -> tuple[float, Choices]:
     """Algorithm 2 with brute force in place of the dynamic program at each level."""
-    total, pairs, plan = 0.0, 1, []
-    for _ in range(levels):
-        cost, choices = best_level(splits)
-        total += pairs * cost
-        plan.append(choices)
-        splits = split_all(splits, choices)
-        pairs *= 2
-    return total, tuple(plan)
+    return hierarchical_choices(splits, levels, best_level)
 
 
 def plan_cost(splits: Sequence[LayerSplit], plan: Choices) -> float:

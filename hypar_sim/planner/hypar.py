@@ -16,7 +16,7 @@ the paper; `exhaustive.global_optimum` shows what a joint search would find.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from hypar_sim.planner.comm_model import LayerSplit, Parallelism, pair_costs
 from hypar_sim.planner.plan import Plan, evaluate_plan, split_all, top_splits
@@ -49,15 +49,21 @@ def partition_two(splits: Sequence[LayerSplit]) -> tuple[float, tuple[Parallelis
     return best[last], tuple(reversed(choices))
 
 
+LevelSolver = Callable[[Sequence[LayerSplit]], tuple[float, tuple[Parallelism, ...]]]
+
+
 def hierarchical_choices(
-    splits: Sequence[LayerSplit], levels: int
+    splits: Sequence[LayerSplit], levels: int, solve: LevelSolver = partition_two
 ) -> tuple[float, tuple[tuple[Parallelism, ...], ...]]:
-    """Algorithm 2: total bytes over `levels` levels and the choices per level."""
+    """Algorithm 2: total bytes over `levels` levels and the choices per level.
+
+    `solve` partitions one level (Algorithm 1; brute force in the tests).
+    """
     total = 0.0
     choices = []
     pairs = 1
     for _ in range(levels):
-        cost, level_choices = partition_two(splits)
+        cost, level_choices = solve(splits)
         total += pairs * cost
         choices.append(level_choices)
         splits = split_all(splits, level_choices)
