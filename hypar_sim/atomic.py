@@ -12,6 +12,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
+from hypar_sim.errors import InputError
+
 
 def atomic_write(path: str | Path, write: Callable[[IO[bytes]], None]) -> Path:
     """Call `write(f)` on a temporary binary file, then rename it to `path`."""
@@ -19,6 +21,7 @@ def atomic_write(path: str | Path, write: Callable[[IO[bytes]], None]) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give the usual permissions
         with os.fdopen(fd, "wb") as handle:
             write(handle)
             handle.flush()
@@ -27,6 +30,25 @@ def atomic_write(path: str | Path, write: Callable[[IO[bytes]], None]) -> Path:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    return path
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def check_writable(path: str | Path, what: str) -> Path:
+    """InputError now, before any work, if `path` cannot be written later."""
+    path = Path(path)
+    if path.is_dir():
+        raise InputError(f"{what}: {path} is a folder, not a file")
+    parent = next((p for p in path.parents if p.exists()), Path("."))
+    if not parent.is_dir():
+        raise InputError(f"{what}: {parent} is not a folder")
+    if not os.access(parent, os.W_OK):
+        raise InputError(f"{what}: cannot write in {parent}")
     return path
 
 

@@ -9,7 +9,7 @@ import sys
 from collections.abc import Sequence
 
 from hypar_sim import __version__
-from hypar_sim.atomic import atomic_write_text
+from hypar_sim.atomic import atomic_write_text, check_writable
 from hypar_sim.errors import InputError
 from hypar_sim.hardware.config import HardwareConfig, derived, describe, load_hardware
 from hypar_sim.hardware.topology import TOPOLOGIES
@@ -186,6 +186,8 @@ def _simulate(network, strategy: str, config: HardwareConfig, options: SimOption
 
 
 def cmd_run(args: argparse.Namespace) -> str:
+    if args.csv:
+        check_writable(args.csv, "--csv")
     network, config, options = _simulation_inputs(args)
     strategy = "explicit" if args.plan_text is not None else args.strategy
     result = _simulate(network, strategy, config, options, args.plan_text)
@@ -216,6 +218,7 @@ def cmd_sweep(args: argparse.Namespace) -> str:
         load_network(network)  # a bad name or file stops the sweep before it starts
     if args.config:
         load_hardware(args.config)
+    check_writable(args.out, "--out")
     if args.workers is not None and args.workers < 1:
         raise InputError(f"--workers: must be a positive integer, got {args.workers}")
     spec = sweep.SweepSpec(

@@ -23,6 +23,7 @@ without a scheduler address a LocalCluster is started).
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 import itertools
 import json
@@ -46,7 +47,7 @@ from hypar_sim.workload.network import available_networks, load_network
 EXECUTORS = ("process", "serial", "dask")
 #: Input columns, in order; then the outputs.
 INPUT_COLUMNS = ("network", "strategy", "topology", "accelerators", "batch", "engine", "overrides",
-                 "plan_input")
+                 "plan_input", "config_file", "config_digest")
 
 
 @dataclass(frozen=True)
@@ -62,11 +63,13 @@ class Case:
     overrides: tuple[tuple[str, Any], ...] = ()  # hardware keys changed for this case
     plan_text: str | None = None  # for the explicit strategy
     config_file: str | None = None
+    config_digest: str = ""  # of the config file's contents: a changed file is a new case
 
     def key(self) -> str:
         """What identifies the case in a CSV (its input columns as text)."""
         return json.dumps([self.network, self.strategy, self.topology, self.accelerators,
-                           self.batch, self.engine, self.overrides_text(), self.plan_text or ""])
+                           self.batch, self.engine, self.overrides_text(), self.plan_text or "",
+                           self.config_file or "", self.config_digest])
 
     def overrides_text(self) -> str:
         return json.dumps(dict(self.overrides), sort_keys=True)
@@ -74,14 +77,26 @@ class Case:
     def inputs(self) -> dict[str, Any]:
         return {"network": self.network, "strategy": self.strategy, "topology": self.topology,
                 "accelerators": self.accelerators, "batch": self.batch, "engine": self.engine,
-                "overrides": self.overrides_text(), "plan_input": self.plan_text or ""}
+                "overrides": self.overrides_text(), "plan_input": self.plan_text or "",
+                "config_file": self.config_file or "", "config_digest": self.config_digest}
 
 
 def row_key(row: Mapping[str, Any]) -> str:
     """The key of a CSV row (values as read back from the file)."""
     return json.dumps([row["network"], row["strategy"], row["topology"], int(row["accelerators"]),
                        int(row["batch"]), row["engine"], row["overrides"],
-                       row.get("plan_input") or ""])
+                       row.get("plan_input") or "", row.get("config_file") or "",
+                       row.get("config_digest") or ""])
+
+
+def file_digest(path: str | None) -> str:
+    """A short digest of a file's bytes ('' without a file)."""
+    if not path:
+        return ""
+    try:
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read config file ({exc.strerror})") from None
 
 
 @dataclass(frozen=True)
@@ -101,19 +116,20 @@ class SweepSpec:
     def cases(self) -> list[Case]:
         keys = [key for key, _ in self.overrides]
         value_lists = [values for _, values in self.overrides]
+        digest = file_digest(self.config_file)
         result = []
         for network, strategy, topology, count, batch in itertools.product(
                 self.networks, self.strategies, self.topologies, self.accelerators, self.batches):
             for values in itertools.product(*value_lists):
                 result.append(Case(network, strategy, topology, count, batch, self.engine,
                                    tuple(zip(keys, values, strict=True)),
-                                   config_file=self.config_file))
+                                   config_file=self.config_file, config_digest=digest))
         return result
 
 
 def parse_list(text: str, allowed: Sequence[str] | None, what: str) -> tuple[str, ...]:
-    """A comma-separated list; 'all' means every allowed value."""
-    items = tuple(item.strip() for item in text.split(",") if item.strip())
+    """A comma-separated list without repeats; 'all' means every allowed value."""
+    items = tuple(dict.fromkeys(item.strip() for item in text.split(",") if item.strip()))
     if allowed is not None:
         if items == ("all",):
             return tuple(allowed)
@@ -149,10 +165,15 @@ def parse_overrides(items: Iterable[str]) -> tuple[tuple[str, tuple[Any, ...]], 
         if "=" not in item:
             raise InputError(f"--set: '{item}' is not key=value (e.g. link_bandwidth_gbps=3.2)")
         key, text = item.split("=", 1)
-        values = tuple(_scalar(v.strip()) for v in text.split(",") if v.strip())
+        key = key.strip()
+        if key in ("accelerators", "batch"):
+            raise InputError(f"--set: {key} is an axis of the sweep; use --{key} {text} instead")
+        values = tuple(dict.fromkeys(_scalar(v.strip()) for v in text.split(",") if v.strip()))
+        if not values:
+            raise InputError(f"--set: '{item}' gives no value for {key}; e.g. {key}=1,2")
         for value in values:
-            coerce_overrides({key.strip(): value}, "--set")
-        result.append((key.strip(), values))
+            coerce_overrides({key: value}, "--set")
+        result.append((key, values))
     return tuple(result)
 
 
@@ -213,11 +234,21 @@ class CsvJournal:
         self.path = path
         self.columns: list[str] | None = None
         self.rows: dict[str, dict[str, Any]] = {}
+        if path.is_dir():
+            raise InputError(f"{path}: is a folder; --out must be a CSV file path")
+        parent = path.parent
+        if parent.exists() and not parent.is_dir():
+            raise InputError(f"{path}: {parent} is not a folder")
+        if parent.exists() and not os.access(parent, os.W_OK):
+            raise InputError(f"{path}: the folder {parent} is not writable")
         if path.exists():
             self._load()
 
     def _load(self) -> None:
-        text = self.path.read_text(encoding="utf-8")
+        try:
+            text = self.path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise InputError(f"{self.path}: cannot read it as a sweep CSV ({exc})") from None
         if text and not text.endswith("\n"):  # a torn last line: keep whole rows only
             text = text[: text.rfind("\n") + 1]
             atomic_write_text(self.path, text)
@@ -225,10 +256,13 @@ class CsvJournal:
         self.columns = list(reader.fieldnames or [])
         missing = set(INPUT_COLUMNS) - set(self.columns)
         if self.columns and missing:
-            raise InputError(f"{self.path}: not a sweep CSV (no column {sorted(missing)[0]}); "
-                             "choose another --out")
-        for row in reader:
-            self.rows[row_key(row)] = row
+            raise InputError(f"{self.path}: not a sweep CSV of this version (no column "
+                             f"{sorted(missing)[0]}); choose another --out")
+        try:
+            for row in reader:
+                self.rows[row_key(row)] = row
+        except (ValueError, KeyError) as exc:
+            raise InputError(f"{self.path}: not a sweep CSV ({exc}); choose another --out") from None
 
     def append(self, row: dict[str, Any]) -> None:
         if self.columns is None or not set(row) <= set(self.columns):
@@ -242,16 +276,23 @@ class CsvJournal:
 
     def _rewrite_with(self, row: Mapping[str, Any]) -> None:
         """New columns (the first row, or a row with more outputs): rewrite the whole file."""
-        columns = list(self.columns or [])
-        columns += [c for c in row if c not in columns]
-        self.columns = columns
+        self.columns = ordered_columns([*(self.columns or []), *row])
         self.write_all([*self.rows.values(), row])
 
     def write_all(self, rows: Sequence[Mapping[str, Any]]) -> None:
-        columns = self.columns or list(INPUT_COLUMNS)
-        text = "".join([_csv_line({c: c for c in columns}, columns),
-                        *(_csv_line(row, columns) for row in rows)])
+        self.columns = ordered_columns([*(self.columns or INPUT_COLUMNS),
+                                        *(c for row in rows for c in row)])
+        text = "".join([_csv_line({c: c for c in self.columns}, self.columns),
+                        *(_csv_line(row, self.columns) for row in rows)])
         atomic_write_text(self.path, text)
+
+
+def ordered_columns(columns: Iterable[str]) -> list[str]:
+    """A fixed order whatever row came first: inputs, outputs (sorted), error, version."""
+    names = set(columns)
+    last = ("error", "version")
+    outputs = sorted(names - set(INPUT_COLUMNS) - set(last))
+    return [*INPUT_COLUMNS, *outputs, *(c for c in last if c in names)]
 
 
 def _progress(total: int, initial: int, enabled: bool):
@@ -276,22 +317,36 @@ def _run_isolated(case: Case, options, runner: Runner, attempts: int = 2) -> dic
                             "version": __version__}
 
 
-def _run_local(todo: list[Case], workers: int, options, on_row: Callable[[dict], None],
-               runner: Runner) -> None:
-    """Run cases in a process pool. If a worker dies, the pool is lost with every case in
-    flight: those are rerun one process each, so only the culprit fails (after one retry)."""
-    unfinished = []
-    with ProcessPoolExecutor(workers) as pool:
-        futures: dict[Future, Case] = {pool.submit(runner, c, options): c for c in todo}
+def _run_pool(cases: list[Case], workers: int, options, on_row, runner: Runner) -> list[Case]:
+    """Run `cases` in one process pool; returns the cases lost when a worker died."""
+    lost = []
+    pool = ProcessPoolExecutor(workers)
+    try:
+        futures: dict[Future, Case] = {pool.submit(runner, c, options): c for c in cases}
         pending = set(futures)
         while pending:
             done, pending = wait(pending, return_when=FIRST_COMPLETED)
             for future in done:
                 try:
-                    on_row(future.result())
+                    row = future.result()
                 except BrokenProcessPool:
-                    unfinished.append(futures[future])
-    for case in sorted(unfinished, key=todo.index):
+                    lost.append(futures[future])
+                    continue
+                on_row(row)
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)  # an error in on_row stops the sweep now
+    return lost
+
+
+def _run_local(todo: list[Case], workers: int, options, on_row: Callable[[dict], None],
+               runner: Runner) -> None:
+    """Run cases in a process pool. A worker that dies takes the pool and every case not yet
+    finished with it: those get a second pool; what that one loses too is rerun one process
+    each, so only the culprit fails (after one retry)."""
+    lost = _run_pool(todo, workers, options, on_row, runner)
+    if lost:
+        lost = _run_pool(sorted(lost, key=todo.index), workers, options, on_row, runner)
+    for case in sorted(lost, key=todo.index):
         on_row(_run_isolated(case, options, runner))
 
 
@@ -304,7 +359,12 @@ def _run_dask(todo: list[Case], scheduler: str | None, options, on_row, runner: 
     cluster = None if scheduler else LocalCluster(n_workers=2, threads_per_worker=1,
                                                   processes=True, dashboard_address=None)
     try:
-        with Client(scheduler or cluster) as client:
+        try:
+            client = Client(scheduler or cluster, timeout=30)
+        except OSError as exc:
+            raise InputError(f"--scheduler: cannot reach the Dask scheduler at {scheduler} "
+                             f"({exc})") from None
+        with client:
             futures = [client.submit(runner, case, options, pure=False, retries=1)
                        for case in todo]
             for future in as_completed(futures):
@@ -366,6 +426,8 @@ def run_sweep(
     """Run every case not yet in `out`, append rows as they finish, then write `out` in order."""
     if executor not in EXECUTORS:
         raise InputError(f"executor: unknown '{executor}'; allowed: {', '.join(EXECUTORS)}")
+    if scheduler and executor != "dask":
+        raise InputError("--scheduler: only with --executor dask")
     journal = CsvJournal(Path(out))
     todo = [case for case in cases if case.key() not in journal.rows]
     bar = _progress(len(cases), len(cases) - len(todo), progress)
@@ -378,8 +440,10 @@ def run_sweep(
         execute(todo, on_row, executor, workers, scheduler, options, runner)
     finally:
         bar.close()
-    ordered = [journal.rows[case.key()] for case in cases if case.key() in journal.rows]
-    journal.write_all(ordered)
+    keys = [case.key() for case in cases]
+    ordered = [journal.rows[key] for key in keys if key in journal.rows]
+    others = [row for key, row in journal.rows.items() if key not in set(keys)]
+    journal.write_all(ordered + others)  # rows of earlier, different sweeps stay, after these
     return ordered
 
 

@@ -93,3 +93,89 @@ def test_sweep_command(cli, tmp_path):
         result = cli("sweep", "--out", str(tmp_path / "bad.csv"), "--no-progress", *bad)
         assert result.returncode == 2 and fragment in result.stderr
         assert not (tmp_path / "bad.csv").exists()
+
+
+# --- regressions found in review ----------------------------------------------------------
+
+def test_changing_the_config_file_reruns_the_cases(tmp_path):
+    config = tmp_path / "hw.yaml"
+    config.write_text("link_bandwidth_gbps: 1.6\n")
+    spec = SweepSpec(networks=("lenet_c",), strategies=("data",), accelerators=(4,), batches=(64,),
+                     config_file=str(config), engine="analytic")
+    out = tmp_path / "s.csv"
+    slow = run_sweep(spec.cases(), out, executor="serial", progress=False)[0]
+    config.write_text("link_bandwidth_gbps: 16\n")
+    fast = run_sweep(spec.cases(), out, executor="serial", progress=False)[0]
+    assert float(fast["latency_s"]) < float(slow["latency_s"])
+    assert len(pd.read_csv(out)) == 2  # both kept, told apart by config_digest
+
+
+def test_rows_of_another_sweep_are_kept(tmp_path):
+    out = tmp_path / "s.csv"
+    first = SweepSpec(networks=("lenet_c",), strategies=("data",), accelerators=(4,), batches=(64,))
+    second = SweepSpec(networks=("lenet_c",), strategies=("model",), accelerators=(4,),
+                       batches=(64,))
+    run_sweep(first.cases(), out, executor="serial", progress=False)
+    run_sweep(second.cases(), out, executor="serial", progress=False)
+    assert sorted(pd.read_csv(out).strategy) == ["data", "model"]
+
+
+def test_column_order_does_not_depend_on_which_row_came_first(tmp_path):
+    bad, good = Case("vgg_e", "data", "htree", 2, 4096), Case("lenet_c", "data", "htree", 2, 64)
+    run_sweep([bad], tmp_path / "a.csv", executor="serial", progress=False)
+    run_sweep([bad, good], tmp_path / "a.csv", executor="serial", progress=False)
+    run_sweep([bad, good], tmp_path / "b.csv", executor="serial", progress=False)
+    assert list(pd.read_csv(tmp_path / "a.csv").columns) == list(pd.read_csv(tmp_path / "b.csv").columns)
+    pd.testing.assert_frame_equal(frame(tmp_path / "a.csv"), frame(tmp_path / "b.csv"))
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (("--set", "batch=64,128"), "--set: batch is an axis of the sweep; use --batch"),
+    (("--set", "accelerators=4"), "use --accelerators"),
+    (("--set", "link_bandwidth_gbps="), "gives no value for link_bandwidth_gbps"),
+    (("--scheduler", "tcp://127.0.0.1:1"), "--scheduler: only with --executor dask"),
+])
+def test_bad_sweep_options(cli, tmp_path, args, fragment):
+    out = tmp_path / "s.csv"
+    out.write_text("keep me\n")
+    result = cli("sweep", "--networks", "lenet_c", "--out", str(out), "--no-progress", *args)
+    assert result.returncode == 2 and fragment in result.stderr
+    assert "Traceback" not in result.stderr and out.read_text() == "keep me\n"
+
+
+def _written(path, content: bytes):
+    path.write_bytes(content)
+    return path
+
+
+@pytest.mark.parametrize("make_out, fragment", [
+    (lambda d: _written(d / "afile", b"x") / "s.csv", "is not a folder"),
+    (lambda d: d, "is a folder, not a file"),
+    (lambda d: _written(d / "bin.csv", b"\xff\xfe\x00"), "cannot read it as"),
+    (lambda d: _written(d / "other.csv", b"a,b\n1,2\n"), "not a sweep CSV"),
+])
+def test_bad_out_path_fails_before_running(cli, tmp_path, make_out, fragment):
+    out = make_out(tmp_path)
+    result = cli("sweep", "--networks", "lenet_c", "--out", str(out), "--no-progress")
+    assert result.returncode == 2 and fragment in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_repeated_axis_values_run_once(cli, tmp_path):
+    out = tmp_path / "s.csv"
+    result = cli("sweep", "--networks", "lenet_c,lenet_c", "--strategies", "data,data",
+                 "--accelerators", "4,4", "--engine", "analytic", "--out", str(out), "--no-progress")
+    assert result.returncode == 0 and len(pd.read_csv(out)) == 1
+
+
+def test_output_files_have_the_usual_permissions(tmp_path):
+    import os
+    import stat
+
+    mask = os.umask(0o022)
+    try:
+        run_sweep([Case("lenet_c", "data", "htree", 2, 64)], tmp_path / "s.csv",
+                  executor="serial", progress=False)
+    finally:
+        os.umask(mask)
+    assert stat.S_IMODE((tmp_path / "s.csv").stat().st_mode) == 0o644
