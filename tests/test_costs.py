@@ -39,6 +39,8 @@ def test_physical_limits_on_a_pu(name):
             assert cost.cycles >= work.macs / spec.pes
             split = split_over_vaults(work, CONFIG)
             assert split.pus_used <= CONFIG.pus_per_cube
+            assert sum(count for _, count, _ in split.pieces) == split.pus_used
+            assert split.total("macs") == work.macs or work.density != 1  # pieces cover the work
             cube = phase_cost(LayerSplit(layer, 8), phase, CONFIG)
             assert cube.cycles >= work.macs / (spec.pes * CONFIG.pus_per_cube)
             assert cube.cycles >= cube.compute_cycles and cube.cycles >= cube.memory_cycles
@@ -80,3 +82,19 @@ def test_capacity_check_names_the_layer():
     small = [LayerSplit(layer, 16) for layer in net.layers]
     total = check_capacity([footprint(s, 4) for s in small], 1e6, CONFIG, "vgg_e")
     assert 2 * 4 * net.weights < total < CONFIG.cube_capacity_bytes
+
+
+def test_uneven_split_counts_each_pu_piece():
+    """33 filters over 32 PUs: one PU does 2, 31 do 1 (not 32 x 2)."""
+    from hypar_sim.hardware.pe_array import forward_work
+
+    counts = [phase_cost_of(forward_work(1, 20, m, 12, 12, 5, 5)) for m in (32, 33, 64)]
+    rf = [c.counts[Action.RF] for c in counts]
+    assert rf[0] < rf[1] < rf[2]
+    assert rf[1] == pytest.approx(rf[0] * 33 / 32, rel=0.05)
+
+
+def phase_cost_of(work):
+    from hypar_sim.hardware.costs import conv_cost
+
+    return conv_cost(work, CONFIG)

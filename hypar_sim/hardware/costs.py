@@ -18,7 +18,13 @@ from types import MappingProxyType
 
 from hypar_sim.hardware.config import HardwareConfig
 from hypar_sim.hardware.energy import Action
-from hypar_sim.hardware.hmc import Footprint, overlapped_cycles, pe_array_spec, split_over_vaults
+from hypar_sim.hardware.hmc import (
+    Footprint,
+    even_parts,
+    overlapped_cycles,
+    pe_array_spec,
+    split_over_vaults,
+)
 from hypar_sim.hardware.pe_array import (
     ConvWork,
     backward_work,
@@ -53,7 +59,11 @@ ZERO_COST = PieceCost(0.0, 0.0, 0.0, 0, 0.0, 0, MappingProxyType({}))
 
 
 def share_channels(channels: int, in_fraction: float) -> int:
-    """Input channels a share holds (a fractional channel still occupies one)."""
+    """Input channels a share holds, rounded up: a PE array cannot work on part of a
+    channel, so when model parallelism splits fewer channels than accelerators (e.g. the
+    one input channel of MNIST networks over 16 accelerators) each accelerator computes a
+    whole channel, and compute, energy and memory count it whole (the traffic, from the
+    planner's model, keeps the exact fraction)."""
     return max(1, math.ceil(channels * in_fraction))
 
 
@@ -85,22 +95,26 @@ def _batch_of(split: LayerSplit) -> int:
 
 @lru_cache(maxsize=65536)
 def conv_cost(work: ConvWork, config: HardwareConfig) -> PieceCost:
-    """Cost of a convolution-shaped piece on one cube: split over the PUs, DRAM overlapped."""
+    """Cost of a convolution-shaped piece on one cube: split over the PUs, DRAM overlapped.
+
+    Time is the largest piece's (all PUs run in parallel); access counts add up every
+    PU's own piece.
+    """
     split = split_over_vaults(work, config)
-    per_pu = split.per_pu_cost
-    dram_words = per_pu.accesses.dram_read + per_pu.accesses.dram_write
-    tiles = per_pu.mapping.passes if per_pu.mapping else 1
-    time = overlapped_cycles(per_pu.cycles, dram_words * config.word_bytes, tiles, config)
-    pus = split.pus_used
+    slowest = split.slowest
+    slowest_dram = slowest.accesses.dram_read + slowest.accesses.dram_write
+    tiles = slowest.mapping.passes if slowest.mapping else 1
+    time = overlapped_cycles(slowest.cycles, slowest_dram * config.word_bytes, tiles, config)
+    dram_words = split.total("dram_read") + split.total("dram_write")
     counts = {
         Action.MAC: work.macs,
-        Action.RF: pus * per_pu.accesses.rf,
-        Action.INTER_PE: pus * per_pu.accesses.inter_pe,
-        Action.BUFFER: pus * per_pu.accesses.buffer,
-        Action.DRAM: pus * dram_words,
+        Action.RF: split.total("rf"),
+        Action.INTER_PE: split.total("inter_pe"),
+        Action.BUFFER: split.total("buffer"),
+        Action.DRAM: dram_words,
     }
     return PieceCost(time.total_cycles, time.compute_cycles, time.memory_cycles, work.macs,
-                     pus * dram_words * config.word_bytes, pus, MappingProxyType(counts))
+                     dram_words * config.word_bytes, split.pus_used, MappingProxyType(counts))
 
 
 @lru_cache(maxsize=65536)
@@ -108,19 +122,21 @@ def update_piece_cost(weights: int, config: HardwareConfig) -> PieceCost:
     """Element-wise weight update of `weights` weights, spread evenly over the cube's PUs."""
     if weights <= 0:
         return ZERO_COST
+    spec = pe_array_spec(config)
     pus = min(config.pus_per_cube, weights)
-    per_pu_weights = math.ceil(weights / pus)
-    per_pu = update_cost(per_pu_weights, pe_array_spec(config))
-    dram_words = per_pu.accesses.dram_read + per_pu.accesses.dram_write
-    time = overlapped_cycles(per_pu.cycles, dram_words * config.word_bytes, 1, config)
-    counts = {
-        Action.MAC: weights,
-        Action.RF: pus * per_pu.accesses.rf,
-        Action.BUFFER: pus * per_pu.accesses.buffer,
-        Action.DRAM: pus * dram_words,
-    }
+    pieces = [(update_cost(size, spec), count) for size, count in even_parts(weights, pus)]
+    slowest = pieces[0][0]
+    slowest_dram = slowest.accesses.dram_read + slowest.accesses.dram_write
+    time = overlapped_cycles(slowest.cycles, slowest_dram * config.word_bytes, 1, config)
+
+    def total(field: str) -> int:
+        return sum(count * getattr(cost.accesses, field) for cost, count in pieces)
+
+    dram_words = total("dram_read") + total("dram_write")
+    counts = {Action.MAC: weights, Action.RF: total("rf"), Action.BUFFER: total("buffer"),
+              Action.DRAM: dram_words}
     return PieceCost(time.total_cycles, time.compute_cycles, time.memory_cycles, weights,
-                     pus * dram_words * config.word_bytes, pus, MappingProxyType(counts))
+                     dram_words * config.word_bytes, pus, MappingProxyType(counts))
 
 
 def held_weights(split: LayerSplit) -> int:

@@ -12,7 +12,6 @@ and one DRAM access latency.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, replace
 
 from hypar_sim.errors import InputError
@@ -33,13 +32,18 @@ def pe_array_spec(config: HardwareConfig) -> PEArraySpec:
     )
 
 
-def _part(work: ConvWork, dimension: str, parts: int) -> ConvWork:
-    """The largest of `parts` even pieces of `work` along `dimension`."""
-    size = math.ceil(getattr(work, dimension) / parts)
+def _piece(work: ConvWork, dimension: str, size: int) -> ConvWork:
+    """`work` cut to `size` along `dimension` (output rows bring their input rows)."""
     if dimension != "out_height":
         return replace(work, **{dimension: size})
     rows = (size - 1) * work.stride + work.kernel_height  # input rows one piece needs
     return replace(work, out_height=size, in_height=min(work.in_height, rows))
+
+
+def even_parts(total: int, parts: int) -> list[tuple[int, int]]:
+    """`total` in `parts` near-equal integer sizes, as (size, how many) pairs, largest first."""
+    base, extra = divmod(total, parts)
+    return [(size, count) for size, count in ((base + 1, extra), (base, parts - extra)) if count]
 
 
 @dataclass(frozen=True)
@@ -48,8 +52,16 @@ class VaultSplit:
 
     dimension: str  # one of SPLIT_DIMENSIONS
     pus_used: int
-    per_pu: ConvWork
-    per_pu_cost: ArrayCost
+    pieces: tuple[tuple[ConvWork, int, ArrayCost], ...]  # (piece, PUs running it, its cost)
+
+    @property
+    def slowest(self) -> ArrayCost:
+        """The cost of the largest piece: the PUs finish together with it."""
+        return self.pieces[0][2]
+
+    def total(self, field: str) -> int:
+        """An access count summed over every PU's piece."""
+        return sum(count * getattr(cost.accesses, field) for _, count, cost in self.pieces)
 
 
 def split_over_vaults(work: ConvWork, config: HardwareConfig) -> VaultSplit:
@@ -57,11 +69,14 @@ def split_over_vaults(work: ConvWork, config: HardwareConfig) -> VaultSplit:
     spec = pe_array_spec(config)
     candidates = []
     for dimension in SPLIT_DIMENSIONS:
-        parts = min(config.pus_per_cube, getattr(work, dimension))
-        piece = _part(work, dimension, parts)
-        cost = map_conv(piece, spec)
-        dram_words = parts * (cost.accesses.dram_read + cost.accesses.dram_write)
-        candidates.append(((cost.cycles, dram_words), VaultSplit(dimension, parts, piece, cost)))
+        total = getattr(work, dimension)
+        parts = min(config.pus_per_cube, total)
+        pieces = tuple((piece, count, map_conv(piece, spec))
+                       for piece, count in ((_piece(work, dimension, size), count)
+                                            for size, count in even_parts(total, parts)))
+        split = VaultSplit(dimension, parts, pieces)
+        dram_words = split.total("dram_read") + split.total("dram_write")
+        candidates.append(((split.slowest.cycles, dram_words), split))
     return min(candidates, key=lambda candidate: candidate[0])[1]
 
 
