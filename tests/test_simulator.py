@@ -190,3 +190,15 @@ def test_run_and_compare_commands(cli, tmp_path):
     assert "step latency" in text and "busiest links" in text
     compare = cli("compare", "lenet_c", "--engine", "analytic")
     assert compare.returncode == 0 and "hypar" in compare.stdout and "1.00x" in compare.stdout
+
+
+@pytest.mark.parametrize("total", [1.0, 5.0, 1024.0, 1025.0, 118784.0, 3.3e7, 2.0**25 + 1])
+@pytest.mark.parametrize("chunk", [1024, 4096, 2**20])
+@pytest.mark.parametrize("most", [1, 2, 31, 32, 33])
+def test_chunk_sizes(total, chunk, most):
+    from hypar_sim.sim.accounting import chunk_sizes
+
+    sizes = chunk_sizes(total, chunk, most)
+    assert 1 <= len(sizes) <= most and min(sizes) > 0
+    assert sum(sizes) == pytest.approx(total, rel=1e-12)
+    assert max(sizes) >= min(chunk, total) * (1 - 1e-12)

@@ -41,9 +41,10 @@ def chunk_sizes(total_bytes: float, chunk_bytes: float,
     of them, and one last, smaller chunk."""
     if total_bytes <= 0:
         return []
-    size = max(chunk_bytes, total_bytes / max_chunks)
-    full = math.ceil(total_bytes / size) - 1
-    return [size] * full + [total_bytes - full * size]
+    count = min(max_chunks, math.ceil(total_bytes / chunk_bytes))
+    size = max(chunk_bytes, total_bytes / count)
+    count = min(count, math.ceil(total_bytes / size))
+    return [size] * (count - 1) + [total_bytes - size * (count - 1)]
 
 
 def route_latency_cycles(route: Route, config: HardwareConfig) -> float:

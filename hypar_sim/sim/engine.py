@@ -11,6 +11,11 @@ vault channel at the destination (see `accounting` for the rules, which the
 analytic engine mirrors). When the last chunk is in, the route's fixed
 latency passes and the message has arrived.
 
+Messages use the vault channels through their own `Lanes`; a computation's DRAM
+traffic is already inside its piece's cycles (hardware.hmc), so messages and
+computation do not compete for the channels here: a simplification, small
+because messages are limited by the links (0.2 GB/s against 10 GB/s a vault).
+
 Links and vault channels are `Lanes`: a few identical lanes granted first come,
 first served. Because a chunk knows how long it will hold a lane when it asks
 for it, a request is a reservation (the lane's next free time moves on) and
