@@ -36,10 +36,10 @@ BAD_NETWORKS = {
                        "unknown field 'out_chanels' (did you mean 'out_channels'?)"),
     "misspelled top key": (GOOD_NET.replace("layers:", "layer:"), "unknown field 'layer'"),
     "missing field": (GOOD_NET.replace("kernel: 5, ", ""), "missing field 'kernel'"),
-    "zero size": (GOOD_NET.replace("out_features: 10", "out_features: 0"), "integer >= 1, got 0"),
-    "negative size": (GOOD_NET.replace("height: 28", "height: -28"), "integer >= 1, got -28"),
-    "non-integer size": (GOOD_NET.replace("kernel: 5", "kernel: 2.5"), "integer >= 1, got 2.5"),
-    "string size": (GOOD_NET.replace("kernel: 5", "kernel: five"), "integer >= 1, got 'five'"),
+    "zero size": (GOOD_NET.replace("out_features: 10", "out_features: 0"), "1 to 16777216, got 0"),
+    "negative size": (GOOD_NET.replace("height: 28", "height: -28"), "1 to 16777216, got -28"),
+    "non-integer size": (GOOD_NET.replace("kernel: 5", "kernel: 2.5"), "1 to 16777216, got 2.5"),
+    "string size": (GOOD_NET.replace("kernel: 5", "kernel: five"), "1 to 16777216, got 'five'"),
     "kernel too large": (GOOD_NET.replace("kernel: 5", "kernel: 29"), "kernel 29 is larger"),
     "stride too large": (GOOD_NET.replace("kernel: 5,", "kernel: 5, stride: 40,"),
                          "stride 40 is larger"),
@@ -264,3 +264,22 @@ def test_results_folder_untouched_by_failures(cli):
     cli("sweep", "--networks", "nonet", "--out", str(REPO / "results" / "never.csv"))
     after = {p.name: p.stat().st_mtime_ns for p in (REPO / "results").iterdir()}
     assert before == after and not Path(REPO / "results" / "never.csv").exists()
+
+
+def test_more_bad_files(cli, tmp_path):
+    binary = tmp_path / "net.yaml"
+    binary.write_bytes(b"\xff\xfe\x00\x01")
+    assert_clean_failure(cli("run", str(binary)), "not a UTF-8 text file")
+    huge = tmp_path / "huge.yaml"
+    huge.write_text("input: {features: 4}\nlayers:\n  - {type: fc, out_features: 99999999999}\n")
+    assert_clean_failure(cli("plan", str(huge)), "must be an integer from 1 to 16777216")
+    empty_pool = tmp_path / "pool.yaml"
+    empty_pool.write_text(GOOD_NET.replace("pool: {kernel: 2, stride: 2}", "pool: {}"))
+    assert_clean_failure(cli("run", str(empty_pool)), "missing field")
+    (tmp_path / "afile").write_text("x")
+    assert_clean_failure(cli("run", "lenet_c", "--csv", str(tmp_path / "afile" / "l.csv")),
+                         "is not a folder")
+    plan = tmp_path / "plan.txt"
+    plan.write_bytes(b"\xff\xfe")
+    assert_clean_failure(cli("plan", "lenet_c", "--levels", "1", "--plan", str(plan)),
+                         "cannot read the plan file")

@@ -94,7 +94,7 @@ def test_user_network_by_path(tmp_path):
     ({"input": {"channels": 1, "height": 4, "width": 4},
       "layers": [{"type": "conv", "out_channels": 2, "kernel": 5}]}, "larger than its padded input"),
     ({"input": {"features": 4}, "layers": []}, "non-empty list"),
-    ({"input": {"features": 0}, "layers": [{"type": "fc", "out_features": 3}]}, "integer >= 1"),
+    ({"input": {"features": 0}, "layers": [{"type": "fc", "out_features": 3}]}, "integer from 1 to"),
     ({"input": {"features": 4}, "layers": [{"type": "pool", "kernel": 2}]}, "pooling is not a layer"),
     ({"input": {"features": 4}, "layers": [{"type": "lstm", "units": 2}]}, "must be one of conv, fc"),
 ])

@@ -68,7 +68,11 @@ def read_plan_argument(value: str, network: Network, levels: int) -> Choices:
     """A --plan value: a path to a file holding a plan, or the plan text itself."""
     path = Path(value)
     if path.is_file():
-        return parse_plan_text(path.read_text(encoding="utf-8"), network, levels, str(path))
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise InputError(f"{path}: cannot read the plan file ({exc})") from None
+        return parse_plan_text(text, network, levels, str(path))
     return parse_plan_text(value, network, levels)
 
 

@@ -97,6 +97,8 @@ def read_yaml(path: Path) -> Any:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise InputError(f"{path}: cannot read file ({exc.strerror})") from None
+    except UnicodeDecodeError:
+        raise InputError(f"{path}: not a UTF-8 text file") from None
     try:
         return yaml.load(text, Loader=_LOADER)
     except yaml.YAMLError as exc:
@@ -121,9 +123,14 @@ def _check_keys(where: str, data: Any, required: set[str], optional: set[str]) -
             raise InputError(f"{where}: missing field '{key}' (required: {', '.join(sorted(required))})")
 
 
+#: Largest size accepted (channels, features, rows, kernels...): 2**24 keeps every tensor's
+#: byte count far below 2**53, where the planner's float arithmetic stays exact.
+MAX_SIZE = 2**24
+
+
 def _positive_int(where: str, value: Any, minimum: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise InputError(f"{where}: must be an integer >= {minimum}, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= MAX_SIZE:
+        raise InputError(f"{where}: must be an integer from {minimum} to {MAX_SIZE}, got {value!r}")
     return value
 
 
@@ -166,7 +173,7 @@ def _parse_layer(where: str, data: Any, index: int, shape: FeatureShape) -> Laye
     try:
         if kind == LayerKind.FC.value:
             return make_fc(name, shape, _positive_int(f"{where}.out_features", data["out_features"]))
-        pool = _parse_pool(f"{where}.pool", data["pool"]) if data.get("pool") else None
+        pool = _parse_pool(f"{where}.pool", data["pool"]) if data.get("pool") is not None else None
         return make_conv(
             name,
             shape,
