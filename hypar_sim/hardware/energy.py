@@ -6,7 +6,7 @@ idea). Every breakdown carries its parts, and its total is their sum.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from types import MappingProxyType
@@ -63,10 +63,6 @@ class EnergyBreakdown:
     def total_pj(self) -> float:
         return sum(self.parts_pj.values())
 
-    def joules(self) -> dict[str, float]:
-        """Parts in J, keyed by action name (for JSON)."""
-        return {action.value: pj * 1e-12 for action, pj in self.parts_pj.items()}
-
 
 def add_counts(*counts: Mapping[Action, float]) -> dict[Action, float]:
     """Sum several action counts."""
@@ -81,10 +77,3 @@ def scale_counts(counts: Mapping[Action, float], factor: float) -> dict[Action, 
     """Every count times `factor`."""
     return {action: count * factor for action, count in counts.items()}
 
-
-def sum_breakdowns(breakdowns: Iterable[EnergyBreakdown]) -> EnergyBreakdown:
-    parts: dict[Action, float] = {}
-    for item in breakdowns:
-        for action, pj in item.parts_pj.items():
-            parts[action] = parts.get(action, 0.0) + pj
-    return EnergyBreakdown(MappingProxyType(parts))

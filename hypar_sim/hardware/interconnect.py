@@ -21,11 +21,6 @@ class LinkSpec:
 
     bandwidth_bytes_per_cycle: float  # payload bytes per array cycle (packet overhead removed)
     latency_cycles: float  # fixed latency of one traversal (SerDes, wire, controller)
-    energy_pj_per_byte: float  # per payload byte, overhead bits included
-
-    def transfer_cycles(self, payload_bytes: float) -> float:
-        """Cycles to push `payload_bytes` through this link, latency excluded."""
-        return payload_bytes / self.bandwidth_bytes_per_cycle
 
 
 def link_spec(config: HardwareConfig, width: int = 1) -> LinkSpec:
@@ -34,18 +29,12 @@ def link_spec(config: HardwareConfig, width: int = 1) -> LinkSpec:
     return LinkSpec(
         bandwidth_bytes_per_cycle=raw_bytes_per_cycle * config.packet_efficiency,
         latency_cycles=config.link_latency_ns / config.cycle_ns,
-        energy_pj_per_byte=8 * config.energy_link_pj_per_bit / config.packet_efficiency,
     )
 
 
 def switch_latency_cycles(config: HardwareConfig) -> float:
     """Cycles to cross one switch."""
     return config.switch_latency_ns / config.cycle_ns
-
-
-def switch_energy_pj_per_byte(config: HardwareConfig) -> float:
-    """pJ per payload byte through one switch, overhead bits included."""
-    return 8 * config.energy_switch_pj_per_bit / config.packet_efficiency
 
 
 def htree_level_bandwidth_gbps(config: HardwareConfig, height: int) -> float:

@@ -107,11 +107,6 @@ class Schedule:
     def messages(self) -> tuple[Message, ...]:
         return tuple(m for messages in self.steps.values() for m in messages)
 
-    def messages_from(self, accelerator: int, step: StepKey) -> tuple[Message, ...]:
-        return tuple(m for m in self.steps[step] if m.src == accelerator)
-
-    def messages_to(self, accelerator: int, step: StepKey) -> tuple[Message, ...]:
-        return tuple(m for m in self.steps[step] if m.dst == accelerator)
 
 
 def plan_messages(network: Network, plan: Plan) -> dict[StepKey, tuple[Message, ...]]:
