@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from hypar_sim import __version__
 from hypar_sim.atomic import atomic_write_text, check_writable
 from hypar_sim.errors import InputError
-from hypar_sim.hardware.config import HardwareConfig, derived, describe, load_hardware
+from hypar_sim.hardware.config import derived, describe, load_hardware
 from hypar_sim.hardware.topology import TOPOLOGIES
 from hypar_sim.planner.strategies import STRATEGIES, make_plan
 from hypar_sim.report import (
@@ -21,9 +21,8 @@ from hypar_sim.report import (
     networks_table,
     plan_summary,
 )
-from hypar_sim.results import SimResult
 from hypar_sim.sim.accounting import DEFAULT_CHUNK_BYTES, DEFAULT_MAX_CHUNKS
-from hypar_sim.sim.run import ENGINES, SimOptions, simulate
+from hypar_sim.sim.run import ENGINES, SimOptions, simulate_strategy
 from hypar_sim.workload.network import available_networks, load_network
 
 COMPARED_STRATEGIES = ("data", "model", "trick", "hypar")
@@ -179,18 +178,12 @@ def _simulation_inputs(args: argparse.Namespace):
     return network, config, options
 
 
-def _simulate(network, strategy: str, config: HardwareConfig, options: SimOptions,
-              plan_text: str | None = None) -> SimResult:
-    plan = make_plan(network, strategy, config.levels, config.batch, plan_text, config.word_bytes)
-    return simulate(network, plan, config, options)
-
-
 def cmd_run(args: argparse.Namespace) -> str:
     if args.csv:
         check_writable(args.csv, "--csv")
     network, config, options = _simulation_inputs(args)
     strategy = "explicit" if args.plan_text is not None else args.strategy
-    result = _simulate(network, strategy, config, options, args.plan_text)
+    result = simulate_strategy(network, strategy, config, options, args.plan_text)
     if args.csv:
         table = result.per_layer_frame().assign(
             hypar_sim_version=result.version, config=json.dumps(dict(result.config or {})))
@@ -202,7 +195,8 @@ def cmd_run(args: argparse.Namespace) -> str:
 
 def cmd_compare(args: argparse.Namespace) -> str:
     network, config, options = _simulation_inputs(args)
-    results = [_simulate(network, strategy, config, options) for strategy in COMPARED_STRATEGIES]
+    results = [simulate_strategy(network, strategy, config, options)
+               for strategy in COMPARED_STRATEGIES]
     if args.json:
         return json.dumps([result.to_dict() for result in results], indent=2)
     return comparison_table(results)
@@ -218,7 +212,6 @@ def cmd_sweep(args: argparse.Namespace) -> str:
         load_network(network)  # a bad name or file stops the sweep before it starts
     if args.config:
         load_hardware(args.config)
-    check_writable(args.out, "--out")
     if args.workers is not None and args.workers < 1:
         raise InputError(f"--workers: must be a positive integer, got {args.workers}")
     spec = sweep.SweepSpec(

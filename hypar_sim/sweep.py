@@ -37,11 +37,11 @@ from pathlib import Path
 from typing import Any
 
 from hypar_sim import __version__
-from hypar_sim.atomic import atomic_write_text
+from hypar_sim.atomic import atomic_write_text, check_writable
 from hypar_sim.errors import InputError
 from hypar_sim.hardware.config import HardwareConfig, coerce_overrides, load_hardware
-from hypar_sim.planner.strategies import STRATEGIES, make_plan
-from hypar_sim.sim.run import ENGINES, SimOptions, simulate
+from hypar_sim.planner.strategies import STRATEGIES
+from hypar_sim.sim.run import ENGINES, SimOptions, simulate_strategy
 from hypar_sim.workload.network import available_networks, load_network
 
 EXECUTORS = ("process", "serial", "dask")
@@ -202,11 +202,9 @@ def run_case(case: Case, options: Mapping[str, Any] | None = None) -> dict[str, 
     row: dict[str, Any] = case.inputs()
     try:
         config = case_config(case)
-        network = load_network(case.network)
-        plan = make_plan(network, case.strategy, config.levels, config.batch, case.plan_text,
-                         config.word_bytes)
         sim_options = SimOptions(topology=case.topology, engine=case.engine, **(options or {}))
-        result = simulate(network, plan, config, sim_options)
+        result = simulate_strategy(load_network(case.network), case.strategy, config,
+                                   sim_options, case.plan_text)
         data = result.to_dict()
         for key in INPUT_COLUMNS:
             data.pop(key, None)
@@ -234,13 +232,7 @@ class CsvJournal:
         self.path = path
         self.columns: list[str] | None = None
         self.rows: dict[str, dict[str, Any]] = {}
-        if path.is_dir():
-            raise InputError(f"{path}: is a folder; --out must be a CSV file path")
-        parent = path.parent
-        if parent.exists() and not parent.is_dir():
-            raise InputError(f"{path}: {parent} is not a folder")
-        if parent.exists() and not os.access(parent, os.W_OK):
-            raise InputError(f"{path}: the folder {parent} is not writable")
+        check_writable(path, "--out")
         if path.exists():
             self._load()
 

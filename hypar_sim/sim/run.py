@@ -9,6 +9,7 @@ from hypar_sim.errors import InputError, closest
 from hypar_sim.hardware.config import HardwareConfig
 from hypar_sim.hardware.topology import TOPOLOGIES, make_topology
 from hypar_sim.planner.plan import Plan
+from hypar_sim.planner.strategies import make_plan
 from hypar_sim.results import SimResult
 from hypar_sim.sim.accounting import DEFAULT_CHUNK_BYTES, DEFAULT_MAX_CHUNKS
 from hypar_sim.sim.analytic import simulate_analytic
@@ -55,3 +56,11 @@ def simulate(network: Network, plan: Plan, config: HardwareConfig,
     config_dict = dataclasses.asdict(config) | dataclasses.asdict(options)
     engine = simulate_des if options.engine == "des" else simulate_analytic
     return engine(schedule, topology, options.chunk_bytes, options.max_chunks, config_dict)
+
+
+def simulate_strategy(network: Network, strategy: str, config: HardwareConfig,
+                      options: SimOptions = SimOptions(),  # noqa: B008 - frozen, immutable
+                      plan_text: str | None = None) -> SimResult:
+    """Plan `network` by `strategy` for the array of `config`, then simulate that plan."""
+    plan = make_plan(network, strategy, config.levels, config.batch, plan_text, config.word_bytes)
+    return simulate(network, plan, config, options)
