@@ -26,6 +26,7 @@ from hypar_sim.hardware.hmc import (
     split_over_vaults,
 )
 from hypar_sim.hardware.pe_array import (
+    ArrayCost,
     ConvWork,
     backward_work,
     fc_work,
@@ -93,6 +94,26 @@ def _batch_of(split: LayerSplit) -> int:
     return int(split.batch)
 
 
+def _cube_cost(pieces: list[tuple[ArrayCost, int]], macs: int, config: HardwareConfig) -> PieceCost:
+    """The cube's cost of PU pieces (cost, PUs running it), largest first: the time of the
+    largest piece (all PUs run in parallel, each streaming its tiles from its vault), and
+    every PU's own access counts added up."""
+    slowest = pieces[0][0]
+    slowest_dram = slowest.accesses.dram_read + slowest.accesses.dram_write
+    tiles = slowest.mapping.passes if slowest.mapping else 1
+    time = overlapped_cycles(slowest.cycles, slowest_dram * config.word_bytes, tiles, config)
+
+    def total(field: str) -> int:
+        return sum(count * getattr(cost.accesses, field) for cost, count in pieces)
+
+    dram_words = total("dram_read") + total("dram_write")
+    counts = {Action.MAC: macs, Action.RF: total("rf"), Action.INTER_PE: total("inter_pe"),
+              Action.BUFFER: total("buffer"), Action.DRAM: dram_words}
+    return PieceCost(time.total_cycles, time.compute_cycles, time.memory_cycles, macs,
+                     dram_words * config.word_bytes, sum(count for _, count in pieces),
+                     MappingProxyType(counts))
+
+
 @lru_cache(maxsize=65536)
 def conv_cost(work: ConvWork, config: HardwareConfig) -> PieceCost:
     """Cost of a convolution-shaped piece on one cube: split over the PUs, DRAM overlapped.
@@ -101,20 +122,7 @@ def conv_cost(work: ConvWork, config: HardwareConfig) -> PieceCost:
     PU's own piece.
     """
     split = split_over_vaults(work, config)
-    slowest = split.slowest
-    slowest_dram = slowest.accesses.dram_read + slowest.accesses.dram_write
-    tiles = slowest.mapping.passes if slowest.mapping else 1
-    time = overlapped_cycles(slowest.cycles, slowest_dram * config.word_bytes, tiles, config)
-    dram_words = split.total("dram_read") + split.total("dram_write")
-    counts = {
-        Action.MAC: work.macs,
-        Action.RF: split.total("rf"),
-        Action.INTER_PE: split.total("inter_pe"),
-        Action.BUFFER: split.total("buffer"),
-        Action.DRAM: dram_words,
-    }
-    return PieceCost(time.total_cycles, time.compute_cycles, time.memory_cycles, work.macs,
-                     dram_words * config.word_bytes, split.pus_used, MappingProxyType(counts))
+    return _cube_cost([(cost, count) for _, count, cost in split.pieces], work.macs, config)
 
 
 @lru_cache(maxsize=65536)
@@ -125,18 +133,7 @@ def update_piece_cost(weights: int, config: HardwareConfig) -> PieceCost:
     spec = pe_array_spec(config)
     pus = min(config.pus_per_cube, weights)
     pieces = [(update_cost(size, spec), count) for size, count in even_parts(weights, pus)]
-    slowest = pieces[0][0]
-    slowest_dram = slowest.accesses.dram_read + slowest.accesses.dram_write
-    time = overlapped_cycles(slowest.cycles, slowest_dram * config.word_bytes, 1, config)
-
-    def total(field: str) -> int:
-        return sum(count * getattr(cost.accesses, field) for cost, count in pieces)
-
-    dram_words = total("dram_read") + total("dram_write")
-    counts = {Action.MAC: weights, Action.RF: total("rf"), Action.BUFFER: total("buffer"),
-              Action.DRAM: dram_words}
-    return PieceCost(time.total_cycles, time.compute_cycles, time.memory_cycles, weights,
-                     dram_words * config.word_bytes, pus, MappingProxyType(counts))
+    return _cube_cost(pieces, weights, config)
 
 
 def held_weights(split: LayerSplit) -> int:
