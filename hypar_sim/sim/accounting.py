@@ -139,8 +139,10 @@ def assemble_result(
     cycles = phase_cycles(schedule)
     computes = [task.cost for task in schedule.tasks if isinstance(task, Compute)]
     traffic = defaultdict(float)
+    per_level = [0.0] * plan.levels
     for message in schedule.messages:
         traffic[message.layer] += message.bytes
+        per_level[message.level] += message.bytes
     layers = tuple(
         LayerResult(
             name=share.layer.name,
@@ -165,10 +167,8 @@ def assemble_result(
         plan=tuple(tuple(c.value for c in level) for level in plan.choices),
         clock_hz=config.clock_hz, latency_cycles=latency_cycles,
         energy_breakdown_pj={action.value: pj for action, pj in energy.parts_pj.items()},
-        traffic_bytes=sum(m.bytes for m in schedule.messages),
-        traffic_bytes_per_level=tuple(
-            sum(m.bytes for m in schedule.messages if m.level == level)
-            for level in range(plan.levels)),
+        traffic_bytes=sum(traffic.values()),
+        traffic_bytes_per_level=tuple(per_level),
         compute_cycles=sum(cost.compute_cycles for cost in computes),
         dram_stall_cycles=sum(cost.stall_cycles for cost in computes),
         comm_wait_cycles=sum(comm_wait_per_layer.values()),

@@ -100,8 +100,10 @@ class _Step:
                 self.pending[(message.dst, step)] += 1
         self.arrived = {key: self.env.event() for key in self.pending}
         self.wait_cycles: dict[int, float] = defaultdict(float)
-        self.outbox = {(src, step): schedule.messages_from(src, step)
-                       for step in schedule.steps for src in range(schedule.accelerators)}
+        self.outbox: dict[tuple[int, StepKey], list[Message]] = defaultdict(list)
+        for step, messages in schedule.steps.items():
+            for message in messages:
+                self.outbox[(message.src, step)].append(message)
 
     def accelerator(self, index: int):
         env = self.env
