@@ -13,7 +13,18 @@ from hypar_sim.atomic import atomic_write_text, check_writable
 from hypar_sim.errors import InputError
 from hypar_sim.hardware.config import derived, describe, load_hardware
 from hypar_sim.hardware.topology import TOPOLOGIES
-from hypar_sim.planner.strategies import STRATEGIES, make_plan
+from hypar_sim.partition.hierarchy import MAX_MEMBERS, Hierarchy
+from hypar_sim.partition.kinds import allowed_names as allowed_kind_names
+from hypar_sim.partition.kinds import parse_kinds
+from hypar_sim.planner.search import SEARCHES
+from hypar_sim.planner.strategies import (
+    DEFAULT_KINDS,
+    STRATEGIES,
+    PlanOptions,
+    as_hierarchy,
+    make_plan,
+)
+from hypar_sim.planner.traffic import DEFAULT_TRAFFIC_MODEL, TRAFFIC_MODELS
 from hypar_sim.report import (
     comparison_table,
     hardware_table,
@@ -21,8 +32,8 @@ from hypar_sim.report import (
     networks_table,
     plan_summary,
 )
+from hypar_sim.runner import ENGINES, SimOptions, simulate_strategy
 from hypar_sim.sim.accounting import DEFAULT_CHUNK_BYTES, DEFAULT_MAX_CHUNKS
-from hypar_sim.sim.run import ENGINES, SimOptions, simulate_strategy
 from hypar_sim.workload.network import available_networks, load_network
 
 COMPARED_STRATEGIES = ("data", "model", "trick", "hypar")
@@ -39,16 +50,42 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 
-def levels_from_args(args: argparse.Namespace) -> int:
-    """Hierarchy levels from --levels or --accelerators (a power of two)."""
-    if args.accelerators is None:
-        return DEFAULT_LEVELS if args.levels is None else args.levels
-    count = args.accelerators
-    if count < 1 or count & (count - 1):
-        raise InputError(
-            f"--accelerators: {count} is not a power of two; allowed: 1, 2, 4, 8, 16, ..."
-        )
-    return count.bit_length() - 1
+def hierarchy_from_args(args: argparse.Namespace, accelerators: int | None = None) -> Hierarchy:
+    """The hierarchy from --hierarchy, --levels (two-way levels) or the accelerator count
+    (its prime factors, largest first: 12 -> 3x2x2)."""
+    count = accelerators if accelerators is not None else getattr(args, "accelerators", None)
+    if getattr(args, "levels", None) is not None:
+        if args.hierarchy:
+            raise InputError("--levels: give --levels or --hierarchy, not both")
+        return as_hierarchy(args.levels)
+    if count is not None and (count < 1 or count > MAX_MEMBERS):
+        raise InputError(f"--accelerators: must be an integer from 1 to {MAX_MEMBERS}, "
+                         f"got {count}")
+    if args.hierarchy:
+        return Hierarchy.parse(args.hierarchy, count)
+    return Hierarchy.for_count(count if count is not None else 2**DEFAULT_LEVELS)
+
+
+def plan_options_from_args(args: argparse.Namespace) -> PlanOptions:
+    return PlanOptions(kinds=parse_kinds(args.kinds), search=args.search,
+                       traffic_model=args.traffic_model)
+
+
+def _add_plan_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--hierarchy", default=None, metavar="SIZES",
+                        help="level sizes, top first, e.g. 4x3x2 (product = accelerators; "
+                             "default: the accelerator count's prime factors, largest first)")
+    parser.add_argument("--kinds", default=",".join(DEFAULT_KINDS),
+                        help=f"split kinds the planner may use, from {allowed_kind_names()} "
+                             f"(default {','.join(DEFAULT_KINDS)})")
+    parser.add_argument("--search", default="greedy", choices=SEARCHES,
+                        help="greedy: level by level, HyPar's Algorithm 2 (default); joint: "
+                             "one DP over every level at once (exact)")
+    parser.add_argument("--traffic-model", default=DEFAULT_TRAFFIC_MODEL,
+                        choices=tuple(TRAFFIC_MODELS), metavar="MODEL",
+                        help="layout: needs minus holds on the members' real layouts "
+                             "(default); paper: HyPar's reading of Tables 1 and 2 (batch and "
+                             "in on two-way levels; Figure 8)")
 
 
 def _add_array_arguments(parser: argparse.ArgumentParser) -> None:
@@ -56,7 +93,7 @@ def _add_array_arguments(parser: argparse.ArgumentParser) -> None:
     size.add_argument("--levels", type=int, default=None,
                       help=f"hierarchy levels H, 2**H accelerators (default {DEFAULT_LEVELS})")
     size.add_argument("--accelerators", type=int, default=None,
-                      help="number of accelerators, a power of two (default 16)")
+                      help="number of accelerators (default 16)")
     parser.add_argument("--batch", type=int, default=DEFAULT_BATCH,
                         help=f"samples per training step (default {DEFAULT_BATCH})")
 
@@ -78,8 +115,9 @@ def build_parser() -> argparse.ArgumentParser:
                       help=f"one of {', '.join(STRATEGIES)} (default hypar; explicit needs --plan)")
     plan.add_argument("--plan", dest="plan_text", default=None,
                       help="with --strategy explicit (implied when given): a file or a string, "
-                           "one row of dp/mp per level, rows separated by ';' or new lines")
+                           "one row of kinds per level, rows separated by ';' or new lines")
     _add_array_arguments(plan)
+    _add_plan_arguments(plan)
     plan.add_argument("--json", action="store_true", help="print one JSON object")
     run = commands.add_parser("run", help="simulate one training step and report latency, "
                                           "energy and traffic")
@@ -87,7 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--strategy", default="hypar", choices=STRATEGIES, metavar="STRATEGY",
                      help=f"one of {', '.join(STRATEGIES)} (default hypar)")
     run.add_argument("--plan", dest="plan_text", default=None,
-                     help="an explicit plan (file or string, one row of dp/mp per level)")
+                     help="an explicit plan (file or string, one row of kinds per level)")
     run.add_argument("--json", action="store_true", help="print one JSON object")
     run.add_argument("--csv", default=None, metavar="FILE", help="write the per-layer table as CSV")
 
@@ -105,8 +143,19 @@ def build_parser() -> argparse.ArgumentParser:
                        help="comma-separated, from data, model, trick, hypar, exhaustive "
                             "(default data,model,hypar)")
     sweep.add_argument("--topologies", default="htree", help="comma-separated (default htree)")
-    sweep.add_argument("--accelerators", default="16", help="comma-separated powers of two")
+    sweep.add_argument("--accelerators", default="16", help="comma-separated accelerator counts")
     sweep.add_argument("--batch", default="256", help="comma-separated batch sizes")
+    sweep.add_argument("--hierarchies", default="",
+                       help="comma-separated hierarchies such as 4x3x2 (default: each count's "
+                            "prime factors, largest first)")
+    sweep.add_argument("--kinds", default=",".join(DEFAULT_KINDS),
+                       help="kind sets to sweep, separated by ';' (e.g. 'batch,in;batch,in,out'; "
+                            f"default {','.join(DEFAULT_KINDS)})")
+    sweep.add_argument("--searches", default="greedy", help="comma-separated, from "
+                       f"{', '.join(SEARCHES)} (default greedy)")
+    sweep.add_argument("--traffic-models", default=DEFAULT_TRAFFIC_MODEL,
+                       help=f"comma-separated, from {', '.join(TRAFFIC_MODELS)} "
+                            f"(default {DEFAULT_TRAFFIC_MODEL})")
     sweep.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUES",
                        help="a hardware parameter to change, one value or several to sweep "
                             "(e.g. link_bandwidth_gbps=1.6,3.2); repeatable")
@@ -147,7 +196,7 @@ def _add_simulation_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--topology", default="htree", choices=TOPOLOGIES, metavar="TOPOLOGY",
                         help=f"one of {', '.join(TOPOLOGIES)} (default htree)")
     parser.add_argument("--accelerators", type=int, default=None,
-                        help="accelerators, a power of two (default from the config: 16)")
+                        help="accelerators (default from the config: 16)")
     parser.add_argument("--batch", type=int, default=None,
                         help="samples per training step (default from the config: 256)")
     parser.add_argument("--config", default=None,
@@ -163,6 +212,7 @@ def _add_simulation_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-overlap", action="store_true",
                         help="wait for each layer's gradient exchange before going on with the "
                              "backward pass (default: overlap it)")
+    _add_plan_arguments(parser)
 
 
 def _simulation_inputs(args: argparse.Namespace):
@@ -183,7 +233,9 @@ def cmd_run(args: argparse.Namespace) -> str:
         check_writable(args.csv, "--csv")
     network, config, options = _simulation_inputs(args)
     strategy = "explicit" if args.plan_text is not None else args.strategy
-    result = simulate_strategy(network, strategy, config, options, args.plan_text)
+    result = simulate_strategy(network, strategy, config, options, args.plan_text,
+                               plan_options_from_args(args),
+                               hierarchy_from_args(args, config.accelerators))
     if args.csv:
         table = result.per_layer_frame().assign(
             hypar_sim_version=result.version, config=json.dumps(dict(result.config or {})))
@@ -195,7 +247,10 @@ def cmd_run(args: argparse.Namespace) -> str:
 
 def cmd_compare(args: argparse.Namespace) -> str:
     network, config, options = _simulation_inputs(args)
-    results = [simulate_strategy(network, strategy, config, options)
+    plan_options = plan_options_from_args(args)
+    hierarchy = hierarchy_from_args(args, config.accelerators)
+    results = [simulate_strategy(network, strategy, config, options, None, plan_options,
+                                 hierarchy)
                for strategy in COMPARED_STRATEGIES]
     if args.json:
         return json.dumps([result.to_dict() for result in results], indent=2)
@@ -223,6 +278,11 @@ def cmd_sweep(args: argparse.Namespace) -> str:
         overrides=sweep.parse_overrides(args.overrides),
         engine=args.engine,
         config_file=args.config,
+        hierarchies=tuple(h.strip() for h in args.hierarchies.split(",") if h.strip()) or ("",),
+        kinds=tuple(",".join(parse_kinds(k)) for k in args.kinds.split(";") if k.strip()),
+        searches=sweep.parse_list(args.searches, SEARCHES, "--searches"),
+        traffic_models=sweep.parse_list(args.traffic_models, tuple(TRAFFIC_MODELS),
+                                        "--traffic-models"),
     )
     sweep.check_axes(spec)
     rows = sweep.run_sweep(spec.cases(), args.out, args.executor, args.workers, args.scheduler,
@@ -288,7 +348,8 @@ def cmd_networks(args: argparse.Namespace) -> str:
 def cmd_plan(args: argparse.Namespace) -> str:
     network = load_network(args.network)
     strategy = "explicit" if args.plan_text is not None else args.strategy
-    plan = make_plan(network, strategy, levels_from_args(args), args.batch, args.plan_text)
+    plan = make_plan(network, strategy, hierarchy_from_args(args), args.batch, args.plan_text,
+                     options=plan_options_from_args(args))
     if args.json:
         return json.dumps(plan.to_dict(), indent=2)
     return plan_summary(plan)

@@ -83,7 +83,7 @@ def comparison_table(results: Sequence) -> str:
 
 
 def plan_grid(plan: Plan) -> str:
-    """Levels as rows (H1 at the top), layers as columns, dp/mp in the cells."""
+    """Levels as rows (H1 at the top, with its size), layers as columns, kinds in the cells."""
     names = list(plan.layer_names)
     legend = ""
     if sum(max(len(n), 2) + 2 for n in names) + 24 > MAX_GRID_WIDTH:
@@ -93,13 +93,15 @@ def plan_grid(plan: Plan) -> str:
     for level, (choices, gb) in enumerate(
         zip(plan.choices, plan.traffic_bytes_per_level, strict=True)
     ):
-        rows.append([f"H{level + 1}", *(c.value for c in choices), f"{gb / GB:.4g}"])
-    grid = table(["level", *names, "GB"], rows, "l" + "c" * len(names) + "r")
+        rows.append([f"H{level + 1} ({plan.hierarchy.sizes[level]})", *choices, f"{gb / GB:.4g}"])
+    grid = table(["level (size)", *names, "GB"], rows, "l" + "c" * len(names) + "r")
     return grid + legend
 
 
 def plan_summary(plan: Plan) -> str:
-    head = (f"{plan.network}: strategy {plan.strategy}, {plan.levels} levels "
-            f"({plan.accelerators} accelerators), batch {plan.batch}\n\n")
+    search = f", {plan.search} search" if plan.search else ""
+    head = (f"{plan.network}: strategy {plan.strategy}{search}, hierarchy {plan.hierarchy} "
+            f"({plan.accelerators} accelerator{'s' if plan.accelerators != 1 else ''}), batch "
+            f"{plan.batch}, traffic model {plan.traffic_model}\n\n")
     total = f"\n\ntotal traffic per training step: {plan.traffic_bytes / GB:.4g} GB"
     return head + (plan_grid(plan) if plan.levels else "(one accelerator: nothing to split)") + total

@@ -39,6 +39,17 @@ class LinkResult:
 
 
 @dataclass(frozen=True)
+class AcceleratorResult:
+    """One member of the array over the whole step (stragglers show here)."""
+
+    accelerator: int
+    busy_cycles: float  # its computations, DRAM stalls included
+    sent_bytes: float
+    received_bytes: float
+    energy_pj: float  # its computations and the DRAM accesses of its messages
+
+
+@dataclass(frozen=True)
 class SimResult:
     """One training step of one network under one plan on one array."""
 
@@ -48,7 +59,7 @@ class SimResult:
     engine: str  # "des" (SimPy) or "analytic"
     accelerators: int
     batch: int
-    plan: tuple[tuple[str, ...], ...]  # [level][layer] "dp"/"mp"
+    plan: tuple[tuple[str, ...], ...]  # [level][layer] kind names (batch, in, out, spatial)
     clock_hz: float
     latency_cycles: float
     energy_breakdown_pj: Mapping[str, float]
@@ -62,6 +73,9 @@ class SimResult:
     events: int  # simulation events processed (0 for the analytic engine)
     wall_s: float  # wall-clock time of the simulation, seconds
     lane_grants: int = 0  # link and vault-channel requests served (des engine)
+    per_accelerator: tuple[AcceleratorResult, ...] = ()
+    hierarchy: tuple[int, ...] = ()
+    traffic_model: str = ""
     version: str = ""
     config: Mapping[str, Any] | None = None  # the full effective hardware configuration
 
@@ -103,6 +117,8 @@ class SimResult:
             "time_shares": self.time_shares,
             "per_layer": [asdict(layer) for layer in self.per_layer],
             "per_link": [asdict(link) for link in self.per_link],
+            "per_accelerator": [asdict(item) for item in self.per_accelerator],
+            "hierarchy": list(self.hierarchy), "traffic_model": self.traffic_model,
             "events": self.events, "lane_grants": self.lane_grants, "wall_s": self.wall_s,
             "version": self.version,
             "config": dict(self.config or {}),

@@ -1,7 +1,8 @@
 """Sweeps: many simulations, one CSV row each, in parallel, resumable.
 
 A sweep is the cartesian product of networks, strategies, topologies,
-accelerator counts, batch sizes and hardware overrides (`--set key=v1,v2`).
+accelerator counts, batch sizes, hierarchies, kind sets, searches, traffic
+models and hardware overrides (`--set key=v1,v2`).
 Each case becomes one row with every input and every scalar output of
 `run --json` (dicts flattened to `name.key` columns; lists, the plan, the
 per-layer and per-link tables as JSON text). A failed simulation becomes a
@@ -40,14 +41,17 @@ from hypar_sim import __version__
 from hypar_sim.atomic import atomic_write_text, check_writable
 from hypar_sim.errors import InputError
 from hypar_sim.hardware.config import HardwareConfig, coerce_overrides, load_hardware
-from hypar_sim.planner.strategies import STRATEGIES
-from hypar_sim.sim.run import ENGINES, SimOptions, simulate_strategy
+from hypar_sim.partition.hierarchy import Hierarchy
+from hypar_sim.partition.kinds import parse_kinds
+from hypar_sim.planner.strategies import STRATEGIES, PlanOptions
+from hypar_sim.runner import ENGINES, SimOptions, simulate_strategy
 from hypar_sim.workload.network import available_networks, load_network
 
 EXECUTORS = ("process", "serial", "dask")
 #: Input columns, in order; then the outputs.
-INPUT_COLUMNS = ("network", "strategy", "topology", "accelerators", "batch", "engine", "overrides",
-                 "plan_input", "config_file", "config_digest")
+INPUT_COLUMNS = ("network", "strategy", "topology", "accelerators", "batch", "hierarchy", "kinds",
+                 "search", "traffic_model", "engine", "overrides", "plan_input", "config_file",
+                 "config_digest")
 
 
 @dataclass(frozen=True)
@@ -64,29 +68,31 @@ class Case:
     plan_text: str | None = None  # for the explicit strategy
     config_file: str | None = None
     config_digest: str = ""  # of the config file's contents: a changed file is a new case
+    hierarchy: str = ""  # level sizes such as 4x3x2; "" = the count's prime factors
+    kinds: str = "batch,in"
+    search: str = "greedy"
+    traffic_model: str = "paper"  # the figure scripts' default; the sweep command's is layout
 
     def key(self) -> str:
         """What identifies the case in a CSV (its input columns as text)."""
-        return json.dumps([self.network, self.strategy, self.topology, self.accelerators,
-                           self.batch, self.engine, self.overrides_text(), self.plan_text or "",
-                           self.config_file or "", self.config_digest])
+        return json.dumps([str(self.inputs()[column]) for column in INPUT_COLUMNS])
 
     def overrides_text(self) -> str:
         return json.dumps(dict(self.overrides), sort_keys=True)
 
     def inputs(self) -> dict[str, Any]:
         return {"network": self.network, "strategy": self.strategy, "topology": self.topology,
-                "accelerators": self.accelerators, "batch": self.batch, "engine": self.engine,
+                "accelerators": self.accelerators, "batch": self.batch,
+                "hierarchy": self.hierarchy, "kinds": self.kinds, "search": self.search,
+                "traffic_model": self.traffic_model, "engine": self.engine,
                 "overrides": self.overrides_text(), "plan_input": self.plan_text or "",
                 "config_file": self.config_file or "", "config_digest": self.config_digest}
 
 
 def row_key(row: Mapping[str, Any]) -> str:
     """The key of a CSV row (values as read back from the file)."""
-    return json.dumps([row["network"], row["strategy"], row["topology"], int(row["accelerators"]),
-                       int(row["batch"]), row["engine"], row["overrides"],
-                       row.get("plan_input") or "", row.get("config_file") or "",
-                       row.get("config_digest") or ""])
+    return json.dumps([str(row.get(column) or "") if column not in ("accelerators", "batch")
+                       else str(int(row[column])) for column in INPUT_COLUMNS])
 
 
 def file_digest(path: str | None) -> str:
@@ -112,18 +118,26 @@ class SweepSpec:
     engine: str = "des"
     config_file: str | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
+    hierarchies: tuple[str, ...] = ("",)
+    kinds: tuple[str, ...] = ("batch,in",)
+    searches: tuple[str, ...] = ("greedy",)
+    traffic_models: tuple[str, ...] = ("layout",)
 
     def cases(self) -> list[Case]:
         keys = [key for key, _ in self.overrides]
         value_lists = [values for _, values in self.overrides]
         digest = file_digest(self.config_file)
         result = []
-        for network, strategy, topology, count, batch in itertools.product(
-                self.networks, self.strategies, self.topologies, self.accelerators, self.batches):
+        for network, strategy, topology, count, batch, hierarchy, kinds, search, model in \
+                itertools.product(self.networks, self.strategies, self.topologies,
+                                  self.accelerators, self.batches, self.hierarchies, self.kinds,
+                                  self.searches, self.traffic_models):
             for values in itertools.product(*value_lists):
                 result.append(Case(network, strategy, topology, count, batch, self.engine,
                                    tuple(zip(keys, values, strict=True)),
-                                   config_file=self.config_file, config_digest=digest))
+                                   config_file=self.config_file, config_digest=digest,
+                                   hierarchy=hierarchy, kinds=kinds, search=search,
+                                   traffic_model=model))
         return result
 
 
@@ -203,8 +217,11 @@ def run_case(case: Case, options: Mapping[str, Any] | None = None) -> dict[str, 
     try:
         config = case_config(case)
         sim_options = SimOptions(topology=case.topology, engine=case.engine, **(options or {}))
+        hierarchy = (Hierarchy.parse(case.hierarchy, case.accelerators, "--hierarchies")
+                     if case.hierarchy else None)
+        plan_options = PlanOptions(parse_kinds(case.kinds), case.search, case.traffic_model)
         result = simulate_strategy(load_network(case.network), case.strategy, config,
-                                   sim_options, case.plan_text)
+                                   sim_options, case.plan_text, plan_options, hierarchy)
         data = result.to_dict()
         for key in INPUT_COLUMNS:
             data.pop(key, None)
@@ -451,3 +468,9 @@ def check_axes(spec: SweepSpec) -> None:
                              f"{', '.join(s for s in STRATEGIES if s != 'explicit')}")
     if spec.engine not in ENGINES:
         raise InputError(f"--engine: unknown '{spec.engine}'; allowed: {', '.join(ENGINES)}")
+    for text in spec.hierarchies:
+        if text:
+            sizes = Hierarchy.parse(text, None, "--hierarchies")
+            if sizes.members not in spec.accelerators:
+                raise InputError(f"--hierarchies: {text} has {sizes.members} members, which is "
+                                 f"not one of --accelerators {','.join(map(str, spec.accelerators))}")

@@ -21,7 +21,7 @@ from hypar_sim.hardware.pe_array import map_conv
 from hypar_sim.paper import PAPER_NETWORKS
 from hypar_sim.planner.comm_model import Phase
 from hypar_sim.planner.strategies import make_plan
-from hypar_sim.sim.run import SimOptions, simulate
+from hypar_sim.runner import SimOptions, simulate
 from hypar_sim.sim.schedule import leaf_shares
 from hypar_sim.workload.network import load_network
 

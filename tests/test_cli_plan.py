@@ -21,18 +21,25 @@ def test_networks_one(cli):
 
 
 def test_plan_table(cli):
-    result = cli("plan", "vgg_a")
+    result = cli("plan", "vgg_a", "--traffic-model", "paper")
     assert result.returncode == 0
     assert "H4" in result.stdout and "1.469 GB" in result.stdout
+    assert "traffic model paper" in result.stdout
+    default = cli("plan", "vgg_a")
+    assert default.returncode == 0
+    assert "H4" in default.stdout and "traffic model layout" in default.stdout
 
 
 def test_plan_json_keys(cli):
-    result = cli("plan", "sfc", "--strategy", "data", "--levels", "4", "--batch", "256", "--json")
+    result = cli("plan", "sfc", "--strategy", "data", "--levels", "4", "--batch", "256", "--json",
+                 "--traffic-model", "paper")
     assert result.returncode == 0
     data = json.loads(result.stdout)
     assert {"network", "strategy", "levels", "batch", "plan", "traffic_bytes",
-            "traffic_bytes_per_level"} <= set(data)
-    assert data["plan"] == [["dp"] * 4] * 4
+            "traffic_bytes_per_level", "hierarchy", "accelerators", "traffic_model"} <= set(data)
+    assert data["hierarchy"] == [2] * 4 and data["accelerators"] == 16
+    assert data["traffic_model"] == "paper"
+    assert data["plan"] == [["batch"] * 4] * 4
     assert data["traffic_bytes"] == 2 * 15 * 140_722_176 * 4
     assert len(data["traffic_bytes_per_level"]) == 4
 
@@ -45,18 +52,49 @@ def test_explicit_plan_string_and_file(cli, tmp_path):
                                "--json").stdout)
     from_text = json.loads(cli("plan", "lenet_c", "--levels", "2", "--plan",
                                "dp dp mp mp; dp dp mp mp", "--json").stdout)
-    assert from_file["plan"] == from_text["plan"] == [["dp", "dp", "mp", "mp"]] * 2
+    canonical = json.loads(cli("plan", "lenet_c", "--levels", "2", "--plan",
+                               "batch batch in in; BATCH,batch,IN,in", "--json").stdout)
+    assert from_file["plan"] == from_text["plan"] == canonical["plan"] \
+        == [["batch", "batch", "in", "in"]] * 2
+    assert from_file["traffic_bytes"] == from_text["traffic_bytes"] == canonical["traffic_bytes"]
     assert from_file["strategy"] == "explicit"
+
+
+def test_any_accelerator_count_gets_its_prime_factor_hierarchy(cli):
+    data = json.loads(cli("plan", "lenet_c", "--accelerators", "12", "--json").stdout)
+    assert data["hierarchy"] == [3, 2, 2] and data["accelerators"] == 12
+    assert data["levels"] == len(data["plan"]) == 3
+    assert all(len(row) == 4 for row in data["plan"])
+    table = cli("plan", "lenet_c", "--accelerators", "12")
+    assert table.returncode == 0 and "hierarchy 3x2x2 (12 accelerators)" in table.stdout
+
+
+def test_uneven_batch_is_accepted_by_the_layout_model(cli):
+    result = cli("plan", "lenet_c", "--batch", "100", "--json")
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert data["batch"] == 100 and data["traffic_model"] == "layout"
+    assert data["traffic_bytes"] > 0
 
 
 @pytest.mark.parametrize("args, fragment", [
     (("plan", "no_such_net"), "unknown network 'no_such_net'"),
     (("plan", "missing.yaml"), "missing.yaml: network file not found"),
-    (("plan", "lenet_c", "--batch", "100"), "batch: 100 is not divisible"),
+    (("plan", "lenet_c", "--batch", "100", "--traffic-model", "paper"),
+     "batch: 100 is not divisible"),
+    (("plan", "lenet_c", "--strategy", "data", "--batch", "100", "--traffic-model", "paper"),
+     "batch: 100 cannot be split by data parallelism"),
     (("plan", "lenet_c", "--levels", "-1"), "levels: must be an integer from 0"),
-    (("plan", "lenet_c", "--accelerators", "12"), "--accelerators: 12 is not a power of two"),
+    (("plan", "lenet_c", "--accelerators", "12", "--hierarchy", "4x4"),
+     "--hierarchy: 4x4 has 16 members, but there are 12 accelerators"),
+    (("plan", "lenet_c", "--kinds", "foo"), "--kinds: unknown split kind 'foo'"),
+    (("plan", "lenet_c", "--accelerators", "64", "--batch", "32"),
+     "no kind of batch,in can split layer conv1 at level 6"),
+    # a fixed strategy may not leave a member without samples (32 over 64) either
+    (("plan", "lenet_c", "--strategy", "data", "--accelerators", "64", "--batch", "32"), "conv1"),
     (("plan", "lenet_c", "--strategy", "nope"), "invalid choice: 'nope'"),
-    (("plan", "lenet_c", "--levels", "1", "--plan", "dp dp xp mp"), "'xp' is not a parallelism"),
+    (("plan", "lenet_c", "--levels", "1", "--plan", "dp dp xp mp"),
+     "unknown split kind 'xp'; allowed: batch (dp), in (mp), out, spatial"),
     (("plan", "lenet_c", "--levels", "2", "--plan", "dp dp mp mp"), "has 1 level(s), expected 2"),
     (("plan", "lenet_c", "--levels", "1", "--plan", "dp dp mp"), "has 3 choice(s), expected 4"),
     (("plan", "lenet_c", "--strategy", "data", "--batch", "0"), "batch: must be a positive"),

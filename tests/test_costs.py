@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from hypar_sim.errors import InputError
@@ -11,7 +13,9 @@ from hypar_sim.hardware.energy import Action, EnergyTable
 from hypar_sim.hardware.hmc import check_capacity, pe_array_spec, split_over_vaults
 from hypar_sim.hardware.pe_array import map_conv
 from hypar_sim.paper import PAPER_NETWORKS
-from hypar_sim.planner.comm_model import LayerSplit, Phase
+from hypar_sim.partition.hierarchy import Hierarchy
+from hypar_sim.partition.shares import column_shares, offered, whole_share
+from hypar_sim.partition.steps import Phase
 from hypar_sim.workload.network import load_network
 
 CONFIG = load_hardware()
@@ -22,10 +26,42 @@ CONV_PHASES = (Phase.FORWARD, Phase.BACKWARD, Phase.GRADIENT)
 def test_all_phases_do_the_layers_macs(name):
     batch = 4
     for layer in load_network(name).layers:
-        forward = forward_piece(layer, batch)
+        forward = forward_piece(whole_share(layer, batch))
         for phase in CONV_PHASES:
             work = phase_work(forward, phase)
             assert work.macs == layer.macs_per_sample * batch, (layer.name, phase)
+
+
+SPLITS = [((2,), ("batch",)), ((2,), ("in",)), ((3,), ("out",)), ((2,), ("spatial",)),
+          ((3, 2), ("out", "in")), ((2, 3), ("spatial", "batch")), ((5,), ("spatial",))]
+
+
+@pytest.mark.parametrize("name", PAPER_NETWORKS + ("alexnet",))
+def test_member_shares_together_do_the_layers_macs(name):
+    """Every member's piece of a split layer adds up to the whole layer's MACs in every
+    phase; a spatial split may only add the pre-pooling rows that overlapping pooling
+    windows share (3x3 stride 2), never lose any."""
+    batch = 6
+    for layer in load_network(name).layers:
+        whole = forward_piece(whole_share(layer, batch))
+        overlapping = layer.pool is not None and layer.pool.kernel > layer.pool.stride
+        for sizes, column in SPLITS:
+            hierarchy = Hierarchy(sizes)
+            if not offered(layer, batch, column, hierarchy):
+                continue
+            shares = column_shares(layer, batch, column, hierarchy)
+            assert len(shares) == hierarchy.members
+            # in and out split the weights; batch and spatial replicate them
+            replicas = math.prod(size for size, kind in zip(sizes, column, strict=True)
+                                 if kind in ("batch", "spatial"))
+            assert sum(s.weights for s in shares) == whole_share(layer, batch).weights * replicas
+            for phase in CONV_PHASES:
+                total = sum(phase_work(forward_piece(s), phase).macs for s in shares)
+                expected = phase_work(whole, phase).macs
+                if overlapping and "spatial" in column:
+                    assert total >= expected, (layer.name, column, phase)
+                else:
+                    assert total == expected, (layer.name, column, phase)
 
 
 @pytest.mark.parametrize("name", ["lenet_c", "vgg_a", "sfc", "alexnet_half"])
@@ -33,7 +69,7 @@ def test_physical_limits_on_a_pu(name):
     spec = pe_array_spec(CONFIG)
     for layer in load_network(name).layers:
         for phase in CONV_PHASES:
-            work = phase_work(forward_piece(layer, 8), phase)
+            work = phase_work(forward_piece(whole_share(layer, 8)), phase)
             cost = map_conv(work, spec)
             assert cost.active_pes <= spec.pes and 0 < cost.utilization <= 1
             assert cost.cycles >= work.macs / spec.pes
@@ -41,22 +77,22 @@ def test_physical_limits_on_a_pu(name):
             assert split.pus_used <= CONFIG.pus_per_cube
             assert sum(count for _, count, _ in split.pieces) == split.pus_used
             assert split.total("macs") == work.macs or work.density != 1  # pieces cover the work
-            cube = phase_cost(LayerSplit(layer, 8), phase, CONFIG)
+            cube = phase_cost(whole_share(layer, 8), phase, CONFIG)
             assert cube.cycles >= work.macs / (spec.pes * CONFIG.pus_per_cube)
             assert cube.cycles >= cube.compute_cycles and cube.cycles >= cube.memory_cycles
 
 
 def test_first_layer_has_no_backward():
     layer = load_network("lenet_c").layers[0]
-    assert phase_cost(LayerSplit(layer, 8), Phase.BACKWARD, CONFIG, first_layer=True).cycles == 0
-    assert phase_cost(LayerSplit(layer, 8), Phase.BACKWARD, CONFIG).cycles > 0
+    assert phase_cost(whole_share(layer, 8), Phase.BACKWARD, CONFIG, first_layer=True).cycles == 0
+    assert phase_cost(whole_share(layer, 8), Phase.BACKWARD, CONFIG).cycles > 0
 
 
 def test_energy_breakdown_sums_to_total():
     table = EnergyTable.from_config(CONFIG)
     layer = load_network("vgg_a").layers[3]
     for phase in (*CONV_PHASES, Phase.UPDATE):
-        energy = table.energy(phase_cost(LayerSplit(layer, 16), phase, CONFIG).counts)
+        energy = table.energy(phase_cost(whole_share(layer, 16), phase, CONFIG).counts)
         assert energy.total_pj == pytest.approx(sum(energy.parts_pj.values()), rel=1e-9)
         assert energy.total_pj > 0
 
@@ -65,8 +101,8 @@ def test_doubling_batch_doubles_mac_and_activation_energy():
     table = EnergyTable.from_config(CONFIG)
     spec = pe_array_spec(CONFIG)
     for layer in load_network("cifar_c").layers:
-        one = map_conv(forward_piece(layer, 16), spec)
-        two = map_conv(forward_piece(layer, 32), spec)
+        one = map_conv(forward_piece(whole_share(layer, 16)), spec)
+        two = map_conv(forward_piece(whole_share(layer, 32)), spec)
         mac = table.energy({Action.MAC: one.accesses.macs}).total_pj
         assert table.energy({Action.MAC: two.accesses.macs}).total_pj == 2 * mac
         # the output activations written to DRAM
@@ -76,10 +112,10 @@ def test_doubling_batch_doubles_mac_and_activation_energy():
 def test_capacity_check_names_the_layer():
     net = load_network("vgg_e")
     # VGG-E, batch 4096 on 2 accelerators by data parallelism: 2048 samples per cube.
-    shares = [LayerSplit(layer, 2048) for layer in net.layers]
+    shares = [whole_share(layer, 2048) for layer in net.layers]
     with pytest.raises(InputError, match=r"capacity: vgg_e needs .* GiB per cube by layer conv1_2"):
         check_capacity([footprint(s, 4) for s in shares], 0.0, CONFIG, "vgg_e")
-    small = [LayerSplit(layer, 16) for layer in net.layers]
+    small = [whole_share(layer, 16) for layer in net.layers]
     total = check_capacity([footprint(s, 4) for s in small], 1e6, CONFIG, "vgg_e")
     assert 2 * 4 * net.weights < total < CONFIG.cube_capacity_bytes
 

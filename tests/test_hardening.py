@@ -13,13 +13,15 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from hypar_sim.hardware.config import load_hardware
-from hypar_sim.planner.comm_model import Parallelism
+from hypar_sim.partition.hierarchy import Hierarchy
+from hypar_sim.partition.kinds import KINDS
 from hypar_sim.planner.plan import evaluate_plan
-from hypar_sim.sim.run import SimOptions, simulate
+from hypar_sim.planner.traffic import traffic_model
+from hypar_sim.runner import SimOptions, simulate
 from hypar_sim.sim.schedule import build_schedule
 from hypar_sim.sweep import Case, run_case, run_sweep
 from hypar_sim.workload.layers import FeatureShape, make_conv, make_fc
@@ -70,9 +72,26 @@ BAD_CONFIGS = {
 }
 
 BAD_RUNS = {
-    "accelerators not a power of two": (("--accelerators", "24"), "24 is not a power of two"),
-    "more levels than the batch allows": (("--accelerators", "64", "--batch", "32"),
-                                          "not divisible by 2**levels = 64"),
+    "hierarchy not matching the accelerators": (("--accelerators", "24", "--hierarchy", "4x4"),
+                                                "4x4 has 16 members, but there are 24"),
+    "hierarchy not a list of sizes": (("--hierarchy", "4by4"), "'4by4' is not a list of level"),
+    "hierarchy level of size one": (("--hierarchy", "16x1"), "every level size must be >= 2"),
+    "unknown split kind": (("--kinds", "batch,xp"), "--kinds: unknown split kind 'xp'"),
+    "paper model on a three-way level": (("--accelerators", "12", "--traffic-model", "paper"),
+                                         "paper takes only kinds batch,in (dp, mp) on two-way"),
+    "paper model with a third kind": (("--traffic-model", "paper", "--kinds", "batch,out"),
+                                      "paper takes only kinds batch,in"),
+    "unknown traffic model": (("--traffic-model", "exact"), "invalid choice: 'exact'"),
+    "unknown search": (("--search", "best"), "invalid choice: 'best'"),
+    "more levels than the batch allows": (("--accelerators", "64", "--batch", "32",
+                                           "--traffic-model", "paper"),
+                                          "batch: 32 is not divisible by the 64 accelerators"),
+    "more members than samples": (("--accelerators", "64", "--batch", "32"),
+                                  "no kind of batch,in can split layer conv1 at level 6"),
+    "data parallelism over more members than samples": (
+        ("--accelerators", "64", "--batch", "32", "--strategy", "data"), "conv1"),
+    "model parallelism over more members than channels and samples": (
+        ("--accelerators", "64", "--batch", "32", "--strategy", "model"), "conv1"),
     "batch zero": (("--batch", "0"), "batch: 0 is out of range"),
     "unknown strategy": (("--strategy", "best"), "invalid choice: 'best'"),
     "unknown topology": (("--topology", "mesh"), "invalid choice: 'mesh'"),
@@ -81,7 +100,9 @@ BAD_RUNS = {
     "plan with too many levels": (("--accelerators", "2", "--plan", "dp dp dp dp; dp dp dp dp"),
                                   "has 2 level(s), expected 1"),
     "plan with a bad word": (("--accelerators", "2", "--plan", "dp dp xx dp"),
-                             "'xx' is not a parallelism"),
+                             "unknown split kind 'xx'; allowed: batch (dp), in (mp), out"),
+    "plan a layer cannot take": (("--accelerators", "2", "--plan", "in in in in"),
+                                 "layer conv1 cannot take (in)"),
     "missing config file": (("--config", "nowhere.yaml"), "nowhere.yaml: config file not found"),
     "chunk zero": (("--chunk-kib", "0"), "--chunk-kib: must be a positive integer"),
     "non-integer accelerators": (("--accelerators", "four"), "invalid int value: 'four'"),
@@ -233,7 +254,7 @@ def test_fuzz_random_networks_plans_and_hardware(net, levels, data, link, pus, t
     batch = 2**levels * batch_factor
     config = load_hardware(overrides={"accelerators": 2**levels, "batch": batch,
                                       "link_bandwidth_gbps": link, "pus_per_cube": pus})
-    choices = tuple(tuple(data.draw(st.sampled_from(list(Parallelism)))
+    choices = tuple(tuple(data.draw(st.sampled_from(["batch", "in"]))  # HyPar's dp and mp
                           for _ in net.layers) for _ in range(levels))
     plan = evaluate_plan(net, batch, choices, "explicit")
     schedule = build_schedule(net, plan, config)
@@ -257,6 +278,61 @@ def test_fuzz_random_networks_plans_and_hardware(net, levels, data, link, pus, t
     analytic = simulate(net, plan, config, SimOptions(topology=topology, engine="analytic"))
     assert 0 < analytic.latency_cycles < math.inf
 
+
+@st.composite
+def layout_plans(draw):
+    """A random hierarchy (any level sizes, up to 12 members), batch and a plan of any
+    kinds that every layer can take at every level."""
+    net = draw(small_networks())
+    sizes = tuple(draw(st.lists(st.sampled_from([2, 3]), min_size=0, max_size=3)
+                       .filter(lambda s: math.prod(s) <= 12)))
+    hierarchy = Hierarchy(sizes)
+    batch = draw(st.integers(1, 16))
+    model = traffic_model("layout")
+    columns = []
+    for layer in net.layers:
+        column: tuple[str, ...] = ()
+        for level in range(hierarchy.levels):
+            upper = Hierarchy(sizes[:level + 1])
+            kinds = [k for k in KINDS if model.offered(layer, batch, column + (k,), upper)]
+            assume(kinds)
+            column += (draw(st.sampled_from(kinds)),)
+        columns.append(column)
+    choices = tuple(zip(*columns, strict=True)) if sizes else ()
+    return net, hierarchy, batch, choices
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                  HealthCheck.filter_too_much])
+@given(case=layout_plans(), link=st.sampled_from([0.4, 1.6, 12.8]),
+       pus=st.sampled_from([1, 4, 32]), topology=st.sampled_from(["htree", "torus"]))
+def test_fuzz_layout_model_on_any_hierarchy(case, link, pus, topology):
+    net, hierarchy, batch, choices = case
+    config = load_hardware(overrides={"accelerators": hierarchy.members, "batch": batch,
+                                      "link_bandwidth_gbps": link, "pus_per_cube": pus})
+    plan = evaluate_plan(net, batch, choices, "explicit", hierarchy=hierarchy, model="layout")
+    schedule = build_schedule(net, plan, config)
+    messages = schedule.messages
+    assert math.isclose(sum(m.bytes for m in messages), plan.traffic_bytes, rel_tol=1e-12)
+    assert all(m.src != m.dst and m.bytes > 0 and 0 <= m.level < hierarchy.levels
+               for m in messages)
+    for layer_shares in schedule.shares:
+        assert all(share.samples >= 1 and share.channels >= 1 and share.kernels >= 1
+                   for share in layer_shares)
+    results = {}
+    for name in (topology, "ideal"):
+        result = simulate(net, plan, config, SimOptions(topology=name))
+        assert math.isclose(result.traffic_bytes, plan.traffic_bytes, rel_tol=1e-12)
+        assert 0 < result.latency_cycles < math.inf
+        assert math.isclose(result.energy_pj, sum(result.energy_breakdown_pj.values()),
+                            rel_tol=1e-9)
+        assert all(value >= 0 for value in result.energy_breakdown_pj.values())
+        assert math.isclose(sum(a.sent_bytes for a in result.per_accelerator),
+                            plan.traffic_bytes, rel_tol=1e-9, abs_tol=1e-9)
+        results[name] = result
+    assert results["ideal"].latency_cycles <= results[topology].latency_cycles * (1 + 1e-9)
+    analytic = simulate(net, plan, config, SimOptions(topology=topology, engine="analytic"))
+    assert 0 < analytic.latency_cycles < math.inf
 
 def test_results_folder_untouched_by_failures(cli):
     before = {p.name: p.stat().st_mtime_ns for p in (REPO / "results").iterdir()}

@@ -13,6 +13,7 @@ from hypar_sim.hardware.interconnect import (
     htree_level_links,
     link_spec,
 )
+from hypar_sim.partition.hierarchy import Hierarchy
 
 
 def test_default_is_the_papers_setup():
@@ -26,7 +27,7 @@ def test_default_is_the_papers_setup():
     assert (c.energy_fp_add_pj, c.energy_fp_mult_pj, c.energy_buffer_pj, c.energy_dram_pj) == \
         (0.9, 3.7, 5.0, 640.0)
     assert c.vaults_per_cube == 32 and c.vault_bandwidth_bytes_per_cycle == pytest.approx(40.0)
-    assert c.levels == 4
+    assert Hierarchy.for_count(c.accelerators) == Hierarchy.binary(4)
 
 
 def test_every_parameter_has_a_source():
@@ -60,7 +61,9 @@ def test_command_line_overrides_win(tmp_path):
     ("vaults_per_cube: 2.5\n", "vaults_per_cube: must be an integer"),
     ("pe_rows: 13\n", "pe_rows x pe_cols = 13 x 14 = 182 differs from pe_count = 168"),
     ("buffer_kib: 0.5\n", "buffer_kib = 0.5 is smaller than one PE set needs"),
-    ("accelerators: 12\n", "accelerators: 12 is not a power of two"),
+    ("accelerators: 0\n", "accelerators: 0 is out of range; allowed: >= 1"),
+    ("accelerators: 2097152\n", "accelerators: 2097152 is out of range"),
+    ("accelerators: 12.5\n", "accelerators: must be an integer"),
     ("- a\n- b\n", "expected a mapping"),
 ])
 def test_bad_config_is_one_line_naming_file_and_key(tmp_path, body, fragment):
@@ -80,8 +83,12 @@ def test_hardware_command(cli, tmp_path):
     path.write_text("batch: 64\n")
     data = json.loads(cli("hardware", "--config", str(path), "--accelerators", "4", "--json").stdout)
     assert data["batch"] == 64 and data["accelerators"] == 4
-    bad = cli("hardware", "--accelerators", "6")
+    assert not any(line.startswith("hierarchy levels") for line in result.stdout.splitlines())
+    six = json.loads(cli("hardware", "--accelerators", "6", "--json").stdout)
+    assert six["accelerators"] == 6  # any count: no power of two needed any more
+    bad = cli("hardware", "--accelerators", "0")
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
+    assert "accelerators: 0 is out of range" in bad.stderr
     missing = cli("hardware", "--config", str(tmp_path / "nope.yaml"))
     assert missing.returncode == 2 and "config file not found" in missing.stderr
 
@@ -89,7 +96,7 @@ def test_hardware_command(cli, tmp_path):
 def test_interconnect_parameters():
     c = load_hardware()
     # H-tree: half the links at twice the bandwidth each level up; the same total per level.
-    for height in range(c.levels):
+    for height in range(Hierarchy.for_count(c.accelerators).levels):
         assert htree_level_links(c, height) * htree_level_bandwidth_gbps(c, height) == \
             pytest.approx(c.network_bandwidth_gbps)
     base = link_spec(c)

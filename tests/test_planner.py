@@ -6,10 +6,12 @@ import pytest
 
 from hypar_sim.paper import FIGURE_8_GB as FIGURE_8
 from hypar_sim.paper import VGG_B_HYPAR_GB_CONSISTENT
+from hypar_sim.partition.hierarchy import Hierarchy
+from hypar_sim.partition.kinds import paper_label
+from hypar_sim.planner import search
 from hypar_sim.planner.comm_model import LayerSplit, Parallelism, pair_costs
-from hypar_sim.planner.exhaustive import global_optimum, greedy_levels
-from hypar_sim.planner.plan import top_splits
 from hypar_sim.planner.strategies import make_plan
+from hypar_sim.planner.traffic import traffic_model
 from hypar_sim.workload.layers import FeatureShape, make_conv, make_fc
 from hypar_sim.workload.network import load_network
 
@@ -67,8 +69,8 @@ def test_standard_alexnet_is_not_the_papers():
 
 
 def _plan(name):
-    return [[c.value for c in level] for level in make_plan(load_network(name), "hypar", 4,
-                                                            256).choices]
+    return [[paper_label(c) for c in level] for level in make_plan(load_network(name), "hypar", 4,
+                                                                   256).choices]
 
 
 def test_section_621_plans():
@@ -96,7 +98,7 @@ def test_hypar_never_worse_than_data_model_trick():
 
 def test_trick_plan():
     plan = make_plan(load_network("alexnet_half"), "trick", 2, 256)
-    assert [c.value for c in plan.choices[0]] == ["dp"] * 5 + ["mp"] * 3
+    assert list(plan.choices[0]) == ["batch"] * 5 + ["in"] * 3
 
 
 def test_traffic_is_sum_of_levels_and_layers():
@@ -119,14 +121,6 @@ def test_exhaustive_strategy_is_the_global_optimum():
     net = load_network("lenet_c")
     exhaustive = make_plan(net, "exhaustive", 3, 64)
     hypar = make_plan(net, "hypar", 3, 64)
-    cost, _ = global_optimum(top_splits(net, 64), 3)
+    cost, _ = search.brute_force(traffic_model("paper"), net.layers, 64, Hierarchy.binary(3),
+                                 ("batch", "in"), 4)
     assert exhaustive.traffic_bytes == cost <= hypar.traffic_bytes
-
-
-def test_greedy_brute_force_equals_dp_on_shipped_networks():
-    for name in ("sfc", "sconv", "lenet_c", "cifar_c", "alexnet_half"):
-        net = load_network(name)
-        plan = make_plan(net, "hypar", 4, 256)
-        cost, choices = greedy_levels(top_splits(net, 256), 4)
-        assert plan.choices == choices
-        assert plan.traffic_bytes == cost

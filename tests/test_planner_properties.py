@@ -1,54 +1,100 @@
-"""The dynamic program equals brute force on random chains (hypothesis)."""
+"""The searches against brute force on random chains (hypothesis), under both traffic models."""
 
 from __future__ import annotations
 
+import itertools
+
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hypar_sim.planner.exhaustive import best_level, global_optimum, greedy_levels
-from hypar_sim.planner.hypar import hierarchical_choices, partition_two
-from hypar_sim.planner.plan import evaluate_plan, top_splits
+from hypar_sim.partition.hierarchy import Hierarchy
+from hypar_sim.planner import search
+from hypar_sim.planner.plan import evaluate_plan
+from hypar_sim.planner.traffic import traffic_model
 from hypar_sim.workload.layers import FeatureShape, make_conv, make_fc
 from hypar_sim.workload.network import Network
 
 
 @st.composite
-def networks(draw, max_layers=8):
+def networks(draw, max_layers=8, max_channels=64, max_size=32, max_out=256):
     """Random chains of conv and fc layers whose shapes always fit."""
-    channels = draw(st.integers(1, 64))
-    size = draw(st.integers(1, 32))
+    channels = draw(st.integers(1, max_channels))
+    size = draw(st.integers(1, max_size))
     shape = FeatureShape(channels, size, size)
     layers = []
     for index in range(draw(st.integers(1, max_layers))):
         if shape.height > 1 and draw(st.booleans()):
             kernel = draw(st.integers(1, min(5, shape.height)))
-            layer = make_conv(f"conv{index}", shape, draw(st.integers(1, 256)), kernel)
+            layer = make_conv(f"conv{index}", shape, draw(st.integers(1, max_out)), kernel,
+                              padding=draw(st.integers(0, (kernel - 1) // 2)))
         else:
-            layer = make_fc(f"fc{index}", shape, draw(st.integers(1, 4096)))
+            layer = make_fc(f"fc{index}", shape, draw(st.integers(1, 16 * max_out)))
         layers.append(layer)
         shape = layer.output
     return Network("random", FeatureShape(channels, size, size), tuple(layers))
 
 
-@settings(max_examples=150, deadline=None)
-@given(networks(), st.sampled_from([2, 16, 64, 256, 1024]))
-def test_level_dp_equals_brute_force(net, batch):
-    splits = top_splits(net, batch)
-    assert partition_two(splits) == best_level(splits)
+def plan_cost(model, net, batch, hierarchy, columns, word_bytes=4):
+    """Own plus boundary costs of one whole plan, as the searches add them."""
+    last = len(net.layers) - 1
+    total = sum(model.own_costs(layer, batch, [column], hierarchy, word_bytes, i == last)[0]
+                for i, (layer, column) in enumerate(zip(net.layers, columns, strict=True)))
+    for i in range(1, len(columns)):
+        total += model.boundary_costs(net.layers[i - 1], net.layers[i], batch, [columns[i - 1]],
+                                      [columns[i]], hierarchy, word_bytes)[0, 0]
+    return total
 
 
-@settings(max_examples=80, deadline=None)
-@given(networks(max_layers=5), st.integers(1, 4))
-def test_hierarchy_equals_greedy_brute_force(net, levels):
-    splits = top_splits(net, 256)
-    assert hierarchical_choices(splits, levels) == greedy_levels(splits, levels)
+def greedy_brute_force(model, net, batch, hierarchy, kinds):
+    """Algorithm 2 with every assignment of a level tried in place of the DP."""
+    columns = [() for _ in net.layers]
+    for level in range(hierarchy.levels):
+        upper = Hierarchy(hierarchy.sizes[:level + 1])
+        best = None
+        for row in itertools.product(kinds, repeat=len(net.layers)):
+            candidate = [c + (k,) for c, k in zip(columns, row, strict=True)]
+            if not all(model.offered(layer, batch, c, upper)
+                       for layer, c in zip(net.layers, candidate, strict=True)):
+                continue
+            cost = plan_cost(model, net, batch, upper, candidate)
+            if best is None or cost < best[0]:
+                best = (cost, candidate)
+        columns = best[1]
+    return columns
 
 
-@settings(max_examples=40, deadline=None)
-@given(networks(max_layers=4), st.integers(1, 3))
-def test_global_optimum_bounds_hypar(net, levels):
-    splits = top_splits(net, 256)
-    hypar_cost, choices = hierarchical_choices(splits, levels)
-    best_cost, _ = global_optimum(splits, levels)
-    assert best_cost <= hypar_cost
-    assert evaluate_plan(net, 256, choices, "hypar").traffic_bytes == hypar_cost
+@settings(max_examples=100, deadline=None)
+@given(networks(), st.sampled_from([2, 16, 64, 256, 1024]), st.integers(1, 3))
+def test_paper_greedy_equals_greedy_brute_force(net, batch, levels):
+    model, hierarchy = traffic_model("paper"), Hierarchy.binary(levels)
+    if len(net.layers) > 6:
+        net = Network(net.name, net.input, net.layers[:6])
+    found = search.greedy(model, net.layers, batch, hierarchy, ("batch", "in"), 4)
+    expected = greedy_brute_force(model, net, batch, hierarchy, ("batch", "in"))
+    assert plan_cost(model, net, batch, hierarchy, found) == \
+        plan_cost(model, net, batch, hierarchy, expected)
+
+
+@pytest.mark.parametrize("model_name, kinds", [("paper", ("batch", "in")),
+                                               ("layout", ("batch", "in", "out", "spatial"))])
+@settings(max_examples=25, deadline=None)
+@given(net=networks(max_layers=3, max_channels=8, max_size=8, max_out=16),
+       sizes=st.sampled_from([(2,), (2, 2), (3,), (3, 2), (2, 3)]))
+def test_joint_equals_brute_force_and_beats_greedy(model_name, kinds, net, sizes):
+    model, hierarchy = traffic_model(model_name), Hierarchy(sizes)
+    if model_name == "paper" and not hierarchy.is_binary:
+        return
+    try:
+        joint = search.joint(model, net.layers, 8, hierarchy, kinds, 4)
+    except ValueError:  # no kind offered to some layer (InputError)
+        return
+    best, _ = search.brute_force(model, net.layers, 8, hierarchy, kinds, 4)
+    joint_cost = plan_cost(model, net, 8, hierarchy, joint)
+    assert joint_cost == pytest.approx(best, rel=1e-12, abs=1e-6)
+    greedy = search.greedy(model, net.layers, 8, hierarchy, kinds, 4)
+    assert joint_cost <= plan_cost(model, net, 8, hierarchy, greedy) * (1 + 1e-12) + 1e-6
+    # the searches' costs are the plan's reported traffic (the same transfers)
+    choices = tuple(zip(*joint, strict=True))
+    plan = evaluate_plan(net, 8, choices, "hypar", 4, hierarchy, model_name)
+    assert plan.traffic_bytes == pytest.approx(joint_cost, rel=1e-12, abs=1e-6)

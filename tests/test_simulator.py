@@ -11,9 +11,10 @@ from hypar_sim.hardware.config import load_hardware
 from hypar_sim.hardware.energy import Action
 from hypar_sim.hardware.topology import make_topology
 from hypar_sim.paper import PAPER_NETWORKS
-from hypar_sim.planner.strategies import make_plan
+from hypar_sim.partition.hierarchy import Hierarchy
+from hypar_sim.planner.strategies import PlanOptions, make_plan
+from hypar_sim.runner import SimOptions, simulate
 from hypar_sim.sim.accounting import communication_counts
-from hypar_sim.sim.run import SimOptions, simulate
 from hypar_sim.sim.schedule import Compute, Send, Wait, build_schedule
 from hypar_sim.workload.network import load_network
 
@@ -23,7 +24,7 @@ SMALL = ("sconv", "lenet_c", "cifar_c")
 
 def _run(name, strategy="hypar", topology="htree", engine="des", config=CONFIG, **options):
     net = load_network(name)
-    plan = make_plan(net, strategy, config.levels, config.batch)
+    plan = make_plan(net, strategy, Hierarchy.for_count(config.accelerators), config.batch)
     return simulate(net, plan, config, SimOptions(topology=topology, engine=engine, **options))
 
 
@@ -75,6 +76,56 @@ def test_des_result_invariants(topology):
         assert 0 < result.latency_cycles < float("inf")
         for link in result.per_link:
             assert 0 <= link.busy_fraction <= 1 + 1e-9
+        assert result.hierarchy == (2, 2, 2, 2) and result.traffic_model == "paper"
+        assert result.plan == plan.choices
+        _check_per_accelerator(result)
+
+
+def _check_per_accelerator(result):
+    """Members' bytes add up to the traffic, their energy plus the network's to the total."""
+    members = result.per_accelerator
+    assert [m.accelerator for m in members] == list(range(result.accelerators))
+    assert sum(m.sent_bytes for m in members) == pytest.approx(result.traffic_bytes, rel=1e-12)
+    assert sum(m.received_bytes for m in members) == pytest.approx(result.traffic_bytes,
+                                                                   rel=1e-12)
+    network_pj = sum(result.energy_breakdown_pj.get(k, 0.0) for k in ("link_bit", "switch_bit"))
+    assert sum(m.energy_pj for m in members) + network_pj == \
+        pytest.approx(result.energy_pj, rel=1e-9)
+    assert sum(m.busy_cycles for m in members) / len(members) == \
+        pytest.approx(result.compute_cycles + result.dram_stall_cycles, rel=1e-9)
+    assert max(m.busy_cycles for m in members) <= result.latency_cycles * (1 + 1e-9)
+
+
+@pytest.mark.parametrize("sizes", [(2, 2, 2, 2), (3, 2, 2), (2, 3, 2), (5,)])
+@pytest.mark.parametrize("kinds", [("batch", "in"), ("batch", "in", "out", "spatial")])
+def test_layout_messages_add_up_on_any_hierarchy(sizes, kinds):
+    """The layout model: messages add up to the planner's traffic per level, each message
+    sits at the top-most level where its ends differ; an uneven batch (100) is fine."""
+    hierarchy = Hierarchy(sizes)
+    config = CONFIG.with_overrides({"accelerators": hierarchy.members, "batch": 100})
+    options = PlanOptions(kinds=kinds, traffic_model="layout")
+    for name in SMALL:
+        net = load_network(name)
+        for strategy in ("data", "model", "trick", "hypar"):
+            plan = make_plan(net, strategy, hierarchy, config.batch, options=options)
+            assert plan.traffic_model == "layout" and plan.hierarchy == hierarchy
+            assert all(kind in kinds for row in plan.choices for kind in row)
+            messages = build_schedule(net, plan, config).messages
+            assert sum(m.bytes for m in messages) == pytest.approx(plan.traffic_bytes, rel=1e-12)
+            for level, expected in enumerate(plan.traffic_bytes_per_level):
+                assert sum(m.bytes for m in messages if m.level == level) == \
+                    pytest.approx(expected, rel=1e-12, abs=1e-6)
+            for m in messages:
+                assert m.src != m.dst and m.bytes > 0
+                differ = [h for h, (a, b) in enumerate(zip(hierarchy.coords(m.src),
+                                                           hierarchy.coords(m.dst), strict=True))
+                          if a != b]
+                assert m.level == differ[0]
+            for topology in ("htree", "torus", "ideal"):
+                result = simulate(net, plan, config, SimOptions(topology=topology))
+                assert result.traffic_bytes == pytest.approx(plan.traffic_bytes, rel=1e-12)
+                assert result.hierarchy == sizes and result.traffic_model == "layout"
+                _check_per_accelerator(result)
 
 
 def test_link_bytes_match_routes():
@@ -164,7 +215,9 @@ def test_overlap_helps_data_parallelism():
 @pytest.mark.parametrize("args, fragment", [
     (("run", "lenet_c", "--topology", "ring"), "invalid choice: 'ring'"),
     (("run", "lenet_c", "--strategy", "best"), "invalid choice: 'best'"),
-    (("run", "lenet_c", "--accelerators", "12"), "accelerators: 12 is not a power of two"),
+    (("run", "lenet_c", "--accelerators", "12", "--hierarchy", "4x4"),
+     "--hierarchy: 4x4 has 16 members, but there are 12 accelerators"),
+    (("run", "lenet_c", "--kinds", "batch,foo"), "--kinds: unknown split kind 'foo'"),
     (("run", "vgg_e", "--accelerators", "2", "--batch", "4096"), "capacity: vgg_e needs"),
     (("run", "lenet_c", "--batch", "0"), "batch: 0 is out of range"),
     (("compare", "nonet"), "unknown network 'nonet'"),
@@ -182,8 +235,20 @@ def test_run_and_compare_commands(cli, tmp_path):
     data = json.loads(result.stdout)
     for key in ("network", "strategy", "topology", "accelerators", "batch", "latency_s",
                 "latency_cycles", "energy_j", "energy_breakdown_j", "traffic_bytes",
-                "traffic_bytes_per_level", "per_layer", "per_link", "events", "wall_s"):
+                "traffic_bytes_per_level", "per_layer", "per_link", "events", "wall_s",
+                "per_accelerator", "hierarchy", "traffic_model"):
         assert key in data
+    assert data["traffic_model"] == "layout" and data["hierarchy"] == [2, 2, 2, 2]
+    assert len(data["per_accelerator"]) == 16
+    assert data["per_accelerator"][0].keys() >= {"accelerator", "busy_cycles", "sent_bytes",
+                                                 "received_bytes", "energy_pj"}
+    paper = json.loads(cli("run", "lenet_c", "--traffic-model", "paper", "--json").stdout)
+    assert paper["traffic_model"] == "paper"
+    assert paper["traffic_bytes"] == make_plan(load_network("lenet_c"), "hypar", 4,
+                                               256).traffic_bytes
+    twelve = json.loads(cli("run", "lenet_c", "--accelerators", "12", "--json").stdout)
+    assert twelve["accelerators"] == 12 and twelve["hierarchy"] == [3, 2, 2]
+    assert len(twelve["per_accelerator"]) == 12
     assert data["per_link"][0].keys() >= {"link", "bytes", "busy_fraction"}
     assert (tmp_path / "l.csv").read_text().startswith("name,forward_cycles")
     text = cli("run", "lenet_c").stdout

@@ -1,18 +1,104 @@
-"""Topologies: links, lanes, routes and the pairs of the hierarchical partition."""
+"""Topologies: links, lanes, routes and the groups of the hierarchical partition."""
 
 from __future__ import annotations
+
+import copy
+import functools
+import math
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from hypar_sim.errors import InputError
-from hypar_sim.hardware.config import load_hardware
-from hypar_sim.hardware.topology import HTree, Torus, make_topology
+from hypar_sim.hardware.config import HardwareConfig, load_hardware
+from hypar_sim.hardware.interconnect import link_spec
+from hypar_sim.hardware.topology import (
+    TOPOLOGIES,
+    FatTree,
+    HTree,
+    Ideal,
+    Torus,
+    make_topology,
+)
+from hypar_sim.partition.hierarchy import Hierarchy
 
 
-def config(accelerators):
-    return load_hardware(overrides={"accelerators": accelerators})
+@functools.cache
+def config(accelerators: int) -> HardwareConfig:
+    try:
+        return load_hardware(overrides={"accelerators": accelerators})
+    except InputError:
+        # Temporary, goes once HardwareConfig stops requiring a power of two: a copy
+        # of the 16-accelerator config with the count patched in (copy skips __post_init__).
+        patched = copy.copy(load_hardware(overrides={"accelerators": 16}))
+        object.__setattr__(patched, "accelerators", accelerators)
+        return patched
+
+
+def height_of(node: str) -> int:
+    """0 for an accelerator "A3", k for a switch "Sk.j"."""
+    return 0 if node.startswith("A") else int(node[1:].split(".")[0])
+
+
+def assert_connected(route, src: int, dst: int) -> None:
+    node = f"A{src}"
+    for link in route.links:  # consecutive links join up
+        start, end = link.name.split(">")
+        assert start == node
+        node = end
+    assert node == f"A{dst}"
+
+
+# --- fat tree ("htree") ---
+
+def old_binary_htree(accelerators: int):
+    """Reference: the binary H-tree as built before the hierarchy generalisation.
+
+    Returns (names, lanes, route) where route(src, dst) -> (link indices, switches).
+    """
+    levels = accelerators.bit_length() - 1
+
+    def node(height: int, index: int) -> str:
+        return f"A{index}" if height == 0 else f"S{height}.{index}"
+
+    names: list[str] = []
+    lanes: list[int] = []
+    up: dict[tuple[int, int], int] = {}
+    down: dict[tuple[int, int], int] = {}
+    for height in range(levels):
+        for index in range(accelerators >> height):
+            child, parent = node(height, index), node(height + 1, index >> 1)
+            up[(height, index)] = len(names)
+            names.append(f"{child}>{parent}")
+            lanes.append(2**height)
+            down[(height, index)] = len(names)
+            names.append(f"{parent}>{child}")
+            lanes.append(2**height)
+
+    def route(src: int, dst: int) -> tuple[list[int], int]:
+        top = (src ^ dst).bit_length()
+        path = [up[(h, src >> h)] for h in range(top)]
+        path += [down[(h, dst >> h)] for h in reversed(range(top))]
+        return path, 2 * top - 1
+
+    return names, lanes, route
+
+
+@pytest.mark.parametrize("accelerators", [2, 8, 16, 64])
+def test_fat_tree_is_the_old_htree_for_binary_hierarchies(accelerators):
+    tree = make_topology("htree", config(accelerators))
+    assert tree.hierarchy == Hierarchy.binary(accelerators.bit_length() - 1)
+    names, lanes, route = old_binary_htree(accelerators)
+    assert [link.name for link in tree.links] == names
+    assert [link.lanes for link in tree.links] == lanes
+    assert [link.index for link in tree.links] == list(range(len(names)))
+    assert {link.spec for link in tree.links} == {link_spec(config(accelerators))}
+    for src in range(accelerators):
+        for dst in range(accelerators):
+            if src != dst:
+                got = tree.route(src, dst)
+                assert ([link.index for link in got.links], got.switches) == route(src, dst)
 
 
 def test_htree_is_a_fat_tree():
@@ -41,14 +127,64 @@ def test_htree_pairs_meet_at_their_level_switch(accelerators):
             assert top == f"S{height}.{src >> height}"
 
 
-@pytest.mark.parametrize("accelerators, shape", [(8, (2, 4)), (16, (4, 4)), (32, (4, 8)),
-                                                 (64, (8, 8)), (2, (1, 2))])
+MIXED = [(3, 2), (3, 2, 2), (4, 3, 2), (2, 3), (4, 4)]
+
+
+@pytest.mark.parametrize("sizes", MIXED, ids=lambda s: "x".join(map(str, s)))
+def test_fat_tree_lanes_over_any_hierarchy(sizes):
+    hierarchy = Hierarchy(sizes)
+    count, levels = hierarchy.members, hierarchy.levels
+    tree = FatTree(config(count), hierarchy)
+    lanes_per_height = [0] * levels
+    for link in tree.links:
+        start, end = link.name.split(">")
+        going_up = height_of(start) < height_of(end)
+        height = min(height_of(start), height_of(end))  # of the child end
+        assert abs(height_of(start) - height_of(end)) == 1
+        assert link.lanes == math.prod(sizes[levels - height:])  # accelerators below the child
+        if going_up:
+            lanes_per_height[height] += link.lanes
+    assert lanes_per_height == [count] * levels  # every level carries the same bandwidth
+    assert len({link.name for link in tree.links}) == len(tree.links)
+
+
+@pytest.mark.parametrize("sizes", MIXED, ids=lambda s: "x".join(map(str, s)))
+def test_fat_tree_groups_meet_at_their_level_switch(sizes):
+    hierarchy = Hierarchy(sizes)
+    levels = hierarchy.levels
+    tree = make_topology("htree", config(hierarchy.members), hierarchy)
+    for level in range(levels):
+        height = levels - level
+        for group in hierarchy.groups(level):
+            switch = f"S{height}.{group[0] // math.prod(sizes[level:])}"
+            for src in group:
+                for dst in group:
+                    if src == dst:
+                        continue
+                    route = tree.route(src, dst)
+                    assert len(route.links) == 2 * height and route.switches == 2 * height - 1
+                    assert route.links[height - 1].name.endswith(f">{switch}")
+                    assert_connected(route, src, dst)
+
+
+# --- torus ---
+
+@pytest.mark.parametrize("accelerators, shape", [
+    (2, (1, 2)), (6, (2, 3)), (7, (1, 7)), (8, (2, 4)), (12, (3, 4)), (16, (4, 4)),
+    (24, (4, 6)), (32, (4, 8)), (64, (8, 8))])
 def test_torus_shape(accelerators, shape):
     torus = Torus(config(accelerators))
     assert (torus.rows, torus.cols) == shape
 
 
-@given(st.sampled_from([4, 8, 16, 64]), st.data())
+def test_torus_rows_given():
+    torus = Torus(config(12), rows=2)
+    assert (torus.rows, torus.cols) == (2, 6)
+    with pytest.raises(InputError, match="rows = 5 does not divide 12"):
+        Torus(config(12), rows=5)
+
+
+@given(st.sampled_from([4, 8, 16, 64, 6, 7, 12, 18, 24]), st.data())
 def test_torus_routes_are_shortest_and_connected(accelerators, data):
     torus = Torus(config(accelerators))
     src = data.draw(st.integers(0, accelerators - 1))
@@ -58,15 +194,30 @@ def test_torus_routes_are_shortest_and_connected(accelerators, data):
     dr, dc = abs(r1 - r0), abs(c1 - c0)
     hops = min(dr, torus.rows - dr) + min(dc, torus.cols - dc)
     assert len(route.links) == hops
-    node = f"A{src}"
-    for link in route.links:  # consecutive links join up
-        start, end = link.name.split(">")
-        assert start == node
-        node = end
-    assert node == f"A{dst}"
+    assert_connected(route, src, dst)
+
+
+# --- registry, ideal, errors ---
+
+def test_registry():
+    assert list(TOPOLOGIES) == ["htree", "torus", "ideal"]
+    assert TOPOLOGIES["htree"] is FatTree is HTree
+    hierarchy = Hierarchy((4, 3))
+    for name in TOPOLOGIES:
+        topology = make_topology(name, config(12), hierarchy)
+        assert topology.name == name and topology.hierarchy == hierarchy
+        assert topology.accelerators == 12
+    assert make_topology("htree", config(12)).hierarchy == Hierarchy((3, 2, 2))
 
 
 def test_ideal_and_unknown():
     assert make_topology("ideal", config(16)).route(0, 5).links == ()
-    with pytest.raises(InputError, match="did you mean 'torus'"):
+    assert Ideal(config(12)).route(11, 0).switches == 0
+    with pytest.raises(InputError, match="did you mean 'torus'.*allowed: htree, torus, ideal"):
         make_topology("tours", config(16))
+
+
+@pytest.mark.parametrize("name", ["htree", "torus", "ideal"])
+def test_hierarchy_must_match_the_accelerators(name):
+    with pytest.raises(InputError, match="3x2x2 has 12 members, but there are 16 accelerators"):
+        make_topology(name, config(16), Hierarchy((3, 2, 2)))

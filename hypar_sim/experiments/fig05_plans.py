@@ -11,6 +11,7 @@ from matplotlib.colors import ListedColormap
 
 from hypar_sim.experiments.common import QUICK_NETWORKS, Figure, display, save_figure
 from hypar_sim.paper import PAPER_NETWORKS
+from hypar_sim.partition.kinds import paper_label
 from hypar_sim.planner.strategies import make_plan
 from hypar_sim.workload.network import load_network
 
@@ -37,7 +38,7 @@ def compute(quick: bool = False, workers: int | None = None, cache: dict | None 
         for level, choices in enumerate(plan.choices):
             for layer, choice in zip(net.layers, choices, strict=True):
                 rows.append({"network": name, "level": f"H{level + 1}", "layer": layer.name,
-                             "kind": layer.kind.value, "choice": choice.value})
+                             "kind": layer.kind.value, "choice": paper_label(choice)})
     return pd.DataFrame(rows)
 
 

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import matplotlib.pyplot as plt
 import pandas as pd
 
 from hypar_sim.experiments.common import Figure, geomean, markdown_table, rows_frame, save_figure
+from hypar_sim.partition.kinds import paper_label
 from hypar_sim.sweep import Case
 from hypar_sim.workload.network import WORKLOADS_DIR
 
@@ -30,7 +32,9 @@ def compute(quick: bool = False, workers: int | None = None, cache: dict | None 
                 "trick_energy_j": runs.energy_j["trick"], "hypar_energy_j": runs.energy_j["hypar"],
                 "trick_traffic_gb": runs.traffic_bytes["trick"] / 1e9,
                 "hypar_traffic_gb": runs.traffic_bytes["hypar"] / 1e9,
-                "hypar_plan": runs.plan["hypar"],
+                "hypar_plan": json.dumps([[paper_label(kind) for kind in level]  # dp/mp
+                                          for level in json.loads(runs.plan["hypar"])],
+                                         separators=(",", ":")),
             })
     table = pd.DataFrame(rows)
     table["performance_vs_trick"] = table.trick_latency_s / table.hypar_latency_s

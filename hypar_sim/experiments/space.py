@@ -15,6 +15,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from hypar_sim.experiments.common import markdown_table, rows_frame, save_figure
+from hypar_sim.partition.kinds import paper_label
 from hypar_sim.planner.strategies import make_plan
 from hypar_sim.sweep import Case
 from hypar_sim.workload.network import load_network
@@ -30,7 +31,8 @@ def explore(network: str, levels: int, rows: list[tuple[int, int]], cols: list[t
             workers: int | None, cache: dict | None, accelerators: int) -> pd.DataFrame:
     """Simulate the grid; rows/cols are (level, layer) positions varied by the patterns."""
     net = load_network(network)
-    hypar = [[c.value for c in level] for level in make_plan(net, "hypar", levels, 256).choices]
+    hypar = [[paper_label(c) for c in level]
+             for level in make_plan(net, "hypar", levels, 256).choices]
     size = 2 ** len(rows)
     patterns = [tuple(p) for p in itertools.product(("dp", "mp"), repeat=len(rows))]
     grid_cases, meta = [], []

@@ -32,7 +32,7 @@ def _param(unit: str, help_text: str, minimum: float = 0.0, strict: bool = True,
 class HardwareConfig:
     """The machine: array, HMC cubes, processing units, links, energy per action."""
 
-    accelerators: int = _param("", "accelerators in the array (a power of two)", 1, False, 2**20)
+    accelerators: int = _param("", "accelerators in the array", 1, False, 2**20)
     batch: int = _param("samples", "samples per training step", 1, False)
     word_bytes: int = _param("B", "bytes per element (4 = fp32)", 1, False, 8)
     clock_mhz: float = _param("MHz", "array clock; one simulator cycle")
@@ -74,11 +74,6 @@ class HardwareConfig:
     def __post_init__(self) -> None:
         for item in dataclasses.fields(self):
             _check_value(item, getattr(self, item.name), "config")
-        if self.accelerators & (self.accelerators - 1):
-            raise InputError(
-                f"config: accelerators: {self.accelerators} is not a power of two; "
-                "allowed: 1, 2, 4, 8, 16, ..."
-            )
         if self.pe_rows * self.pe_cols != self.pe_count:
             raise InputError(
                 f"config: pe_rows x pe_cols = {self.pe_rows} x {self.pe_cols} = "
@@ -100,11 +95,6 @@ class HardwareConfig:
             )
 
     # --- derived quantities (units in the names) ---
-    @property
-    def levels(self) -> int:
-        """Hierarchy levels H = log2(accelerators)."""
-        return self.accelerators.bit_length() - 1
-
     @property
     def clock_hz(self) -> float:
         return self.clock_mhz * 1e6
@@ -270,7 +260,6 @@ def describe(config: HardwareConfig, user_file: str | None = None) -> list[dict[
 def derived(config: HardwareConfig) -> list[tuple[str, str, str]]:
     """Quantities computed from the parameters, for display."""
     return [
-        ("hierarchy levels", str(config.levels), ""),
         ("PU peak", f"{config.pu_peak_gops:.1f}", "GOPS"),
         ("cube peak", f"{config.pu_peak_gops * config.pus_per_cube:.1f}", "GOPS"),
         ("vault bandwidth", f"{config.vault_bandwidth_bytes_per_cycle:.2f}", "B/cycle"),

@@ -1,8 +1,7 @@
 """What one cube spends on one phase of one layer's share: cycles and actions.
 
-The share is what the hierarchical partition leaves one accelerator: `batch`
-samples and a fraction `in_fraction` of the layer's input channels (a
-`planner.comm_model.LayerSplit` after the last level). The three training
+The share is what the partition leaves one accelerator (`partition.shares.Share`):
+its samples, input and output channels, and output rows and columns. The three training
 computations are all convolution-shaped (pe_array.forward/backward/gradient
 work); the weight update is element-wise. Costs are cached by shape, so the
 same layer piece is mapped once.
@@ -10,7 +9,6 @@ same layer piece is mapped once.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
@@ -34,8 +32,9 @@ from hypar_sim.hardware.pe_array import (
     gradient_work,
     update_cost,
 )
-from hypar_sim.planner.comm_model import LayerSplit, Phase
-from hypar_sim.workload.layers import Layer, LayerKind
+from hypar_sim.partition.shares import Share, conv_span
+from hypar_sim.partition.steps import Phase
+from hypar_sim.workload.layers import LayerKind
 
 
 @dataclass(frozen=True)
@@ -59,22 +58,25 @@ class PieceCost:
 ZERO_COST = PieceCost(0.0, 0.0, 0.0, 0, 0.0, 0, MappingProxyType({}))
 
 
-def share_channels(channels: int, in_fraction: float) -> int:
-    """Input channels a share holds, rounded up: a PE array cannot work on part of a
-    channel, so when model parallelism splits fewer channels than accelerators (e.g. the
-    one input channel of MNIST networks over 16 accelerators) each accelerator computes a
-    whole channel, and compute, energy and memory count it whole (the traffic, from the
-    planner's model, keeps the exact fraction)."""
-    return max(1, math.ceil(channels * in_fraction))
+def forward_piece(share: Share) -> ConvWork:
+    """The forward convolution of a share: its samples, channels, kernels and rows.
 
-
-def forward_piece(layer: Layer, batch: int, in_fraction: float = 1.0) -> ConvWork:
-    """The forward convolution of a share of `layer`: `batch` samples, a fraction of inputs."""
-    channels = share_channels(layer.input.channels, in_fraction)
+    A spatial share computes the pre-pooling rows its pooled rows need, reading the
+    input rows those need (padding only at the map's real edges)."""
+    layer = share.layer
     if layer.kind is LayerKind.FC:
-        return fc_work(batch, channels, layer.output.channels)
-    return forward_work(batch, channels, layer.conv_output.channels, layer.input.height,
-                        layer.input.width, layer.kernel, layer.kernel, layer.stride, layer.padding)
+        return fc_work(share.batch, share.channels, share.kernels)
+    if share.whole_map:
+        return forward_work(share.batch, share.channels, share.kernels, layer.input.height,
+                            layer.input.width, layer.kernel, layer.kernel, layer.stride,
+                            layer.padding)
+    rows = conv_span(layer, share.out_rows, "rows")
+    cols = conv_span(layer, share.out_cols, "cols")
+    out_h, out_w = rows[1] - rows[0], cols[1] - cols[0]
+    return ConvWork(share.batch, share.channels, share.kernels,
+                    (out_h - 1) * layer.stride + layer.kernel,
+                    (out_w - 1) * layer.stride + layer.kernel,
+                    layer.kernel, layer.kernel, layer.stride, out_h, out_w)
 
 
 def phase_work(forward: ConvWork, phase: Phase) -> ConvWork:
@@ -86,12 +88,6 @@ def phase_work(forward: ConvWork, phase: Phase) -> ConvWork:
     if phase is Phase.GRADIENT:
         return gradient_work(forward)
     raise ValueError(f"phase_work: {phase} is not a convolution phase")
-
-
-def _batch_of(split: LayerSplit) -> int:
-    if split.batch != int(split.batch) or split.batch < 1:
-        raise ValueError(f"a share holds {split.batch} samples of {split.layer.name}")
-    return int(split.batch)
 
 
 def _cube_cost(pieces: list[tuple[ArrayCost, int]], macs: int, config: HardwareConfig) -> PieceCost:
@@ -136,32 +132,24 @@ def update_piece_cost(weights: int, config: HardwareConfig) -> PieceCost:
     return _cube_cost(pieces, weights, config)
 
 
-def held_weights(split: LayerSplit) -> int:
-    """Weights of the kernel rows a share holds (mp splits the rows)."""
-    return split.layer.conv_output.channels * share_channels(split.layer.input.channels,
-                                                             split.in_fraction) \
-        * split.layer.kernel * split.layer.kernel
-
-
-def phase_cost(split: LayerSplit, phase: Phase, config: HardwareConfig,
+def phase_cost(share: Share, phase: Phase, config: HardwareConfig,
                first_layer: bool = False) -> PieceCost:
     """Cost of one phase of a share on one cube.
 
     The first layer has no error-backward phase: nothing needs E_0.
     """
     if phase is Phase.UPDATE:
-        return update_piece_cost(held_weights(split), config)
+        return update_piece_cost(share.weights, config)
     if phase is Phase.BACKWARD and first_layer:
         return ZERO_COST
-    forward = forward_piece(split.layer, _batch_of(split), split.in_fraction)
-    return conv_cost(phase_work(forward, phase), config)
+    return conv_cost(phase_work(forward_piece(share), phase), config)
 
 
-def footprint(split: LayerSplit, word_bytes: int) -> Footprint:
+def footprint(share: Share, word_bytes: int) -> Footprint:
     """Bytes a cube keeps for its share of one layer through the step.
 
-    Weights and gradients of the kernel rows held, and the input F_l kept for
-    the backward pass (max pooling keeps only its argmax positions, not counted).
+    Weights and gradients of the kernels and channels held, and the input F_l kept
+    for the backward pass (max pooling keeps only its argmax positions, not counted).
     """
-    weights = held_weights(split) * word_bytes
-    return Footprint(split.layer.name, weights, weights, split.input_bytes)
+    weights = share.weights * word_bytes
+    return Footprint(share.layer.name, weights, weights, share.input_elements * word_bytes)

@@ -2,21 +2,20 @@
 
 One small interface (`Topology`: its links, `route(src, dst)` -> the links a
 message crosses in order, and the switches it passes) with three
-implementations:
+implementations, each built as `cls(config, hierarchy)` from the registry
+`TOPOLOGIES` (name -> class, filled by `@register_topology`):
 
-- `HTree`: HyPar's Fig. 4(c), a binary fat tree. Accelerators are the leaves,
-  a switch sits at every parent node. The link from a node at height k to its
-  parent is 2**k base links in parallel (lanes): half the links, twice the
-  bandwidth, each level up. One chunk uses one lane. Accelerators i and j meet at the switch of height
-  bit_length(i ^ j): the pair that Algorithm 2 forms at level h (top = 0) of
-  H levels, i and i ^ 2**(H-h-1), meets at the switch of height H-h.
-- `Torus`: a 2-D torus of R x C accelerators, R = 2**floor(H/2) rows and
-  C = 2**ceil(H/2) columns (4x4 for 16, 8x8 for 64, 2x4 for 8). Accelerator i
-  sits at row i // C, column i % C (row-major). Every link is one base link.
-  Dimension-order routing: along the row (X) first, then the column (Y),
-  the shorter way round each ring (ties go the positive way). A message
-  passes the routers of the nodes between its ends.
-- `Ideal`: no links at all; messages arrive at once (an upper bound).
+- `FatTree` ("htree"): a fat tree over the hierarchy's levels; with every
+  level of size 2 it is HyPar's Fig. 4(c), a binary fat tree. Accelerators are
+  the leaves, a switch sits at every group of every level, and the link from a
+  node to its parent is as many base links in parallel (lanes) as there are
+  accelerators below the node, so every level carries the same bandwidth. The
+  members of a level-h group (top = 0) of H levels meet at a switch of height H-h.
+- `Torus` ("torus"): a 2-D torus of R x C accelerators, by default R the
+  largest divisor of the count that is at most its square root (4x4 for 16,
+  2x4 for 8, 3x4 for 12, 1x7 for 7). Row-major placement, one base link per
+  link, dimension-order routing (X then Y) the shorter way round each ring.
+- `Ideal` ("ideal"): no links at all; messages arrive at once (an upper bound).
 
 Every link is one direction of a full-duplex pair; all messages crossing a
 link share it (the simulator models the contention).
@@ -24,11 +23,14 @@ link share it (the simulator models the contention).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from typing import TypeVar
 
 from hypar_sim.errors import InputError, closest
 from hypar_sim.hardware.config import HardwareConfig
 from hypar_sim.hardware.interconnect import LinkSpec, link_spec
+from hypar_sim.partition.hierarchy import Hierarchy
 
 
 @dataclass(frozen=True)
@@ -36,7 +38,7 @@ class Link:
     """One direction of one physical link."""
 
     index: int  # position in Topology.links
-    name: str  # e.g. "A3>S1.1" (H-tree) or "A5>A6" (torus)
+    name: str  # e.g. "A3>S1.1" (fat tree) or "A5>A6" (torus)
     spec: LinkSpec  # of one lane
     lanes: int = 1  # base links in parallel
 
@@ -54,14 +56,31 @@ class Route:
     switches: int
 
 
+def resolve_hierarchy(config: HardwareConfig, hierarchy: Hierarchy | None) -> Hierarchy:
+    """`hierarchy`, or the default one of the array; its members must be the accelerators."""
+    if hierarchy is None:
+        return Hierarchy.for_count(config.accelerators)
+    if hierarchy.members != config.accelerators:
+        raise InputError(f"topology: hierarchy {hierarchy} has {hierarchy.members} members, but "
+                         f"there are {config.accelerators} accelerators; allowed: level sizes "
+                         f"whose product is {config.accelerators}, e.g. "
+                         f"{Hierarchy.for_count(config.accelerators)}")
+    return hierarchy
+
+
 class Topology:
-    """Links and routes between `accelerators` accelerators."""
+    """Links and routes between the accelerators of `config`, grouped by `hierarchy`.
+
+    Subclasses build `links` in their constructor (after this one) and answer
+    `_route`; `route` checks the ends and caches.
+    """
 
     name = "abstract"
 
-    def __init__(self, accelerators: int, links: tuple[Link, ...] = ()) -> None:
-        self.accelerators = accelerators
-        self.links = links
+    def __init__(self, config: HardwareConfig, hierarchy: Hierarchy | None = None) -> None:
+        self.hierarchy = resolve_hierarchy(config, hierarchy)
+        self.accelerators = self.hierarchy.members
+        self.links: tuple[Link, ...] = ()
         self._routes: dict[tuple[int, int], Route] = {}
 
     def _route(self, src: int, dst: int) -> Route:  # pragma: no cover - overridden
@@ -77,59 +96,118 @@ class Topology:
         return self._routes[key]
 
 
-class Ideal(Topology):
-    """Infinite bandwidth, zero latency: messages arrive as soon as they are sent."""
+#: Topology classes by name, in registration order (htree, torus, ideal).
+TOPOLOGIES: dict[str, type[Topology]] = {}
 
-    name = "ideal"
-
-    def _route(self, src: int, dst: int) -> Route:
-        return Route((), 0)
+T = TypeVar("T", bound=type[Topology])
 
 
-class HTree(Topology):
-    """Binary fat tree with switches at the parent nodes (HyPar Fig. 4(c))."""
+def register_topology(cls: T) -> T:
+    """Class decorator: make `cls` available to `make_topology` as `cls.name`."""
+    if cls.name in TOPOLOGIES:
+        raise ValueError(f"topology {cls.name!r} registered twice")
+    TOPOLOGIES[cls.name] = cls
+    return cls
+
+
+@register_topology
+class FatTree(Topology):
+    """Fat tree over the hierarchy, switches at every group (HyPar Fig. 4(c) if binary).
+
+    With level sizes s_0..s_{H-1} (top first), the switch at height k (1..H,
+    H the root) joins the accelerators that share their top H-k coordinates,
+    i.e. prod(s_{H-k:}) consecutive ones: switch "S{k}.{j}" holds members
+    j * that .. (j+1) * that - 1. The link from a node at height k to its
+    parent is prod(s_{H-k:}) lanes wide (1 for an accelerator "A{i}"), so
+    each level has `accelerators` lanes per direction. A route climbs to the
+    lowest switch where src and dst meet and comes down: 2 * height links,
+    2 * height - 1 switches. Links are listed bottom up, node by node, the up
+    link before the down link; for a binary hierarchy this is HyPar's tree.
+    """
 
     name = "htree"
 
-    def __init__(self, config: HardwareConfig) -> None:
-        self.levels = config.levels
+    def __init__(self, config: HardwareConfig, hierarchy: Hierarchy | None = None) -> None:
+        super().__init__(config, hierarchy)
+        sizes = self.hierarchy.sizes
+        self.levels = len(sizes)
+        # below[k]: accelerators under a node of height k (below[0] = 1, below[H] = all)
+        self.below = tuple(math.prod(sizes[len(sizes) - k:]) for k in range(self.levels + 1))
+        spec = link_spec(config)
         links: list[Link] = []
         self._up: dict[tuple[int, int], Link] = {}
         self._down: dict[tuple[int, int], Link] = {}
-        spec = link_spec(config)
         for height in range(self.levels):
-            lanes = 2**height
-            for index in range(config.accelerators >> height):
-                child, parent = self.node(height, index), self.node(height + 1, index >> 1)
+            lanes = self.below[height]
+            fan_in = self.below[height + 1] // lanes  # children per parent
+            for index in range(self.accelerators // lanes):
+                child, parent = self.node(height, index), self.node(height + 1, index // fan_in)
                 self._up[(height, index)] = Link(len(links), f"{child}>{parent}", spec, lanes)
                 links.append(self._up[(height, index)])
                 self._down[(height, index)] = Link(len(links), f"{parent}>{child}", spec, lanes)
                 links.append(self._down[(height, index)])
-        super().__init__(config.accelerators, tuple(links))
+        self.links = tuple(links)
 
     @staticmethod
     def node(height: int, index: int) -> str:
         return f"A{index}" if height == 0 else f"S{height}.{index}"
 
+    def meeting_height(self, src: int, dst: int) -> int:
+        """Height of the lowest switch above both `src` and `dst` (0 if they are equal)."""
+        return next(k for k, width in enumerate(self.below) if src // width == dst // width)
+
     def _route(self, src: int, dst: int) -> Route:
-        top = (src ^ dst).bit_length()  # height of the switch where they meet
-        up = [self._up[(h, src >> h)] for h in range(top)]
-        down = [self._down[(h, dst >> h)] for h in reversed(range(top))]
+        top = self.meeting_height(src, dst)
+        up = [self._up[(h, src // self.below[h])] for h in range(top)]
+        down = [self._down[(h, dst // self.below[h])] for h in reversed(range(top))]
         return Route(tuple(up + down), 2 * top - 1)
 
 
+HTree = FatTree
+
+
+def default_rows(count: int) -> int:
+    """The largest divisor of `count` that is at most sqrt(count) (16 -> 4, 12 -> 3, 7 -> 1)."""
+    return next(rows for rows in range(math.isqrt(count), 0, -1) if count % rows == 0)
+
+
+@register_topology
 class Torus(Topology):
-    """2-D torus, row-major placement, dimension-order routing (X then Y)."""
+    """2-D torus of `rows` x cols, row-major placement, dimension-order routing (X then Y).
+
+    Accelerator i sits at row i // cols, column i % cols; every link is one
+    base link to a ring neighbour. A message goes along its row, then along
+    its column, the shorter way round each ring (ties go the positive way),
+    and passes the routers of the nodes between its ends.
+
+    The hierarchy does not shape the torus; its groups land where row-major
+    placement puts them. A level-h group's members are prod(sizes[h+1:])
+    apart in index, so when cols is the product of the bottom levels' sizes,
+    those levels pick the column and the levels above pick the row: for
+    16 = 2x2x2x2 on 4x4 the two top levels choose the row pair and the row
+    (a level-0 group is two nodes of one column, two hops apart), the two
+    bottom levels the column pair and the column. Otherwise a group may span
+    rows and columns (24 = 3x2x2x2 on 4x6: the level-0 group 0, 8, 16 sits at
+    (0, 0), (1, 2), (2, 4)). All levels exchange over the same links; the
+    simulator models the contention.
+    """
 
     name = "torus"
 
-    def __init__(self, config: HardwareConfig) -> None:
-        self.rows = 2 ** (config.levels // 2)
-        self.cols = config.accelerators // self.rows
+    def __init__(self, config: HardwareConfig, hierarchy: Hierarchy | None = None,
+                 rows: int | None = None) -> None:
+        super().__init__(config, hierarchy)
+        count = self.accelerators
+        if rows is None:
+            rows = default_rows(count)
+        elif isinstance(rows, bool) or not isinstance(rows, int) or rows < 1 or count % rows:
+            raise InputError(f"torus: rows = {rows!r} does not divide {count} accelerators; "
+                             f"allowed: a divisor of {count}")
+        self.rows, self.cols = rows, count // rows
         spec = link_spec(config)
         links: list[Link] = []
         self._link: dict[tuple[int, int], Link] = {}
-        for node in range(config.accelerators):
+        for node in range(count):
             row, col = self.position(node)
             neighbours = []
             if self.cols > 1:
@@ -139,9 +217,10 @@ class Torus(Topology):
             for other in dict.fromkeys(neighbours):  # a ring of 2 has one neighbour
                 self._link[(node, other)] = Link(len(links), f"A{node}>A{other}", spec)
                 links.append(self._link[(node, other)])
-        super().__init__(config.accelerators, tuple(links))
+        self.links = tuple(links)
 
     def position(self, accelerator: int) -> tuple[int, int]:
+        """(row, column) of `accelerator`."""
         return divmod(accelerator, self.cols)
 
     def _at(self, row: int, col: int) -> int:
@@ -171,16 +250,22 @@ class Torus(Topology):
         return Route(tuple(path), len(path) - 1)
 
 
-TOPOLOGIES = ("htree", "torus", "ideal")
+@register_topology
+class Ideal(Topology):
+    """Infinite bandwidth, zero latency: messages arrive as soon as they are sent."""
+
+    name = "ideal"
+
+    def _route(self, src: int, dst: int) -> Route:
+        return Route((), 0)
 
 
-def make_topology(name: str, config: HardwareConfig) -> Topology:
-    """The topology called `name` for the array of `config`."""
-    if name == "htree":
-        return HTree(config)
-    if name == "torus":
-        return Torus(config)
-    if name == "ideal":
-        return Ideal(config.accelerators)
-    raise InputError(f"topology: unknown '{name}'{closest(name, TOPOLOGIES)}; "
-                     f"allowed: {', '.join(TOPOLOGIES)}")
+def make_topology(name: str, config: HardwareConfig,
+                  hierarchy: Hierarchy | None = None) -> Topology:
+    """The topology called `name` for the array of `config`, grouped by `hierarchy`
+    (default: `Hierarchy.for_count(config.accelerators)`)."""
+    cls = TOPOLOGIES.get(name)
+    if cls is None:
+        raise InputError(f"topology: unknown '{name}'{closest(name, TOPOLOGIES)}; "
+                         f"allowed: {', '.join(TOPOLOGIES)}")
+    return cls(config, hierarchy)

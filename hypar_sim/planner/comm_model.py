@@ -31,8 +31,9 @@ elements divided by a power of two, which a float holds exactly (below 2**53),
 so sums are exact whatever their order and the simulator's message bytes add
 up to the planner's traffic bit for bit.
 
-This module is the single source of traffic: the planner's costs and the
-simulator's messages both come from `layer_transfers`.
+Under `--traffic-model paper` this module is the single source of traffic: the
+planner's costs and the simulator's messages both come from `layer_transfers`
+(through `planner.traffic.PaperTraffic`).
 """
 
 from __future__ import annotations
@@ -40,7 +41,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+from hypar_sim.partition.steps import Phase, TransferKind
 from hypar_sim.workload.layers import Layer
+
+__all__ = ["LayerSplit", "Parallelism", "Phase", "Transfer", "TransferKind", "layer_transfers",
+           "pair_costs"]
 
 
 class Parallelism(StrEnum):
@@ -51,37 +56,6 @@ class Parallelism(StrEnum):
 
     def __str__(self) -> str:
         return self.value
-
-
-class TransferKind(StrEnum):
-    """Why bytes move between the two halves of a pair."""
-
-    GRADIENT = "gradient"  # dp intra-layer: partial weight gradients
-    PARTIAL_SUM = "partial_sum"  # mp intra-layer: partial output feature maps
-    RELAYOUT_FEATURE = "relayout_feature"  # dp -> mp boundary, forward
-    RELAYOUT_ERROR = "relayout_error"  # dp -> mp boundary, backward
-
-    @property
-    def is_intra(self) -> bool:
-        """Intra-layer (Table 1) rather than inter-layer (Table 2) communication."""
-        return self in (TransferKind.GRADIENT, TransferKind.PARTIAL_SUM)
-
-
-class Phase(StrEnum):
-    """The phases of one training step."""
-
-    FORWARD = "forward"
-    BACKWARD = "backward"
-    GRADIENT = "gradient"
-    UPDATE = "update"
-
-
-TRANSFER_PHASE = {
-    TransferKind.GRADIENT: Phase.GRADIENT,
-    TransferKind.PARTIAL_SUM: Phase.FORWARD,
-    TransferKind.RELAYOUT_FEATURE: Phase.FORWARD,
-    TransferKind.RELAYOUT_ERROR: Phase.BACKWARD,
-}
 
 
 @dataclass(frozen=True)
@@ -129,7 +103,7 @@ class Transfer:
 
     @property
     def phase(self) -> Phase:
-        return TRANSFER_PHASE[self.kind]
+        return self.kind.phase
 
 
 def layer_transfers(

@@ -1,9 +1,10 @@
-"""A Plan: the dp/mp choice of every layer at every level, and the traffic it implies.
+"""A Plan: the split kind of every layer at every level, and the traffic it implies.
 
-Level h (h = 0 .. H-1, level 0 at the top, the paper's H1) splits each of its
-2**h groups into two halves; the halves of each group form one pair. A
-plan's traffic at level h is 2**h times the cost of one pair, and the total
-is the sum over levels, i.e. Algorithm 2's com = com_h + 2 * com_n unrolled.
+Level h (0 at the top, the paper's H1) splits each of its groups into
+`hierarchy.sizes[h]` sub-groups; a layer's kind at that level says which of
+its loop dimensions is split (`partition.kinds`). The traffic comes from the
+plan's traffic model (`planner.traffic`): per level and layer, the bytes
+between members whose top-most differing level is that level.
 """
 
 from __future__ import annotations
@@ -13,15 +14,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from hypar_sim.errors import InputError
-from hypar_sim.planner.comm_model import LayerSplit, Parallelism, pair_costs
+from hypar_sim.partition.hierarchy import Hierarchy
+from hypar_sim.partition.kinds import KINDS
+from hypar_sim.partition.shares import Column
+from hypar_sim.planner.traffic import traffic_model
 from hypar_sim.workload.network import Network
 
-Choices = tuple[tuple[Parallelism, ...], ...]
+Choices = tuple[tuple[str, ...], ...]  # [level][layer] canonical kind names
 
 
 @dataclass(frozen=True)
 class LayerTraffic:
-    """Bytes one layer moves at one level, all pairs of the level, both directions."""
+    """Bytes one layer moves at one level, all members, both directions."""
 
     intra_bytes: float
     inter_bytes: float
@@ -33,7 +37,7 @@ class LayerTraffic:
 
 @dataclass(frozen=True)
 class Plan:
-    """Levels x layers of dp/mp choices with their traffic (bytes)."""
+    """Levels x layers of split kinds with their traffic (bytes)."""
 
     network: str
     strategy: str
@@ -41,6 +45,9 @@ class Plan:
     layer_names: tuple[str, ...]
     choices: Choices
     traffic: tuple[tuple[LayerTraffic, ...], ...]  # [level][layer]
+    hierarchy: Hierarchy = Hierarchy(())
+    traffic_model: str = "paper"
+    search: str = ""
     word_bytes: int = 4
 
     @property
@@ -49,7 +56,13 @@ class Plan:
 
     @property
     def accelerators(self) -> int:
-        return 2**self.levels
+        return self.hierarchy.members
+
+    @property
+    def columns(self) -> tuple[Column, ...]:
+        """Every layer's kinds over the levels, top first."""
+        return tuple(zip(*self.choices, strict=True)) if self.choices else \
+            tuple(() for _ in self.layer_names)
 
     @property
     def traffic_bytes_per_level(self) -> tuple[float, ...]:
@@ -66,10 +79,13 @@ class Plan:
             "network": self.network,
             "strategy": self.strategy,
             "levels": self.levels,
+            "hierarchy": list(self.hierarchy.sizes),
             "accelerators": self.accelerators,
             "batch": self.batch,
+            "traffic_model": self.traffic_model,
+            "search": self.search,
             "layers": list(self.layer_names),
-            "plan": [[c.value for c in level] for level in self.choices],
+            "plan": [list(level) for level in self.choices],
             "traffic_bytes": self.traffic_bytes,
             "traffic_bytes_per_level": list(self.traffic_bytes_per_level),
             "traffic_bytes_per_layer": [
@@ -79,62 +95,38 @@ class Plan:
         }
 
 
-def top_splits(network: Network, batch: int, word_bytes: int = 4) -> tuple[LayerSplit, ...]:
-    """Every layer whole: what the full array holds before any split."""
-    return tuple(LayerSplit(layer, float(batch), 1.0, word_bytes) for layer in network.layers)
-
-
-def split_all(splits: Sequence[LayerSplit], choices: Sequence[Parallelism]) -> tuple[LayerSplit, ...]:
-    """The shares each half holds after one level's choices (the sub-problem of Algorithm 2)."""
-    return tuple(s.split(c) for s, c in zip(splits, choices, strict=True))
-
-
-def level_pair_costs(
-    splits: Sequence[LayerSplit], choices: Sequence[Parallelism]
-) -> list[tuple[float, float]]:
-    """Per layer (intra, inter) bytes of one pair at one level."""
-    costs = []
-    previous: Parallelism | None = None
-    for split, choice in zip(splits, choices, strict=True):
-        costs.append(pair_costs(split, previous, choice))
-        previous = choice
-    return costs
-
-
-def level_splits(network: Network, batch: int, choices: Choices, word_bytes: int = 4):
-    """The shares held at each level under `choices` (one tuple of LayerSplit per level)."""
-    splits = top_splits(network, batch, word_bytes)
-    result = []
-    for level_choices in choices:
-        result.append(splits)
-        splits = split_all(splits, level_choices)
-    return result
-
-
-def check_batch_split(network: Network, batch: int, choices: Choices) -> None:
-    """Refuse a plan that splits some layer's batch below one whole sample."""
+def check_batch_split(network: Network, batch: int, choices: Choices,
+                      hierarchy: Hierarchy) -> None:
+    """HyPar's reading halves the batch at every batch level: refuse a batch that does not
+    divide (the layout model gives uneven shares instead)."""
     for index, name in enumerate(network.layer_names):
-        dp_levels = sum(1 for level in choices if level[index] is Parallelism.DP)
-        if batch % (2**dp_levels):
+        parts = 1
+        for level, row in enumerate(choices):
+            if KINDS[row[index]].dim.value == "N":
+                parts *= hierarchy.sizes[level]
+        if batch % parts:
             raise InputError(
-                f"batch: {batch} cannot be split by data parallelism at {dp_levels} levels "
-                f"(layer {name}); use a batch divisible by {2**dp_levels}"
-            )
+                f"batch: {batch} cannot be split by data parallelism into {parts} parts "
+                f"(layer {name}) under --traffic-model paper; use a batch divisible by {parts} "
+                "or --traffic-model layout")
 
 
-def evaluate_plan(
-    network: Network, batch: int, choices: Choices, strategy: str, word_bytes: int = 4
-) -> Plan:
-    """The traffic of a fixed plan (choices[level][layer])."""
-    check_batch_split(network, batch, choices)
-    traffic = []
-    for level, (splits, level_choices) in enumerate(
-        zip(level_splits(network, batch, choices, word_bytes), choices, strict=True)
-    ):
-        pairs = 2**level
-        traffic.append(tuple(
-            LayerTraffic(pairs * intra, pairs * inter)
-            for intra, inter in level_pair_costs(splits, level_choices)
-        ))
-    return Plan(network.name, strategy, batch, network.layer_names, tuple(choices),
-                tuple(traffic), word_bytes)
+def evaluate_plan(network: Network, batch: int, choices: Choices | Sequence[Sequence[str]],
+                  strategy: str, word_bytes: int = 4, hierarchy: Hierarchy | None = None,
+                  model: str = "paper", search: str = "") -> Plan:
+    """The traffic of a fixed plan (choices[level][layer], canonical kind names)."""
+    choices = tuple(tuple(row) for row in choices)
+    hierarchy = hierarchy if hierarchy is not None else Hierarchy.binary(len(choices))
+    traffic = traffic_model(model)
+    if model == "paper":
+        check_batch_split(network, batch, choices, hierarchy)
+    columns = tuple(zip(*choices, strict=True)) if choices else tuple(() for _ in network.layers)
+    for layer, column in zip(network.layers, columns, strict=True):
+        if not traffic.offered(layer, batch, column, hierarchy):
+            raise InputError(f"plan: layer {layer.name} cannot take ({' '.join(column)}) on "
+                             f"hierarchy {hierarchy} with batch {batch}: a kind splits a "
+                             "dimension into more parts than it has")
+    table = traffic.layer_traffic(network.layers, batch, columns, hierarchy, word_bytes)
+    return Plan(network.name, strategy, batch, network.layer_names, choices,
+                tuple(tuple(LayerTraffic(intra, inter) for intra, inter in row) for row in table),
+                hierarchy, model, search, word_bytes)

@@ -1,42 +1,154 @@
-"""The strategies a user can ask for, all producing a Plan.
+"""The strategies a user can ask for (a registry), all producing a Plan.
 
-- ``hypar``: Algorithm 2's plan (the minimum traffic per level).
-- ``data``: Data Parallelism, dp for every layer at every level.
-- ``model``: Model Parallelism, mp for every layer at every level.
-- ``trick``: Krizhevsky's "one weird trick" (arXiv:1404.5997): conv layers dp,
-  fully-connected layers mp, at every level.
-- ``exhaustive``: the joint optimum over all 2**(L*H) plans (small networks only).
-- ``explicit``: a plan the user writes, one dp/mp word per layer per level.
+- ``hypar``: HyPar's search over the allowed kinds (`--search greedy`, its
+  Algorithm 2, by default; `--search joint` for the exact whole-plan DP).
+- ``data``: batch (dp) for every layer at every level.
+- ``model``: in (mp) for every layer at every level.
+- ``trick``: Krizhevsky's "one weird trick" (arXiv:1404.5997): conv layers
+  batch, fully-connected layers in, at every level.
+- ``exhaustive``: every plan tried (small networks only).
+- ``explicit``: a plan the user writes, one kind per layer per level.
+
+Under the `layout` model a fixed strategy's kind that a layer cannot take at
+a level (fewer indices than the level has members, e.g. MNIST's one input
+channel) is replaced there by batch.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from hypar_sim.errors import InputError, closest
-from hypar_sim.planner.comm_model import Parallelism
-from hypar_sim.planner.exhaustive import global_optimum
-from hypar_sim.planner.hypar import hierarchical_choices
-from hypar_sim.planner.plan import Choices, Plan, evaluate_plan, top_splits
-from hypar_sim.workload.layers import LayerKind
+from hypar_sim.partition.hierarchy import Hierarchy
+from hypar_sim.partition.kinds import KINDS, parse_kinds, resolve_kind
+from hypar_sim.partition.shares import Column
+from hypar_sim.planner import search as searches
+from hypar_sim.planner.plan import Choices, Plan, evaluate_plan
+from hypar_sim.planner.traffic import DEFAULT_TRAFFIC_MODEL, TrafficModel, traffic_model
+from hypar_sim.workload.layers import Layer, LayerKind
 from hypar_sim.workload.network import Network
 
-STRATEGIES = ("hypar", "data", "model", "trick", "exhaustive", "explicit")
-
-#: Most hierarchy levels accepted (2**20 accelerators).
-MAX_LEVELS = 20
+DEFAULT_KINDS = ("batch", "in")
 
 
-def check_levels(levels: int) -> None:
-    if isinstance(levels, bool) or not isinstance(levels, int) or not 0 <= levels <= MAX_LEVELS:
-        raise InputError(f"levels: must be an integer from 0 to {MAX_LEVELS}, got {levels!r}")
+@dataclass(frozen=True)
+class PlanOptions:
+    """How to plan, beside the strategy: kinds, search and traffic model."""
+
+    kinds: tuple[str, ...] = DEFAULT_KINDS
+    search: str = "greedy"
+    traffic_model: str = DEFAULT_TRAFFIC_MODEL
+    plan_text: str | None = field(default=None)
+
+    def __post_init__(self) -> None:
+        for kind in self.kinds:
+            resolve_kind(kind)
+        if self.search not in searches.SEARCHES:
+            raise InputError(f"--search: unknown '{self.search}'"
+                             f"{closest(self.search, searches.SEARCHES)}; "
+                             f"allowed: {', '.join(searches.SEARCHES)}")
+        traffic_model(self.traffic_model)
+
+
+@dataclass(frozen=True)
+class PlanRequest:
+    network: Network
+    batch: int
+    hierarchy: Hierarchy
+    options: PlanOptions
+    word_bytes: int
+    model: TrafficModel
+
+
+Strategy = Callable[[PlanRequest], Sequence[Column]]
+STRATEGIES: dict[str, Strategy] = {}
+
+
+def register_strategy(name: str) -> Callable[[Strategy], Strategy]:
+    def add(function: Strategy) -> Strategy:
+        STRATEGIES[name] = function
+        return function
+    return add
+
+
+def _uniform(request: PlanRequest, pick: Callable[[Layer], str]) -> list[Column]:
+    """The same kind for a layer at every level, batch where the model does not offer it."""
+    columns = []
+    for layer in request.network.layers:
+        column: Column = ()
+        for level in range(request.hierarchy.levels):
+            upper = Hierarchy(request.hierarchy.sizes[:level + 1])
+            kind = pick(layer)
+            if not request.model.offered(layer, request.batch, column + (kind,), upper):
+                kind = "batch"
+            if not request.model.offered(layer, request.batch, column + (kind,), upper):
+                raise InputError(
+                    f"layer {layer.name}: neither {pick(layer)} nor batch can split it at level "
+                    f"{level + 1} of hierarchy {request.hierarchy} (batch {request.batch}); use "
+                    "fewer accelerators or a larger batch")
+            column += (kind,)
+        columns.append(column)
+    return columns
+
+
+@register_strategy("hypar")
+def _hypar(request: PlanRequest) -> Sequence[Column]:
+    find = searches.joint if request.options.search == "joint" else searches.greedy
+    return find(request.model, request.network.layers, request.batch, request.hierarchy,
+                request.options.kinds, request.word_bytes)
+
+
+@register_strategy("data")
+def _data(request: PlanRequest) -> Sequence[Column]:
+    return _uniform(request, lambda layer: "batch")
+
+
+@register_strategy("model")
+def _model(request: PlanRequest) -> Sequence[Column]:
+    return _uniform(request, lambda layer: "in")
+
+
+@register_strategy("trick")
+def _trick(request: PlanRequest) -> Sequence[Column]:
+    return _uniform(request, lambda layer: "batch" if layer.kind is LayerKind.CONV else "in")
+
+
+@register_strategy("exhaustive")
+def _exhaustive(request: PlanRequest) -> Sequence[Column]:
+    return searches.brute_force(request.model, request.network.layers, request.batch,
+                                request.hierarchy, request.options.kinds, request.word_bytes)[1]
+
+
+@register_strategy("explicit")
+def _explicit(request: PlanRequest) -> Sequence[Column]:
+    choices = read_plan_argument(request.options.plan_text or "", request.network,
+                                 request.hierarchy.levels)
+    columns = list(zip(*choices, strict=True)) if choices else [() for _ in request.network.layers]
+    for layer, column in zip(request.network.layers, columns, strict=True):
+        if not request.model.offered(layer, request.batch, column, request.hierarchy):
+            raise InputError(
+                f"--plan: layer {layer.name} cannot take ({' '.join(column)}) on hierarchy "
+                f"{request.hierarchy} under --traffic-model {request.model.name}: a kind splits "
+                "a dimension into more parts than it has; allowed kinds there: "
+                f"{', '.join(_offered_here(request, layer, column))}")
+    return columns
+
+
+def _offered_here(request: PlanRequest, layer: Layer, column: Column) -> list[str]:
+    """Kinds the layer can take at the first level where `column` fails."""
+    for level in range(len(column)):
+        upper = Hierarchy(request.hierarchy.sizes[:level + 1])
+        if not request.model.offered(layer, request.batch, column[:level + 1], upper):
+            return [k for k in KINDS if request.model.offered(layer, request.batch,
+                                                              column[:level] + (k,), upper)]
+    return list(KINDS)
 
 
 def parse_plan_text(text: str, network: Network, levels: int, where: str = "--plan") -> Choices:
-    """Parse a user plan: levels separated by ';' or new lines, layers by ',' or spaces.
-
-    Lines starting with '#' are comments.
-    """
+    """Parse a user plan: levels separated by ';' or new lines, layers by ',' or spaces;
+    kinds by name or alias (dp = batch, mp = in). Lines starting with '#' are comments."""
     rows = []
     for raw in text.replace(";", "\n").splitlines():
         line = raw.split("#", 1)[0].replace(",", " ").split()
@@ -44,23 +156,15 @@ def parse_plan_text(text: str, network: Network, levels: int, where: str = "--pl
             rows.append(line)
     if len(rows) != levels:
         raise InputError(
-            f"{where}: has {len(rows)} level(s), expected {levels} (one row of dp/mp per level)"
-        )
+            f"{where}: has {len(rows)} level(s), expected {levels} (one row of kinds per level)")
     layers = len(network.layers)
     plan = []
     for level, row in enumerate(rows):
         if len(row) != layers:
             raise InputError(
                 f"{where}: level {level + 1} has {len(row)} choice(s), expected {layers} "
-                f"(layers: {' '.join(network.layer_names)})"
-            )
-        try:
-            plan.append(tuple(Parallelism(word.lower()) for word in row))
-        except ValueError:
-            bad = next(w for w in row if w.lower() not in ("dp", "mp"))
-            raise InputError(
-                f"{where}: level {level + 1}: '{bad}' is not a parallelism; allowed: dp, mp"
-            ) from None
+                f"(layers: {' '.join(network.layer_names)})")
+        plan.append(tuple(resolve_kind(word, f"{where}: level {level + 1}") for word in row))
     return tuple(plan)
 
 
@@ -76,50 +180,47 @@ def read_plan_argument(value: str, network: Network, levels: int) -> Choices:
     return parse_plan_text(value, network, levels)
 
 
-def uniform_choices(network: Network, levels: int, strategy: str) -> Choices:
-    """The fixed per-layer choice of the data, model and trick strategies."""
-    def pick(kind: LayerKind) -> Parallelism:
-        if strategy == "data":
-            return Parallelism.DP
-        if strategy == "model":
-            return Parallelism.MP
-        return Parallelism.DP if kind is LayerKind.CONV else Parallelism.MP
-
-    row = tuple(pick(layer.kind) for layer in network.layers)
-    return tuple(row for _ in range(levels))
+def as_hierarchy(levels_or_hierarchy: int | Hierarchy) -> Hierarchy:
+    """A Hierarchy, or an int number of two-way levels (HyPar's 2**H array)."""
+    if isinstance(levels_or_hierarchy, Hierarchy):
+        return levels_or_hierarchy
+    levels = levels_or_hierarchy
+    if isinstance(levels, bool) or not isinstance(levels, int) or not 0 <= levels <= 20:
+        raise InputError(f"levels: must be an integer from 0 to 20, got {levels!r}")
+    return Hierarchy.binary(levels)
 
 
-def make_plan(
-    network: Network,
-    strategy: str,
-    levels: int,
-    batch: int,
-    plan_text: str | None = None,
-    word_bytes: int = 4,
-) -> Plan:
-    """The plan of `strategy` for `network` on 2**levels accelerators."""
-    check_levels(levels)
+def make_plan(network: Network, strategy: str, hierarchy: int | Hierarchy, batch: int,
+              plan_text: str | None = None, word_bytes: int = 4,
+              options: PlanOptions | None = None) -> Plan:
+    """The plan of `strategy` for `network` on the array of `hierarchy` (or 2**levels)."""
+    hierarchy = as_hierarchy(hierarchy)
+    options = options or PlanOptions(traffic_model="paper")
+    if plan_text is not None:
+        options = PlanOptions(options.kinds, options.search, options.traffic_model, plan_text)
     if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
         raise InputError(f"batch: must be a positive integer, got {batch!r}")
     if strategy not in STRATEGIES:
-        raise InputError(
-            f"strategy: unknown '{strategy}'{closest(strategy, STRATEGIES)}; "
-            f"allowed: {', '.join(STRATEGIES)}"
-        )
-    if (strategy == "explicit") != (plan_text is not None):
+        raise InputError(f"strategy: unknown '{strategy}'{closest(strategy, STRATEGIES)}; "
+                         f"allowed: {', '.join(STRATEGIES)}")
+    if (strategy == "explicit") != (options.plan_text is not None):
         raise InputError("plan: give --plan exactly when the strategy is 'explicit'")
-    if strategy in ("hypar", "exhaustive") and batch % 2**levels:
+    model = traffic_model(options.traffic_model)
+    model.check(hierarchy, options.kinds)
+    if options.traffic_model == "paper" and strategy in ("hypar", "exhaustive") \
+            and batch % hierarchy.members:
         raise InputError(
-            f"batch: {batch} is not divisible by 2**levels = {2**levels}, which data "
-            f"parallelism at every level needs; choose a batch that is a multiple of {2**levels}"
-        )
-    splits = top_splits(network, batch, word_bytes)
-    if strategy == "hypar":
-        choices = hierarchical_choices(splits, levels)[1]
-    elif strategy == "exhaustive":
-        choices = global_optimum(splits, levels)[1]
-    elif strategy == "explicit":
-        choices = read_plan_argument(plan_text or "", network, levels)
-    else:
-        choices = uniform_choices(network, levels, strategy)
-    return evaluate_plan(network, batch, choices, strategy, word_bytes)
+            f"batch: {batch} is not divisible by the {hierarchy.members} accelerators, which "
+            "data parallelism at every level needs under --traffic-model paper; choose a "
+            f"multiple of {hierarchy.members} or --traffic-model layout")
+    request = PlanRequest(network, batch, hierarchy, options, word_bytes, model)
+    columns = STRATEGIES[strategy](request)
+    choices = tuple(zip(*columns, strict=True)) if hierarchy.levels else ()
+    search = options.search if strategy == "hypar" else ""
+    return evaluate_plan(network, batch, choices, strategy, word_bytes, hierarchy,
+                         options.traffic_model, search)
+
+
+def parse_kind_list(text: str) -> tuple[str, ...]:
+    """--kinds: canonical kind names."""
+    return parse_kinds(text)

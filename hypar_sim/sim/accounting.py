@@ -18,11 +18,12 @@ from collections.abc import Mapping, Sequence
 
 from hypar_sim import __version__
 from hypar_sim.hardware.config import HardwareConfig
+from hypar_sim.hardware.costs import PieceCost
 from hypar_sim.hardware.energy import Action, EnergyTable, add_counts, scale_counts
 from hypar_sim.hardware.interconnect import switch_latency_cycles
 from hypar_sim.hardware.topology import Route, Topology
-from hypar_sim.planner.comm_model import Phase
-from hypar_sim.results import LayerResult, LinkResult, SimResult
+from hypar_sim.partition.steps import Phase
+from hypar_sim.results import AcceleratorResult, LayerResult, LinkResult, SimResult
 from hypar_sim.sim.schedule import Compute, Message, Schedule
 
 #: Default chunk a message is cut into on its way through the network, bytes: the
@@ -106,16 +107,52 @@ def communication_counts(schedule: Schedule, topology: Topology,
     return {Action.DRAM: dram_words, Action.LINK_BIT: link_bits, Action.SWITCH_BIT: switch_bits}
 
 
+def _distinct(task: Compute) -> list[tuple[PieceCost, int]]:
+    """The task's distinct costs and how many members have each (members with equal
+    shares share one cost object)."""
+    counted: dict[int, list] = {}
+    for cost in task.costs:
+        entry = counted.setdefault(id(cost), [cost, 0])
+        entry[1] += 1
+    return [(cost, count) for cost, count in counted.values()]
+
+
 def compute_counts(schedule: Schedule) -> dict[Action, float]:
     """Energy actions of all computation on all accelerators."""
-    one = add_counts(*(task.cost.counts for task in schedule.tasks if isinstance(task, Compute)))
-    return scale_counts(one, schedule.accelerators)
+    return add_counts(*(scale_counts(cost.counts, count)
+                        for task in schedule.tasks if isinstance(task, Compute)
+                        for cost, count in _distinct(task)))
 
 
 def phase_cycles(schedule: Schedule) -> dict[tuple[int, Phase], float]:
-    """Compute time of each (layer, phase) on one accelerator, cycles."""
-    return {(task.layer, task.phase): task.cost.cycles
+    """Compute time of each (layer, phase) on its slowest member, cycles."""
+    return {(task.layer, task.phase): max(cost.cycles for cost in task.costs)
             for task in schedule.tasks if isinstance(task, Compute)}
+
+
+def per_accelerator(schedule: Schedule, config: HardwareConfig) -> tuple[AcceleratorResult, ...]:
+    """Every member's busy time, bytes sent and received, and energy (its computations and
+    its messages' DRAM accesses; links, switches and static power are the array's)."""
+    members = schedule.accelerators
+    busy = [0.0] * members
+    counts: list[list[Mapping[Action, float]]] = [[] for _ in range(members)]
+    for task in schedule.tasks:
+        if isinstance(task, Compute):
+            for member, cost in enumerate(task.costs):
+                busy[member] += cost.cycles
+                counts[member].append(cost.counts)
+    sent = [0.0] * members
+    received = [0.0] * members
+    for message in schedule.messages:
+        sent[message.src] += message.bytes
+        received[message.dst] += message.bytes
+    table = EnergyTable.from_config(config)
+    return tuple(
+        AcceleratorResult(member, busy[member], sent[member], received[member],
+                          table.energy(add_counts(*counts[member], {
+                              Action.DRAM: (sent[member] + received[member]) / config.word_bytes
+                          })).total_pj)
+        for member in range(members))
 
 
 def assemble_result(
@@ -137,7 +174,8 @@ def assemble_result(
     energy = EnergyTable.from_config(config).energy(counts)
 
     cycles = phase_cycles(schedule)
-    computes = [task.cost for task in schedule.tasks if isinstance(task, Compute)]
+    members = schedule.accelerators
+    computes = [task for task in schedule.tasks if isinstance(task, Compute)]
     traffic = defaultdict(float)
     per_level = [0.0] * plan.levels
     for message in schedule.messages:
@@ -153,7 +191,7 @@ def assemble_result(
             comm_wait_cycles=comm_wait_per_layer.get(index, 0.0),
             traffic_bytes=traffic[index],
         )
-        for index, share in enumerate(schedule.shares)
+        for index, share in enumerate(layer[0] for layer in schedule.shares)
     )
     carried = link_bytes(schedule, topology)
     links = tuple(
@@ -164,14 +202,18 @@ def assemble_result(
     return SimResult(
         network=schedule.network.name, strategy=plan.strategy, topology=topology.name,
         engine=engine, accelerators=schedule.accelerators, batch=plan.batch,
-        plan=tuple(tuple(c.value for c in level) for level in plan.choices),
+        plan=tuple(tuple(level) for level in plan.choices),
         clock_hz=config.clock_hz, latency_cycles=latency_cycles,
         energy_breakdown_pj={action.value: pj for action, pj in energy.parts_pj.items()},
         traffic_bytes=sum(traffic.values()),
         traffic_bytes_per_level=tuple(per_level),
-        compute_cycles=sum(cost.compute_cycles for cost in computes),
-        dram_stall_cycles=sum(cost.stall_cycles for cost in computes),
+        compute_cycles=sum(sum(c.compute_cycles * n for c, n in _distinct(task)) / members
+                           for task in computes),
+        dram_stall_cycles=sum(sum(c.stall_cycles * n for c, n in _distinct(task)) / members
+                              for task in computes),
         comm_wait_cycles=sum(comm_wait_per_layer.values()),
         per_layer=layers, per_link=links, events=events, wall_s=wall_s,
         version=__version__, config=config_dict,
+        per_accelerator=per_accelerator(schedule, config), hierarchy=plan.hierarchy.sizes,
+        traffic_model=plan.traffic_model,
     )

@@ -1,7 +1,8 @@
 """The same training step in closed form, for quick sweeps: no events, no queues.
 
-One accelerator's task list is walked in order (all accelerators do the same
-work). A computation takes its piece's cycles. A communication step takes as
+The task list is walked in order for all members at once (each has its own
+compute times; a communication step starts when its last member reaches it).
+A computation takes each member's piece's cycles. A communication step takes as
 long as the slowest of its messages alone in the array (its chunks cut
 through DRAM, links and DRAM, plus the route latency), or as long as its
 busiest link, or its busiest cube's DRAM, needs for all the step's bytes,
@@ -16,6 +17,8 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
+
+import numpy as np
 
 from hypar_sim.hardware.topology import Topology
 from hypar_sim.results import SimResult
@@ -59,20 +62,24 @@ def simulate_analytic(schedule: Schedule, topology: Topology,
                       max_chunks: int = DEFAULT_MAX_CHUNKS, config_dict=None) -> SimResult:
     """Estimate one training step without simulation."""
     started = time.perf_counter()
-    now = port_free = 0.0
+    members = schedule.accelerators
+    now = np.zeros(members)
+    port_free = 0.0
     arrival: dict[StepKey, float] = {}
     waits: dict[int, float] = defaultdict(float)
     for task in schedule.tasks:
         if isinstance(task, Compute):
-            now += task.cost.cycles
+            now += np.array([cost.cycles for cost in task.costs])
         elif isinstance(task, Send):
-            start = max(now, port_free)
+            start = max(float(now.max()), port_free)
             arrival[task.step] = start + step_cycles(schedule, topology, task.step, chunk_bytes,
                                                      max_chunks)
             port_free = arrival[task.step]
-        elif isinstance(task, Wait) and arrival[task.step] > now:
-            waits[task.step[0]] += arrival[task.step] - now
-            now = arrival[task.step]
+        elif isinstance(task, Wait):
+            late = np.maximum(arrival[task.step] - now, 0.0)
+            waits[task.step[0]] += float(late.mean())  # mean over members
+            now = np.maximum(now, arrival[task.step])
+    now = float(now.max())
     busy = [carried / link.bandwidth_bytes_per_cycle
             for carried, link in zip(link_bytes(schedule, topology), topology.links, strict=True)]
     return assemble_result(schedule, topology, "analytic", now, waits, busy, 0,

@@ -109,14 +109,18 @@ class _Step:
         env = self.env
         for task in self.schedule.tasks:
             if isinstance(task, Compute):
-                if task.cost.cycles > 0:
-                    yield env.timeout(task.cost.cycles)
+                cycles = task.costs[index].cycles
+                if cycles > 0:
+                    yield env.timeout(cycles)
             elif isinstance(task, Send):
                 for message in self.outbox[(index, task.step)]:
                     env.process(self.message(message))
             elif isinstance(task, Wait):
+                arrival = self.arrived.get((index, task.step))
+                if arrival is None:  # nothing addressed to this member in the step
+                    continue
                 started = env.now
-                yield self.arrived[(index, task.step)]
+                yield arrival
                 self.wait_cycles[task.step[0]] += env.now - started
 
     def message(self, message: Message):

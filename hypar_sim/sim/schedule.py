@@ -1,27 +1,23 @@
-"""One training step as work: per accelerator, the ordered tasks and the messages.
+"""One training step as work: the ordered tasks of every member and the messages.
 
-Every accelerator holds the same share of every layer (the hierarchical
-partition is symmetric), so all run the same task list; only the partners of
-their messages differ. At level h (0 = top) of H, the 2**h groups of 2**(H-h)
-accelerators are split into halves, and accelerator a exchanges with its
-counterpart a ^ 2**(H-h-1) in the other half. Each of the 2**(H-h-1)
-accelerators of a half sends its part (1 / 2**(H-h-1)) of what its half sends
-to the other half (`comm_model.layer_transfers`, the planner's own function),
-so all messages add up to the planner's traffic exactly.
+The traffic model of the plan gives every message (`planner.traffic`: the
+planner's own function, so their bytes add up to the planner's traffic) and
+every member's share of every layer; shares may differ by one sample,
+channel or row where a dimension does not divide, so computations carry a
+cost per member. The task order is the same for all members:
 
-Order of one step (every accelerator):
+- forward, layer by layer: sends and waits before the layer (its input into
+  its layout), compute, sends and waits after it (its partial outputs);
+- backward, from the last layer: waits for the errors it needs, error
+  backward (not for the first layer), sends of its input errors, weight
+  gradient, sends of the gradient;
+- update, layer by layer: waits for the gradients, update.
 
-- forward, layer by layer: receive the re-laid-out input (dp -> mp boundary),
-  compute, exchange partial sums (mp);
-- backward, from the last layer: error backward (not for the first layer),
-  send the re-laid-out error (dp -> mp boundary; the layer before waits for
-  it), weight gradient, send the gradient partial sums (dp);
-- update, layer by layer: wait for the layer's gradients, update the weights.
-
-With `overlap_gradients` (the default) the gradient exchange of a layer runs
-while the backward pass goes on to earlier layers, as data-parallel training
-systems do (the gradients are needed only by the update); without it, each
-layer's backward pass waits for its gradient exchange.
+Where each transfer kind is sent and awaited is its `partition.steps.StepRule`
+(with `overlap_gradients`, the default, a layer's gradient exchange runs
+while the backward pass goes on, as data-parallel training systems do;
+without it each layer's backward pass waits for it). A member with no
+message in a step does not wait for it.
 """
 
 from __future__ import annotations
@@ -32,54 +28,36 @@ from dataclasses import dataclass
 from hypar_sim.hardware.config import HardwareConfig
 from hypar_sim.hardware.costs import PieceCost, footprint, phase_cost
 from hypar_sim.hardware.hmc import check_capacity
-from hypar_sim.planner.comm_model import (
-    TRANSFER_PHASE,
-    LayerSplit,
-    Phase,
-    TransferKind,
-    layer_transfers,
-)
-from hypar_sim.planner.plan import Plan, level_splits, split_all
+from hypar_sim.partition.shares import Share
+from hypar_sim.partition.steps import Message, Phase, Slot, TransferKind, step_rule
+from hypar_sim.planner.plan import Plan
+from hypar_sim.planner.traffic import traffic_model
 from hypar_sim.workload.network import Network
 
 StepKey = tuple[int, TransferKind]  # (layer index, why)
 
-
-@dataclass(frozen=True)
-class Message:
-    """Bytes one accelerator sends another for one layer, at one level."""
-
-    src: int
-    dst: int
-    bytes: float
-    layer: int
-    level: int
-    kind: TransferKind
-
-    @property
-    def phase(self) -> Phase:
-        return TRANSFER_PHASE[self.kind]
+__all__ = ["Compute", "Message", "Schedule", "Send", "StepKey", "Wait", "build_schedule"]
 
 
 @dataclass(frozen=True)
 class Compute:
-    """Run one phase of one layer on the accelerator's PUs."""
+    """Run one phase of one layer on a member's PUs; `costs[member]`."""
 
     layer: int
     phase: Phase
-    cost: PieceCost
+    costs: tuple[PieceCost, ...]
 
 
 @dataclass(frozen=True)
 class Send:
-    """Start the accelerator's messages of a communication step (does not wait)."""
+    """Start the member's messages of a communication step (does not wait)."""
 
     step: StepKey
 
 
 @dataclass(frozen=True)
 class Wait:
-    """Block until all messages of a step addressed to the accelerator have arrived."""
+    """Block until all messages of a step addressed to the member have arrived."""
 
     step: StepKey
 
@@ -89,13 +67,13 @@ Task = Compute | Send | Wait
 
 @dataclass(frozen=True)
 class Schedule:
-    """The work of one training step for every accelerator."""
+    """The work of one training step for every member."""
 
     network: Network
     plan: Plan
     config: HardwareConfig
-    shares: tuple[LayerSplit, ...]  # what one accelerator holds of each layer
-    tasks: tuple[Task, ...]  # the same for every accelerator
+    shares: tuple[tuple[Share, ...], ...]  # [layer][member]
+    tasks: tuple[Task, ...]  # the same order for every member
     steps: dict[StepKey, tuple[Message, ...]]  # all messages of the array, per step
     overlap_gradients: bool = True
 
@@ -108,76 +86,75 @@ class Schedule:
         return tuple(m for messages in self.steps.values() for m in messages)
 
 
-
 def plan_messages(network: Network, plan: Plan) -> dict[StepKey, tuple[Message, ...]]:
-    """Every message of the plan, grouped by (layer, kind), levels in order."""
-    levels = plan.levels
-    accelerators = 2**levels
-    steps: dict[StepKey, list[Message]] = defaultdict(list)
-    splits_per_level = level_splits(network, plan.batch, plan.choices, plan.word_bytes)
-    for level, (splits, choices) in enumerate(zip(splits_per_level, plan.choices, strict=True)):
-        half = 2 ** (levels - level - 1)  # accelerators in each half of a pair
-        previous = None
-        for index, (split, choice) in enumerate(zip(splits, choices, strict=True)):
-            for transfer in layer_transfers(split, previous, choice):
-                part = transfer.bytes_per_direction / half
-                for src in range(accelerators):
-                    steps[(index, transfer.kind)].append(
-                        Message(src, src ^ half, part, index, level, transfer.kind))
-            previous = choice
-    return {key: tuple(messages) for key, messages in steps.items()}
+    """Every message of the plan, grouped by (layer, kind)."""
+    return traffic_model(plan.traffic_model).steps(network.layers, plan.batch, plan.columns,
+                                                   plan.hierarchy, plan.word_bytes)
 
 
-def leaf_shares(network: Network, plan: Plan) -> tuple[LayerSplit, ...]:
-    """What one accelerator holds of each layer after all levels of the plan."""
-    splits = level_splits(network, plan.batch, plan.choices, plan.word_bytes)
-    if not plan.choices:
-        return tuple(LayerSplit(layer, float(plan.batch), 1.0, plan.word_bytes)
-                     for layer in network.layers)
-    return split_all(splits[-1], plan.choices[-1])
+def member_shares(network: Network, plan: Plan) -> tuple[tuple[Share, ...], ...]:
+    """[layer][member]: what every member computes of every layer."""
+    model = traffic_model(plan.traffic_model)
+    return tuple(tuple(model.member_shares(layer, plan.batch, column, plan.hierarchy))
+                 for layer, column in zip(network.layers, plan.columns, strict=True))
+
+
+def _step_tasks(steps: dict[StepKey, tuple[Message, ...]], overlap: bool) -> dict[
+        tuple[Slot, int], list[Send | Wait]]:
+    """Sends and waits of every step, by (slot, layer), in the order they run there."""
+    placed: dict[tuple[Slot, int], list[tuple[int, int, Send | Wait]]] = defaultdict(list)
+    order = list(TransferKind)
+    for key in steps:
+        layer, kind = key
+        rule = step_rule(kind, overlap)
+        rank = order.index(kind)
+        placed[(rule.send, layer)].append((rank, 0, Send(key)))
+        placed[(rule.wait, layer + rule.wait_offset)].append((rank, 1, Wait(key)))
+    return {slot: [task for *_, task in sorted(tasks, key=lambda t: t[:2])]
+            for slot, tasks in placed.items()}
 
 
 def build_schedule(network: Network, plan: Plan, config: HardwareConfig,
                    overlap_gradients: bool = True) -> Schedule:
     """Tasks and messages of one training step; refuses a plan that does not fit a cube."""
-    shares = leaf_shares(network, plan)
+    shares = member_shares(network, plan)
     steps = plan_messages(network, plan)
-    received = [defaultdict(float) for _ in steps]  # bytes per destination, per step
-    for per_destination, messages in zip(received, steps.values(), strict=True):
+    received: dict[tuple[StepKey, int], float] = defaultdict(float)
+    for key, messages in steps.items():
         for message in messages:
-            per_destination[message.dst] += message.bytes
-    buffers = max((max(per_destination.values()) for per_destination in received), default=0.0)
-    check_capacity([footprint(share, config.word_bytes) for share in shares], buffers, config,
-                   network.name)
-
-    def step(layer: int, kind: TransferKind) -> StepKey | None:
-        return (layer, kind) if (layer, kind) in steps else None
+            received[(key, message.dst)] += message.bytes
+    buffers = max(received.values(), default=0.0)
+    for member_footprints in {tuple(layer[m] for layer in shares)
+                              for m in range(plan.accelerators)}:
+        check_capacity([footprint(share, config.word_bytes) for share in member_footprints],
+                       buffers, config, network.name)
 
     def cost(index: int, phase: Phase) -> Compute:
-        return Compute(index, phase, phase_cost(shares[index], phase, config, index == 0))
+        cache: dict[Share, PieceCost] = {}
+        for share in shares[index]:
+            if share not in cache:
+                cache[share] = phase_cost(share, phase, config, index == 0)
+        return Compute(index, phase, tuple(cache[share] for share in shares[index]))
+
+    around = _step_tasks(steps, overlap_gradients)
+
+    def at(slot: Slot, index: int) -> list[Send | Wait]:
+        return around.get((slot, index), [])
 
     tasks: list[Task] = []
-    last = len(shares) - 1
-    for index in range(len(shares)):
-        if relayout := step(index, TransferKind.RELAYOUT_FEATURE):
-            tasks += [Send(relayout), Wait(relayout)]
+    layers = range(len(network.layers))
+    for index in layers:
+        tasks += at(Slot.FORWARD_BEFORE, index)
         tasks.append(cost(index, Phase.FORWARD))
-        if partial := step(index, TransferKind.PARTIAL_SUM):
-            tasks += [Send(partial), Wait(partial)]
-    for index in range(last, -1, -1):
-        if index < last and (error := step(index + 1, TransferKind.RELAYOUT_ERROR)):
-            tasks.append(Wait(error))
+        tasks += at(Slot.FORWARD_AFTER, index)
+    for index in reversed(layers):
+        tasks += at(Slot.BACKWARD_BEFORE, index)
         if index > 0:
             tasks.append(cost(index, Phase.BACKWARD))
-        if error := step(index, TransferKind.RELAYOUT_ERROR):
-            tasks.append(Send(error))
+        tasks += at(Slot.BACKWARD_AFTER, index)
         tasks.append(cost(index, Phase.GRADIENT))
-        if gradient := step(index, TransferKind.GRADIENT):
-            tasks.append(Send(gradient))
-            if not overlap_gradients:
-                tasks.append(Wait(gradient))
-    for index in range(len(shares)):
-        if overlap_gradients and (gradient := step(index, TransferKind.GRADIENT)):
-            tasks.append(Wait(gradient))
+        tasks += at(Slot.GRADIENT_AFTER, index)
+    for index in layers:
+        tasks += at(Slot.UPDATE_BEFORE, index)
         tasks.append(cost(index, Phase.UPDATE))
     return Schedule(network, plan, config, shares, tuple(tasks), steps, overlap_gradients)

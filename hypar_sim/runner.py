@@ -1,4 +1,7 @@
-"""One entry point for a simulation: plan + network + hardware + options -> SimResult."""
+"""Plan, then simulate: the one entry point above the planner and the simulator.
+
+network + strategy + plan options + hardware + simulation options -> SimResult.
+"""
 
 from __future__ import annotations
 
@@ -8,8 +11,9 @@ from dataclasses import dataclass
 from hypar_sim.errors import InputError, closest
 from hypar_sim.hardware.config import HardwareConfig
 from hypar_sim.hardware.topology import TOPOLOGIES, make_topology
+from hypar_sim.partition.hierarchy import Hierarchy
 from hypar_sim.planner.plan import Plan
-from hypar_sim.planner.strategies import make_plan
+from hypar_sim.planner.strategies import PlanOptions, make_plan
 from hypar_sim.results import SimResult
 from hypar_sim.sim.accounting import DEFAULT_CHUNK_BYTES, DEFAULT_MAX_CHUNKS
 from hypar_sim.sim.analytic import simulate_analytic
@@ -52,15 +56,22 @@ def simulate(network: Network, plan: Plan, config: HardwareConfig,
             f"plan: made for {plan.accelerators} accelerators and batch {plan.batch}, but the "
             f"hardware has {config.accelerators} accelerators and batch {config.batch}")
     schedule = build_schedule(network, plan, config, options.overlap_gradients)
-    topology = make_topology(options.topology, config)
-    config_dict = dataclasses.asdict(config) | dataclasses.asdict(options)
+    topology = make_topology(options.topology, config, plan.hierarchy)
+    config_dict = dataclasses.asdict(config) | dataclasses.asdict(options) | {
+        "hierarchy": str(plan.hierarchy), "traffic_model": plan.traffic_model,
+        "search": plan.search}
     engine = simulate_des if options.engine == "des" else simulate_analytic
     return engine(schedule, topology, options.chunk_bytes, options.max_chunks, config_dict)
 
 
 def simulate_strategy(network: Network, strategy: str, config: HardwareConfig,
                       options: SimOptions = SimOptions(),  # noqa: B008 - frozen, immutable
-                      plan_text: str | None = None) -> SimResult:
-    """Plan `network` by `strategy` for the array of `config`, then simulate that plan."""
-    plan = make_plan(network, strategy, config.levels, config.batch, plan_text, config.word_bytes)
+                      plan_text: str | None = None, plan_options: PlanOptions | None = None,
+                      hierarchy: Hierarchy | None = None) -> SimResult:
+    """Plan `network` by `strategy` for the array of `config` (on `hierarchy`, by default
+    the accelerator count's prime factors, largest first), then simulate that plan.
+    `plan_options` default: HyPar's reading (`paper`, kinds batch and in)."""
+    hierarchy = hierarchy or Hierarchy.for_count(config.accelerators)
+    plan = make_plan(network, strategy, hierarchy, config.batch, plan_text, config.word_bytes,
+                     plan_options)
     return simulate(network, plan, config, options)

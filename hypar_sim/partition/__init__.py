@@ -1,0 +1,1 @@
+"""The partition algebra: hierarchies, split kinds, layouts and redistribution (pure data)."""

@@ -1,0 +1,103 @@
+"""Split kinds: "split loop dimension d of a layer k ways" (Tofu's view of an operator).
+
+A layer's loop nest has the dimensions of `Dim`; a split kind names the one
+it splits. The shipped kinds are HyPar's two (batch = dp, in = mp), AccPar's
+third (out) and Tofu's spatial split of the output rows. A new kind is one
+`register_kind(SplitKind(...))` call: the planner, traffic models, schedule
+and command line find it here; nothing else branches on kind names.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from hypar_sim.errors import InputError, closest
+
+
+class Dim(StrEnum):
+    """Loop dimensions of a convolution (an fc layer has P = Q = 1)."""
+
+    N = "N"  # samples (batch)
+    K = "K"  # output channels
+    C = "C"  # input channels (the reduction of the forward pass)
+    P = "P"  # output rows, after pooling
+    Q = "Q"  # output columns, after pooling
+
+
+@dataclass(frozen=True)
+class SplitKind:
+    """Split loop dimension `dim` into as many parts as the level has members."""
+
+    name: str
+    dim: Dim
+    summary: str
+    aliases: tuple[str, ...] = ()
+    paper_label: str = ""  # HyPar's name for it (dp, mp), where it has one
+
+    def __str__(self) -> str:
+        return self.name
+
+
+#: The registry: canonical name -> kind, in the order kinds are listed and tried.
+KINDS: dict[str, SplitKind] = {}
+
+
+def register_kind(kind: SplitKind) -> SplitKind:
+    """Add `kind` to the registry (its name and aliases must be new)."""
+    taken = set(KINDS) | {alias for k in KINDS.values() for alias in k.aliases}
+    clash = ({kind.name, *kind.aliases} & taken)
+    if clash:
+        raise ValueError(f"split kind name(s) {sorted(clash)} are registered already")
+    KINDS[kind.name] = kind
+    return kind
+
+
+def unregister_kind(name: str) -> None:
+    """Remove a kind (tests that register their own kinds clean up with this)."""
+    KINDS.pop(name, None)
+
+
+for _kind in (
+    SplitKind("batch", Dim.N, "samples (data parallelism; HyPar's dp)", ("dp",), "dp"),
+    SplitKind("in", Dim.C, "input channels (model parallelism; HyPar's mp)", ("mp",), "mp"),
+    SplitKind("out", Dim.K, "output channels (AccPar's third type)"),
+    SplitKind("spatial", Dim.P, "output rows, with a halo of input rows (Tofu)"),
+):
+    register_kind(_kind)
+
+
+def allowed_names() -> str:
+    return ", ".join(f"{k.name}{' (' + '/'.join(k.aliases) + ')' if k.aliases else ''}"
+                     for k in KINDS.values())
+
+
+def resolve_kind(word: str, where: str = "--kinds") -> str:
+    """The canonical name of kind `word` (a name or an alias, any case)."""
+    word = word.strip().lower()
+    if word in KINDS:
+        return word
+    for kind in KINDS.values():
+        if word in kind.aliases:
+            return kind.name
+    names = [*KINDS, *(a for k in KINDS.values() for a in k.aliases)]
+    raise InputError(f"{where}: unknown split kind '{word}'{closest(word, names)}; "
+                     f"allowed: {allowed_names()}")
+
+
+def parse_kinds(text: str, where: str = "--kinds") -> tuple[str, ...]:
+    """'batch,in,out' -> canonical names in registry order, without repeats."""
+    words = [w for w in text.replace(" ", ",").split(",") if w.strip()]
+    if not words:
+        raise InputError(f"{where}: no split kind given; allowed: {allowed_names()}")
+    chosen = {resolve_kind(word, where) for word in words}
+    return tuple(name for name in KINDS if name in chosen)
+
+
+def kind_dim(name: str) -> Dim:
+    return KINDS[name].dim
+
+
+def paper_label(name: str) -> str:
+    """HyPar's label of a kind (dp, mp) for the paper's figures; the name otherwise."""
+    return KINDS[name].paper_label or name

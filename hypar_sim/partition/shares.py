@@ -1,0 +1,177 @@
+"""Which part of a layer each member of the array computes: integer boxes per loop dimension.
+
+A layer's plan is a *column*: one kind per level of the hierarchy. Dimension
+d is split into the product of the sizes of the levels whose kind splits d;
+a member's part is number i of those near-equal parts (sizes differ by at
+most one, larger first), i being the mixed-radix number of the member's
+coordinates at those levels (upper level more significant). A kind is
+offered at a level only where every member's part of its dimension there is
+at least the level size, so no member gets nothing to do.
+
+Rows: a spatial split divides the layer's *output* rows (after pooling); a
+member computes the pre-pooling rows its output rows need and reads the
+input rows those need (a halo of kernel - stride rows shared with its
+neighbours). Overlapping pooling windows (3x3 stride 2) make neighbours
+compute one pre-pooling row twice.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+from hypar_sim.partition.hierarchy import Hierarchy
+from hypar_sim.partition.kinds import KINDS, Dim
+from hypar_sim.workload.layers import Layer, LayerKind
+
+Column = tuple[str, ...]  # a layer's kind at every level, top first
+Interval = tuple[int, int]  # [start, stop)
+
+
+def extents(layer: Layer, batch: int) -> dict[Dim, int]:
+    """The size of every loop dimension of `layer` for `batch` samples."""
+    return {Dim.N: batch, Dim.K: layer.output.channels, Dim.C: layer.input.channels,
+            Dim.P: layer.output.height, Dim.Q: layer.output.width}
+
+
+def even_range(total: int, parts: int, index: int) -> Interval:
+    """Part `index` of `total` cut into `parts` near-equal integer parts, larger first."""
+    base, extra = divmod(total, parts)
+    start = index * base + min(index, extra)
+    return start, start + base + (1 if index < extra else 0)
+
+
+def split_levels(column: Column, dim: Dim) -> tuple[int, ...]:
+    """The levels at which `column` splits `dim`."""
+    return tuple(h for h, kind in enumerate(column) if KINDS[kind].dim is dim)
+
+
+def offered(layer: Layer, batch: int, column: Column, hierarchy: Hierarchy) -> bool:
+    """Every level's kind leaves each member at least one index of its dimension."""
+    sizes = extents(layer, batch)
+    parts = dict.fromkeys(sizes, 1)
+    for size, kind in zip(hierarchy.sizes, column, strict=True):
+        dim = KINDS[kind].dim
+        if sizes[dim] // parts[dim] < size:
+            return False
+        parts[dim] *= size
+    return True
+
+
+@lru_cache(maxsize=65536)
+def member_intervals(total: int, column: Column, hierarchy: Hierarchy, dim: Dim) -> np.ndarray:
+    """[members, 2] start and stop of every member's part of `dim` (`total` long); cached,
+    read-only."""
+    levels = split_levels(column, dim)
+    members = hierarchy.members
+    index = np.zeros(members, dtype=np.int64)
+    parts = 1
+    ids = np.arange(members)
+    for h in levels:
+        coord = (ids // hierarchy.strides[h]) % hierarchy.sizes[h]
+        index = index * hierarchy.sizes[h] + coord
+        parts *= hierarchy.sizes[h]
+    base, extra = divmod(total, parts)
+    start = index * base + np.minimum(index, extra)
+    stop = start + base + (index < extra)
+    result = np.stack([start, stop], axis=1)
+    result.flags.writeable = False
+    return result
+
+
+@dataclass(frozen=True)
+class Share:
+    """What one member computes of one layer: a box of its loop dimensions."""
+
+    layer: Layer
+    batch: int  # samples
+    in_channels: Interval
+    out_channels: Interval
+    out_rows: Interval  # after pooling
+    out_cols: Interval
+
+    @property
+    def samples(self) -> int:
+        return self.batch
+
+    @property
+    def channels(self) -> int:
+        return self.in_channels[1] - self.in_channels[0]
+
+    @property
+    def kernels(self) -> int:
+        return self.out_channels[1] - self.out_channels[0]
+
+    @property
+    def whole_map(self) -> bool:
+        """All output rows and columns (no spatial split)."""
+        out = self.layer.output
+        return self.out_rows == (0, out.height) and self.out_cols == (0, out.width)
+
+    @property
+    def weights(self) -> int:
+        """Weights of the kernels and channels held (R x S each)."""
+        return self.kernels * self.channels * self.layer.kernel ** 2
+
+    @property
+    def input_elements(self) -> int:
+        """Elements of the input the member reads (and keeps for the backward pass)."""
+        rows = input_span(self.layer, *conv_span(self.layer, self.out_rows, "rows"), "rows")
+        cols = input_span(self.layer, *conv_span(self.layer, self.out_cols, "cols"), "cols")
+        return self.batch * self.channels * (rows[1] - rows[0]) * (cols[1] - cols[0])
+
+
+def conv_span(layer: Layer, out: Interval, axis: str) -> Interval:
+    """Pre-pooling rows (or columns) that pooled outputs `out` need, clipped to the map."""
+    size = layer.conv_output.height if axis == "rows" else layer.conv_output.width
+    pool = layer.pool
+    if pool is None or out[1] <= out[0]:
+        return out
+    lo = out[0] * pool.stride - pool.padding
+    hi = (out[1] - 1) * pool.stride - pool.padding + pool.kernel
+    return max(0, lo), min(size, hi)
+
+
+def input_span(layer: Layer, lo: int, hi: int, axis: str) -> Interval:
+    """Input rows (or columns, unpadded) that conv outputs [lo, hi) read, clipped to the map."""
+    size = layer.input.height if axis == "rows" else layer.input.width
+    if layer.kind is LayerKind.FC or hi <= lo:
+        return (0, size) if hi > lo else (0, 0)
+    start = lo * layer.stride - layer.padding
+    stop = (hi - 1) * layer.stride - layer.padding + layer.kernel
+    return max(0, start), min(size, stop)
+
+
+def owned_conv_span(layer: Layer, out: Interval, axis: str) -> Interval:
+    """Pre-pooling rows a member *owns* for its pooled rows `out`: from its first window's
+    start to the next member's (disjoint across members, so partial sums are not mistaken
+    for the rows that overlapping windows share)."""
+    size = layer.conv_output.height if axis == "rows" else layer.conv_output.width
+    total = layer.output.height if axis == "rows" else layer.output.width
+    pool = layer.pool
+    if pool is None:
+        return out
+    lo = 0 if out[0] == 0 else max(0, out[0] * pool.stride - pool.padding)
+    hi = size if out[1] == total else max(0, out[1] * pool.stride - pool.padding)
+    return lo, min(size, hi)
+
+
+def column_shares(layer: Layer, batch: int, column: Column,
+                  hierarchy: Hierarchy) -> list[Share]:
+    """Every member's share of `layer` under `column`."""
+    sizes = extents(layer, batch)
+    parts = {dim: member_intervals(total, column, hierarchy, dim) for dim, total in sizes.items()}
+    shares = []
+    for m in range(hierarchy.members):
+        n0, n1 = parts[Dim.N][m]
+        shares.append(Share(layer, int(n1 - n0), tuple(map(int, parts[Dim.C][m])),
+                            tuple(map(int, parts[Dim.K][m])), tuple(map(int, parts[Dim.P][m])),
+                            tuple(map(int, parts[Dim.Q][m]))))
+    return shares
+
+
+def whole_share(layer: Layer, batch: int) -> Share:
+    """The whole layer (one accelerator)."""
+    return column_shares(layer, batch, (), Hierarchy(()))[0]

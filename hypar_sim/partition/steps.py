@@ -1,0 +1,108 @@
+"""The phases of a training step, why bytes move, and where each transfer sits in the step.
+
+Every transfer kind says after which computation it is sent and before which
+one it must have arrived (`StepRule`); the schedule places sends and waits by
+these rules alone, whichever traffic model produced the messages.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum, StrEnum
+
+
+class Phase(StrEnum):
+    """The phases of one training step."""
+
+    FORWARD = "forward"
+    BACKWARD = "backward"
+    GRADIENT = "gradient"
+    UPDATE = "update"
+
+
+class Slot(Enum):
+    """Places around one layer's computations where sends and waits go."""
+
+    FORWARD_BEFORE = 0
+    FORWARD_AFTER = 1
+    BACKWARD_BEFORE = 2  # before the error-backward (and the weight gradient) of the layer
+    BACKWARD_AFTER = 3
+    GRADIENT_AFTER = 4
+    UPDATE_BEFORE = 5
+
+
+class TransferKind(StrEnum):
+    """Why bytes move (declaration order is the order within one slot)."""
+
+    RELAYOUT_FEATURE = "relayout_feature"  # the layer's input into its layout (gather)
+    PARTIAL_SUM = "partial_sum"  # the layer's partial outputs (paper: exchange; layout: reduce)
+    RELAYOUT_ERROR = "relayout_error"  # paper: dp -> mp boundary, backward
+    ERROR_REDUCE = "error_reduce"  # layout: partial input errors of the layer, reduced
+    ERROR_GATHER = "error_gather"  # layout: the error of the layer's output into its layout
+    GRADIENT = "gradient"  # partial weight gradients (paper: exchange; layout: reduce)
+    GRADIENT_GATHER = "gradient_gather"  # layout: reduced gradients to every replica
+
+    @property
+    def phase(self) -> Phase:
+        return _PHASES[self]
+
+    @property
+    def is_intra(self) -> bool:
+        """Intra-layer (HyPar's Table 1) rather than inter-layer (Table 2) communication."""
+        return self in (TransferKind.PARTIAL_SUM, TransferKind.GRADIENT,
+                        TransferKind.GRADIENT_GATHER)
+
+
+_PHASES = {
+    TransferKind.RELAYOUT_FEATURE: Phase.FORWARD, TransferKind.PARTIAL_SUM: Phase.FORWARD,
+    TransferKind.RELAYOUT_ERROR: Phase.BACKWARD, TransferKind.ERROR_REDUCE: Phase.BACKWARD,
+    TransferKind.ERROR_GATHER: Phase.BACKWARD, TransferKind.GRADIENT: Phase.GRADIENT,
+    TransferKind.GRADIENT_GATHER: Phase.GRADIENT,
+}
+
+
+@dataclass(frozen=True)
+class StepRule:
+    """Send after `send`, wait at `wait` of the layer `wait_offset` away (the layer
+    before: -1); `blocking` rules are used when gradients do not overlap."""
+
+    send: Slot
+    wait: Slot
+    wait_offset: int = 0
+
+
+_OVERLAPPED = {
+    TransferKind.RELAYOUT_FEATURE: StepRule(Slot.FORWARD_BEFORE, Slot.FORWARD_BEFORE),
+    TransferKind.PARTIAL_SUM: StepRule(Slot.FORWARD_AFTER, Slot.FORWARD_AFTER),
+    TransferKind.RELAYOUT_ERROR: StepRule(Slot.BACKWARD_AFTER, Slot.BACKWARD_BEFORE, -1),
+    TransferKind.ERROR_REDUCE: StepRule(Slot.BACKWARD_AFTER, Slot.BACKWARD_BEFORE, -1),
+    TransferKind.ERROR_GATHER: StepRule(Slot.BACKWARD_BEFORE, Slot.BACKWARD_BEFORE),
+    TransferKind.GRADIENT: StepRule(Slot.GRADIENT_AFTER, Slot.UPDATE_BEFORE),
+    TransferKind.GRADIENT_GATHER: StepRule(Slot.UPDATE_BEFORE, Slot.UPDATE_BEFORE),
+}
+_BLOCKING = _OVERLAPPED | {
+    TransferKind.GRADIENT: StepRule(Slot.GRADIENT_AFTER, Slot.GRADIENT_AFTER),
+    TransferKind.GRADIENT_GATHER: StepRule(Slot.GRADIENT_AFTER, Slot.GRADIENT_AFTER),
+}
+
+
+def step_rule(kind: TransferKind, overlap_gradients: bool) -> StepRule:
+    """Where the sends and waits of `kind` go."""
+    return (_OVERLAPPED if overlap_gradients else _BLOCKING)[kind]
+
+
+@dataclass(frozen=True)
+class Message:
+    """Bytes one member sends another for one layer's step; `level` is the top-most level
+    at which the two differ (the switch where they meet in a fat tree)."""
+
+    src: int
+    dst: int
+    bytes: float
+    layer: int
+    level: int
+    kind: TransferKind
+
+    @property
+    def phase(self) -> Phase:
+        return self.kind.phase

@@ -1,0 +1,206 @@
+"""Closed forms of the `layout` model's byte totals, for the planner's searches.
+
+The rule of `redistribute` moves, for one tensor T with contributions B_a
+and needs W_b (cells with no contributor cost nothing),
+
+    reduce = sum_a |B_a| - |union_a B_a|
+    gather = sum_b |W_b & union B| - |union_a (B_a & W_a)|.
+
+At a layer boundary the forward pass has B = the producer's output boxes
+(they cover T; overlapping only where the producer splits its reduction
+dimension, in identical boxes) and W = the consumer's reads (with halos);
+the backward pass swaps them (B = the consumer's error contributions, the
+same boxes as its reads, whose union R does not depend on the split). So a
+boundary costs, in elements,
+
+    r (sum|B_a| - |T|) + sum|B_a & R| + 2 sum|W_a| - |R| - 2 U,
+    U = |union_a (B_a & W_a)|
+
+with r the producer's pre/post pooling ratio. Only U depends on both
+columns. Members with the same producer box form a group G, and the group
+members' reads vary along each axis with the coordinates of different
+levels, so union_{a in G} W_a is a product over axes of per-axis unions:
+U = sum_G prod_axis |B_G & union_{a in G} W_a| along that axis. That is
+computed for every consumer column at once (numpy), one producer column at
+a time. A layer's own cost (weight gradient all-reduce; the loss for the
+last layer) is a closed form of one column. Tests check every total against
+the cell-by-cell rule.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from hypar_sim.partition.hierarchy import Hierarchy
+from hypar_sim.partition.kinds import KINDS, Dim
+from hypar_sim.partition.layout import Boxes, flat_boxes
+from hypar_sim.partition.shares import Column, conv_span, input_span
+from hypar_sim.workload.layers import Layer, LayerKind
+
+
+def _lengths(intervals: np.ndarray) -> np.ndarray:
+    return (intervals[..., 1] - intervals[..., 0]).astype(np.float64)
+
+
+def _overlap(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Lengths of the intersections of intervals a[..., 2] and b[..., 2] (broadcast)."""
+    return np.maximum(0, np.minimum(a[..., 1], b[..., 1]) - np.maximum(a[..., 0], b[..., 0])) \
+        .astype(np.float64)
+
+
+def own_costs(layer: Layer, batch: int, columns: Sequence[Column], hierarchy: Hierarchy,
+              word_bytes: int, last: bool) -> np.ndarray:
+    """Bytes of each column's own steps: the gradient all-reduce, and the loss if last."""
+    costs = np.zeros(len(columns))
+    weights_total = layer.output.channels * layer.input.channels
+    out = layer.output
+    total = batch * out.size
+    pooled = layer.conv_output.size / out.size
+    for i, column in enumerate(columns):
+        boxes = Boxes.of(layer, batch, column, hierarchy)
+        held = float((_lengths(boxes.parts[Dim.K]) * _lengths(boxes.parts[Dim.C])).sum())
+        cost = 2 * (held - weights_total) * layer.kernel ** 2
+        if last:
+            computed = float(np.prod([_lengths(boxes.parts[d]) for d in
+                                      (Dim.N, Dim.K, Dim.P, Dim.Q)], axis=0).sum())
+            cost += (pooled + 1) * (computed - total)
+        costs[i] = cost * word_bytes
+    return costs
+
+
+class _Reads:
+    """Every member's reads of the boundary tensor, for every consumer column, per axis:
+    conv consumers (N, C, rows, cols) intervals; fc consumers (N, flat) intervals."""
+
+    def __init__(self, consumer: Layer, batch: int, columns: Sequence[Column],
+                 hierarchy: Hierarchy) -> None:
+        boxes = [Boxes.of(consumer, batch, column, hierarchy) for column in columns]
+        self.flat = consumer.kind is LayerKind.FC
+        axes = [np.stack([b.parts[Dim.N] for b in boxes]), np.stack([b.parts[Dim.C] for b in boxes])]
+        if not self.flat:
+            for dim, axis in ((Dim.P, "rows"), (Dim.Q, "cols")):
+                spans = [[input_span(consumer, *conv_span(consumer, tuple(iv), axis), axis)
+                          for iv in b.parts[dim]] for b in boxes]
+                axes.append(np.array(spans, dtype=np.int64))
+        self.axes = axes  # each [columns, members, 2]
+
+    def volumes(self) -> np.ndarray:
+        """sum_a |W_a| per column."""
+        return np.prod([_lengths(a) for a in self.axes], axis=0).sum(axis=1)
+
+
+#: The producer's output dimension and the consumer's dimension along each axis of the
+#: boundary tensor (conv consumer; an fc consumer has N and the flattened C).
+_CONV_AXES = ((Dim.N, Dim.N), (Dim.K, Dim.C), (Dim.P, Dim.P), (Dim.Q, Dim.Q))
+_OUTPUT_DIMS = {Dim.N, Dim.K, Dim.P, Dim.Q}
+
+
+def boundary_costs(producer: Layer, consumer: Layer, batch: int,
+                   producer_columns: Sequence[Column], columns: Sequence[Column],
+                   hierarchy: Hierarchy, word_bytes: int) -> np.ndarray:
+    """[producer column, consumer column] bytes across the boundary, both passes."""
+    out = producer.output
+    shape = (batch, out.channels, out.height, out.width)
+    total = float(np.prod(shape))
+    pooled = producer.conv_output.size / out.size
+    reads = _Reads(consumer, batch, columns, hierarchy)
+    if reads.flat:
+        read_box = np.array([[0, batch], [0, out.channels], [0, out.height], [0, out.width]])
+    else:
+        rows = input_span(consumer, 0, consumer.conv_output.height, "rows")
+        cols = input_span(consumer, 0, consumer.conv_output.width, "cols")
+        read_box = np.array([[0, batch], [0, out.channels], list(rows), list(cols)])
+    read_total = float(np.prod(read_box[:, 1] - read_box[:, 0]))
+    held = np.stack([np.stack([Boxes.of(producer, batch, column, hierarchy).parts[d]
+                               for d in (Dim.N, Dim.K, Dim.P, Dim.Q)], axis=1)
+                     for column in producer_columns])  # [columns, members, 4, 2]
+    computed = np.prod(_lengths(held), axis=2).sum(axis=1)
+    in_reads = np.prod(_overlap(held, read_box[None, None]), axis=2).sum(axis=1)
+    union = _union_matrix(held, reads, producer_columns, columns, hierarchy, shape[1:])
+    result = (pooled * (computed - total) + in_reads)[:, None] \
+        + (2 * reads.volumes() - read_total)[None, :] - 2 * union
+    return result * word_bytes
+
+
+def _levels(column: Column, dims: set[Dim]) -> tuple[tuple[int, Dim], ...]:
+    """The levels at which `column` splits one of `dims`, with the dimension split there."""
+    return tuple((h, KINDS[kind].dim) for h, kind in enumerate(column) if KINDS[kind].dim in dims)
+
+
+def _union_matrix(held: np.ndarray, reads: _Reads, producer_columns: Sequence[Column],
+                  columns: Sequence[Column], hierarchy: Hierarchy,
+                  space: tuple[int, int, int]) -> np.ndarray:
+    """U for every pair of columns. Producer members with the same coordinates outside the
+    producer's partial levels (kinds that split no output dimension) hold the same box: a
+    group. Along each axis, the group's factor depends on the producer column only through
+    (its levels splitting that axis's dimension, its partial levels), and on the consumer
+    column only through its levels splitting the consumer's dimension there: each distinct
+    factor is computed once, and U is assembled by indexing."""
+    axes = [({Dim.N}, Dim.N), ({Dim.K, Dim.P, Dim.Q}, Dim.C)] if reads.flat else \
+        [({made}, read) for made, read in _CONV_AXES]
+    members = np.arange(hierarchy.members)
+    partial = [_levels(c, set(Dim) - _OUTPUT_DIMS) for c in producer_columns]
+    result = np.zeros((len(producer_columns), len(columns)))
+    for partial_levels in dict.fromkeys(partial):
+        rows = [i for i, levels in enumerate(partial) if levels == partial_levels]
+        fixed = members.copy()
+        for h, _ in partial_levels:
+            fixed -= ((members // hierarchy.strides[h]) % hierarchy.sizes[h]) * hierarchy.strides[h]
+        firsts, group_of = np.unique(fixed, return_inverse=True)
+        order = np.argsort(group_of, kind="stable")
+        starts = np.searchsorted(group_of[order], np.arange(len(firsts)))
+        first_member = np.array([order[s] for s in starts])
+        product = np.ones((len(rows), len(columns), len(firsts)))
+        for axis, (made, read) in enumerate(axes):
+            q_keys = [_levels(c, {read}) for c in columns]
+            q_unique = list(dict.fromkeys(q_keys))
+            q_index = np.array([q_unique.index(k) for k in q_keys])
+            q_rep = [q_keys.index(k) for k in q_unique]
+            intervals = reads.axes[axis][q_rep]
+            p_keys = [_levels(producer_columns[i], made) for i in rows]
+            factors = {}
+            for key in dict.fromkeys(p_keys):
+                own = held[rows[p_keys.index(key)]][first_member]  # [groups, 4, 2]
+                measure = (_flat_overlap(own[:, 1:], space) if reads.flat and axis == 1
+                           else _atom_overlap(own[:, axis]))
+                factors[key] = _axis_union(intervals, measure, order, starts)  # [q keys, G]
+            stacked = np.stack([factors[key] for key in p_keys])  # [rows, q keys, G]
+            product *= stacked[:, q_index, :]
+        result[rows] = product.sum(axis=2)
+    return result
+
+
+
+
+def _atom_overlap(own: np.ndarray):
+    """Measure of each group's interval `own` [groups, 2] in each atom [lo, hi)."""
+    def measure(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+        return _overlap(own[:, None, :], np.stack([lo, hi], axis=1)[None])
+    measure.edges = own.reshape(-1)  # type: ignore[attr-defined]
+    return measure
+
+
+def _flat_overlap(own: np.ndarray, space: tuple[int, int, int]):
+    """Elements of each group's (channel, row, col) box `own` [groups, 3, 2] in each atom
+    [lo, hi) of the flattened axis (C order, as an fc layer flattens its input)."""
+    def measure(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+        inside = np.zeros((len(own), len(lo)))
+        for atom, (a, b) in enumerate(zip(lo, hi, strict=True)):
+            for box in flat_boxes(int(a), int(b), space):
+                inside[:, atom] += np.prod(_overlap(own, np.array(box)[None]), axis=1)
+        return inside
+    measure.edges = np.empty(0, dtype=np.int64)  # type: ignore[attr-defined]
+    return measure
+
+
+def _axis_union(intervals: np.ndarray, measure, order: np.ndarray,
+                starts: np.ndarray) -> np.ndarray:
+    """[columns, groups]: the measure of the group's own part inside the union of its
+    members' intervals [columns, members, 2] along one axis."""
+    edges = np.unique(np.concatenate([intervals.reshape(-1), measure.edges]))
+    lo, hi = edges[:-1], edges[1:]
+    covered = (intervals[..., 0:1] <= lo) & (intervals[..., 1:2] >= hi)  # [cols, M, atoms]
+    union = np.logical_or.reduceat(covered[:, order], starts, axis=1)  # [cols, groups, atoms]
+    return (union * measure(lo, hi)[None]).sum(axis=2)

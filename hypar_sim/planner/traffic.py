@@ -1,0 +1,209 @@
+"""Traffic models: a plan's bytes, per member, from one function each (registry by name).
+
+A model gives the planner its costs (what a layer's own column costs, what a
+boundary between two columns costs) and the simulator its messages; both
+come from the same transfers, so the two cannot disagree.
+
+- `paper`: HyPar's reading (`comm_model`), kinds batch and in on two-way
+  levels only; the Figure 8 numbers.
+- `layout`: the redistribution rule on the members' real layouts
+  (`partition.layout`), any kind and level size.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from hypar_sim.errors import InputError, closest
+from hypar_sim.partition import layout, shares, totals
+from hypar_sim.partition.hierarchy import Hierarchy
+from hypar_sim.partition.shares import Column, Share
+from hypar_sim.partition.steps import Message, TransferKind
+from hypar_sim.planner.comm_model import LayerSplit, Parallelism, layer_transfers, pair_costs
+from hypar_sim.workload.layers import Layer
+
+StepKey = tuple[int, TransferKind]
+
+_PAPER_KINDS = {"batch": Parallelism.DP, "in": Parallelism.MP}
+
+
+def meeting_level(hierarchy: Hierarchy, src: int, dst: int) -> int:
+    """The top-most level at which two members' coordinates differ."""
+    for level, stride in enumerate(hierarchy.strides):
+        if src // (stride * hierarchy.sizes[level]) == dst // (stride * hierarchy.sizes[level]) \
+                and src // stride != dst // stride:
+            return level
+    raise ValueError(f"members {src} and {dst} do not differ")
+
+
+class PaperTraffic:
+    """HyPar's per-level reading of Tables 1 and 2 (see `planner.comm_model`)."""
+
+    name = "paper"
+    summary = "HyPar's reading of its Tables 1 and 2 (batch and in, two-way levels; Fig 8)"
+
+    def check(self, hierarchy: Hierarchy, kinds: Sequence[str]) -> None:
+        bad = [k for k in kinds if k not in _PAPER_KINDS]
+        if bad or not hierarchy.is_binary:
+            raise InputError(
+                "--traffic-model: paper takes only kinds batch,in (dp, mp) on two-way levels "
+                f"(got kinds {','.join(kinds)}, hierarchy {hierarchy}); use --traffic-model "
+                "layout for other kinds or level sizes")
+
+    def offered(self, layer: Layer, batch: int, column: Column, hierarchy: Hierarchy) -> bool:
+        """HyPar's reading works on fractions: every batch/in column is allowed (a batch
+        that does not divide is refused when the plan is evaluated)."""
+        return all(kind in _PAPER_KINDS for kind in column)
+
+    @staticmethod
+    def _splits(layer: Layer, batch: int, column: Column, word_bytes: int) -> list[LayerSplit]:
+        """The share a sub-array holds at each level (before that level's split)."""
+        split = LayerSplit(layer, float(batch), 1.0, word_bytes)
+        splits = []
+        for kind in column:
+            splits.append(split)
+            split = split.split(_PAPER_KINDS[kind])
+        return splits
+
+    def member_shares(self, layer: Layer, batch: int, column: Column,
+                      hierarchy: Hierarchy) -> list[Share]:
+        """Every member holds the same share: the batch and input-channel fractions after
+        all levels. A share of fewer than one channel computes a whole one (a PE array
+        cannot work on part of a channel: MNIST's one input channel over 16); the traffic
+        keeps the exact fraction."""
+        split = LayerSplit(layer, float(batch))
+        for kind in column:
+            split = split.split(_PAPER_KINDS[kind])
+        channels = max(1, math.ceil(layer.input.channels * split.in_fraction))
+        share = Share(layer, int(split.batch), (0, channels), (0, layer.output.channels),
+                      (0, layer.output.height), (0, layer.output.width))
+        return [share] * hierarchy.members
+
+    def layer_traffic(self, layers: Sequence[Layer], batch: int, columns: Sequence[Column],
+                      hierarchy: Hierarchy, word_bytes: int) -> list[list[tuple[float, float]]]:
+        """[level][layer] (intra, inter) bytes, all pairs, both directions."""
+        table = []
+        for level in range(hierarchy.levels):
+            pairs = hierarchy.subarray_groups(level)
+            row, previous = [], None
+            for layer, column in zip(layers, columns, strict=True):
+                split = self._splits(layer, batch, column, word_bytes)[level]
+                choice = _PAPER_KINDS[column[level]]
+                intra, inter = pair_costs(split, previous, choice)
+                row.append((pairs * intra, pairs * inter))
+                previous = choice
+            table.append(row)
+        return table
+
+    def own_costs(self, layer: Layer, batch: int, columns: Sequence[Column],
+                  hierarchy: Hierarchy, word_bytes: int, last: bool) -> np.ndarray:
+        costs = np.zeros(len(columns))
+        for i, column in enumerate(columns):
+            for level, split in enumerate(self._splits(layer, batch, column, word_bytes)):
+                intra, _ = pair_costs(split, None, _PAPER_KINDS[column[level]])
+                costs[i] += hierarchy.subarray_groups(level) * intra
+        return costs
+
+    def boundary_costs(self, producer: Layer, consumer: Layer, batch: int,
+                       producer_columns: Sequence[Column], columns: Sequence[Column],
+                       hierarchy: Hierarchy, word_bytes: int) -> np.ndarray:
+        costs = np.zeros((len(producer_columns), len(columns)))
+        for j, column in enumerate(columns):
+            for level, split in enumerate(self._splits(consumer, batch, column, word_bytes)):
+                for previous in _PAPER_KINDS.values():
+                    _, inter = pair_costs(split, previous, _PAPER_KINDS[column[level]])
+                    if inter:
+                        rows = [i for i, p in enumerate(producer_columns)
+                                if _PAPER_KINDS[p[level]] is previous]
+                        costs[rows, j] += hierarchy.subarray_groups(level) * inter
+        return costs
+
+    def steps(self, layers: Sequence[Layer], batch: int, columns: Sequence[Column],
+              hierarchy: Hierarchy, word_bytes: int) -> dict[StepKey, tuple[Message, ...]]:
+        """Each member of a half sends its part of what its half sends the other half,
+        to its counterpart; levels in order (as HyPar's pairs)."""
+        members = hierarchy.members
+        steps: dict[StepKey, list[Message]] = {}
+        for level in range(hierarchy.levels):
+            half = hierarchy.strides[level]
+            previous = None
+            for index, (layer, column) in enumerate(zip(layers, columns, strict=True)):
+                split = self._splits(layer, batch, column, word_bytes)[level]
+                choice = _PAPER_KINDS[column[level]]
+                for transfer in layer_transfers(split, previous, choice):
+                    part = transfer.bytes_per_direction / half
+                    steps.setdefault((index, transfer.kind), []).extend(
+                        Message(src, src ^ half, part, index, level, transfer.kind)
+                        for src in range(members))
+                previous = choice
+        return {key: tuple(messages) for key, messages in steps.items()}
+
+
+class LayoutTraffic:
+    """The redistribution rule on the members' real layouts (`partition.layout`)."""
+
+    name = "layout"
+    summary = "needs minus holds on the members' real layouts (any kind, any level size)"
+
+    def check(self, hierarchy: Hierarchy, kinds: Sequence[str]) -> None:
+        return None
+
+    def offered(self, layer: Layer, batch: int, column: Column, hierarchy: Hierarchy) -> bool:
+        return shares.offered(layer, batch, column, hierarchy)
+
+    def member_shares(self, layer: Layer, batch: int, column: Column,
+                      hierarchy: Hierarchy) -> list[Share]:
+        """Every member's integer box (uneven where a dimension does not divide)."""
+        return shares.column_shares(layer, batch, column, hierarchy)
+
+    def own_costs(self, layer: Layer, batch: int, columns: Sequence[Column],
+                  hierarchy: Hierarchy, word_bytes: int, last: bool) -> np.ndarray:
+        """Closed forms of the rule's totals (`partition.totals`; tests check them against
+        the cell-by-cell transfers)."""
+        return totals.own_costs(layer, batch, columns, hierarchy, word_bytes, last)
+
+    def boundary_costs(self, producer: Layer, consumer: Layer, batch: int,
+                       producer_columns: Sequence[Column], columns: Sequence[Column],
+                       hierarchy: Hierarchy, word_bytes: int) -> np.ndarray:
+        return totals.boundary_costs(producer, consumer, batch, producer_columns, columns,
+                                     hierarchy, word_bytes)
+
+    def steps(self, layers: Sequence[Layer], batch: int, columns: Sequence[Column],
+              hierarchy: Hierarchy, word_bytes: int) -> dict[StepKey, tuple[Message, ...]]:
+        steps = {}
+        for (index, kind), matrix in layout.chain_transfers(layers, batch, columns, hierarchy,
+                                                            word_bytes).items():
+            src, dst = np.nonzero(matrix)
+            if len(src):
+                steps[(index, kind)] = tuple(
+                    Message(int(s), int(d), float(matrix[s, d]), index,
+                            meeting_level(hierarchy, int(s), int(d)), kind)
+                    for s, d in zip(src, dst, strict=True))
+        return dict(sorted(steps.items(), key=lambda item: (item[0][0], list(TransferKind)
+                                                            .index(item[0][1]))))
+
+    def layer_traffic(self, layers: Sequence[Layer], batch: int, columns: Sequence[Column],
+                      hierarchy: Hierarchy, word_bytes: int) -> list[list[tuple[float, float]]]:
+        table = [[[0.0, 0.0] for _ in layers] for _ in range(hierarchy.levels)]
+        for messages in self.steps(layers, batch, columns, hierarchy, word_bytes).values():
+            for m in messages:
+                table[m.level][m.layer][0 if m.kind.is_intra else 1] += m.bytes
+        return [[(intra, inter) for intra, inter in row] for row in table]
+
+
+TrafficModel = PaperTraffic | LayoutTraffic
+
+
+TRAFFIC_MODELS: dict[str, TrafficModel] = {m.name: m for m in (LayoutTraffic(), PaperTraffic())}
+DEFAULT_TRAFFIC_MODEL = "layout"
+
+
+def traffic_model(name: str) -> TrafficModel:
+    """The model called `name`."""
+    if name not in TRAFFIC_MODELS:
+        raise InputError(f"--traffic-model: unknown '{name}'{closest(name, TRAFFIC_MODELS)}; "
+                         f"allowed: {', '.join(TRAFFIC_MODELS)}")
+    return TRAFFIC_MODELS[name]
