@@ -7,4 +7,4 @@ Each module has `compute(quick, workers, cache) -> DataFrame`, `plot(table, path
 
 FIGURES = ("fig05_plans", "fig06_performance", "fig07_energy", "fig08_communication",
            "fig09_lenet_space", "fig10_vgga_space", "fig11_scalability", "fig12_topology",
-           "fig13_trick")
+           "fig13_trick", "partition_kinds")

@@ -51,6 +51,11 @@ PAPER = {
     "fig13_trick": (
         "HyPar performs up to 2.40x better than \"one weird trick\" (abstract); the trick ignores "
         "inter-layer communication and the batch size (section 3.4)."),
+    "partition_kinds": (
+        "Not in the paper: HyPar plans with two kinds (dp, mp) level by level and counts traffic "
+        "by its Tables 1 and 2. This compares that reading with traffic from the members' real "
+        "layouts, and HyPar's greedy search with an exact joint search over more kinds (AccPar's "
+        "out, Tofu's spatial)."),
 }
 
 DIFFERENCES = {
@@ -99,6 +104,12 @@ DIFFERENCES = {
         "VGG-E's four conv5 layers at batch 32 and \"fc3\" its three fc layers at batch 4096 "
         "(workloads/parts/). At small batch the trick's dp conv layers pay full gradient exchanges; "
         "at large batch its mp fc layers pay large partial sums."),
+    "partition_kinds": (
+        "The layout model reduces an in-split layer's partial outputs before pooling (HyPar "
+        "charges the pooled output) and costs every level on the members' real boxes, so it "
+        "moves less on networks whose mp layers are fc layers (no pooling, and several levels of "
+        "in-split need only one reduction) and more where an in-split conv layer pools. See "
+        "`hypar_sim/partition/layout.py`."),
 }
 
 
