@@ -8,11 +8,7 @@ import pytest
 
 from hypar_sim.errors import InputError
 from hypar_sim.hardware.config import DEFAULT_CONFIG, HardwareConfig, default_sources, load_hardware
-from hypar_sim.hardware.interconnect import (
-    htree_level_bandwidth_gbps,
-    htree_level_links,
-    link_spec,
-)
+from hypar_sim.hardware.interconnect import link_spec
 from hypar_sim.partition.hierarchy import Hierarchy
 
 
@@ -95,10 +91,6 @@ def test_hardware_command(cli, tmp_path):
 
 def test_interconnect_parameters():
     c = load_hardware()
-    # H-tree: half the links at twice the bandwidth each level up; the same total per level.
-    for height in range(Hierarchy.for_count(c.accelerators).levels):
-        assert htree_level_links(c, height) * htree_level_bandwidth_gbps(c, height) == \
-            pytest.approx(c.network_bandwidth_gbps)
     base = link_spec(c)
     assert link_spec(c, 4).bandwidth_bytes_per_cycle == pytest.approx(4 * base.bandwidth_bytes_per_cycle)
     # 1.6 Gb/s at 250 MHz is 0.8 raw bytes per cycle; 256 of every 272 bytes are data.

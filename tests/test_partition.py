@@ -299,3 +299,29 @@ def test_closed_form_totals_equal_the_cell_rule(net, sizes, batch, pooled):
         own = totals.own_costs(second, batch, qs, hierarchy, 4, last)
         assert own == pytest.approx([layout.own_cost(second, batch, q, hierarchy, 4, last)
                                      for q in qs], abs=1e-6)
+
+
+def test_three_way_ring_uses_only_its_successor_links():
+    """Batch over a 3-way level (1 x 3 torus): the gradient reduce-scatter and all-gather are
+    rings: 2 rounds, each member sending b = weights / 3 to its successor, so the links
+    A0>A1, A1>A2, A2>A0 each carry 2 b per phase and the reverse links nothing; bytes as a
+    direct exchange's."""
+    layer = make_fc("f", FeatureShape(30, 1, 1), 6)
+    net = Network("one", layer.input, (layer,))
+    config = load_hardware(overrides={"accelerators": 3, "batch": 9})
+    plan = make_plan(net, "data", Hierarchy((3,)), 9, options=PlanOptions(traffic_model=LAYOUT))
+    schedule = build_schedule(net, plan, config)
+    b = 30 * 6 * 4 / 3
+    for kind in (TransferKind.GRADIENT, TransferKind.GRADIENT_GATHER):
+        messages = schedule.steps[(0, kind)]
+        assert sorted((m.src, m.dst, m.round) for m in messages) == \
+            [(0, 1, 0), (0, 1, 1), (1, 2, 0), (1, 2, 1), (2, 0, 0), (2, 0, 1)]
+        assert all(m.bytes == pytest.approx(b) for m in messages)
+    for engine in ("des", "analytic"):
+        result = simulate(net, plan, config, SimOptions(topology="torus", engine=engine))
+        carried = {link.link: link.bytes for link in result.per_link}
+        assert carried == pytest.approx({"A0>A1": 4 * b, "A1>A2": 4 * b, "A2>A0": 4 * b,
+                                         "A0>A2": 0.0, "A1>A0": 0.0, "A2>A1": 0.0})
+    torus = simulate(net, plan, config, SimOptions(topology="torus"))
+    ideal = simulate(net, plan, config, SimOptions(topology="ideal"))
+    assert torus.latency_cycles > ideal.latency_cycles  # the rounds take link time

@@ -1,11 +1,11 @@
 """Link parameters of the array's interconnect, in simulator units (bytes, cycles, pJ).
 
-H-tree (HyPar Fig. 4(c)): a binary fat tree with the accelerators as leaves
-and a switch at every parent node. A link at height k (k = 0 joins an
-accelerator to its parent switch) is 2**k base links wide, so each level up
-has half the links at twice the bandwidth and every level carries the same
-total (16 x 1.6 Gb/s = 25.6 Gb/s in the paper). Torus: every link is one base
-link. Links are full duplex: the bandwidth is per direction.
+H-tree (HyPar Fig. 4(c)): a fat tree with the accelerators as leaves and a
+switch at every group of the hierarchy. A link is as many base links wide as
+there are accelerators below it (2**k at height k of a binary tree), so every
+level carries the same total (16 x 1.6 Gb/s = 25.6 Gb/s in the paper); see
+`topology.FatTree`. Torus: every link is one base link. Links are full duplex:
+the bandwidth is per direction.
 """
 
 from __future__ import annotations
@@ -35,13 +35,3 @@ def link_spec(config: HardwareConfig, width: int = 1) -> LinkSpec:
 def switch_latency_cycles(config: HardwareConfig) -> float:
     """Cycles to cross one switch."""
     return config.switch_latency_ns / config.cycle_ns
-
-
-def htree_level_bandwidth_gbps(config: HardwareConfig, height: int) -> float:
-    """Bandwidth of one H-tree link at `height` (0 = accelerator to its switch), Gb/s."""
-    return config.link_bandwidth_gbps * 2**height
-
-
-def htree_level_links(config: HardwareConfig, height: int) -> int:
-    """Number of H-tree links at `height`: accelerators / 2**height."""
-    return config.accelerators // 2**height

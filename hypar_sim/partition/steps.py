@@ -49,10 +49,11 @@ class TransferKind(StrEnum):
     @property
     def is_intra(self) -> bool:
         """Intra-layer (HyPar's Table 1) rather than inter-layer (Table 2) communication."""
-        return self in (TransferKind.PARTIAL_SUM, TransferKind.GRADIENT,
-                        TransferKind.GRADIENT_GATHER)
+        return self in _INTRA
 
 
+_INTRA = frozenset({TransferKind.PARTIAL_SUM, TransferKind.GRADIENT,
+                    TransferKind.GRADIENT_GATHER})
 _PHASES = {
     TransferKind.RELAYOUT_FEATURE: Phase.FORWARD, TransferKind.PARTIAL_SUM: Phase.FORWARD,
     TransferKind.RELAYOUT_ERROR: Phase.BACKWARD, TransferKind.ERROR_REDUCE: Phase.BACKWARD,
@@ -102,6 +103,7 @@ class Message:
     layer: int
     level: int
     kind: TransferKind
+    round: int = 0  # a collective's round: sent once the sender received the round before
 
     @property
     def phase(self) -> Phase:

@@ -63,12 +63,15 @@ def _no_kind(layer: Layer, kinds: Sequence[str], where: str) -> InputError:
 
 def _costs(model: TrafficModel, layers: Sequence[Layer], batch: int,
            columns: Sequence[Sequence[Column]], hierarchy: Hierarchy,
-           word_bytes: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
+           word_bytes: int, level: int = 0) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Own and boundary costs; with `level` > 0 and a model whose levels separate, only
+    that level's (the levels above are the same for every option)."""
     last = len(layers) - 1
-    own = [model.own_costs(layer, batch, cols, hierarchy, word_bytes, index == last)
+    extra = {"from_level": level} if level and model.separable_by_level else {}
+    own = [model.own_costs(layer, batch, cols, hierarchy, word_bytes, index == last, **extra)
            for index, (layer, cols) in enumerate(zip(layers, columns, strict=True))]
     boundary = [model.boundary_costs(layers[i - 1], layers[i], batch, columns[i - 1],
-                                     columns[i], hierarchy, word_bytes)
+                                     columns[i], hierarchy, word_bytes, **extra)
                 for i in range(1, len(layers))]
     return own, boundary
 
@@ -86,7 +89,7 @@ def greedy(model: TrafficModel, layers: Sequence[Layer], batch: int, hierarchy: 
             if not offered:
                 raise _no_kind(layer, kinds, f"at level {level + 1}")
             options.append(offered)
-        own, boundary = _costs(model, layers, batch, options, upper, word_bytes)
+        own, boundary = _costs(model, layers, batch, options, upper, word_bytes, level)
         _, states = chain_dp(own, boundary)
         columns = [opts[state] for opts, state in zip(options, states, strict=True)]
     return columns

@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from functools import lru_cache
 
 import numpy as np
 
 from hypar_sim.errors import InputError, closest
 from hypar_sim.partition import layout, shares, totals
+from hypar_sim.partition.collectives import COLLECTIVES
 from hypar_sim.partition.hierarchy import Hierarchy
 from hypar_sim.partition.shares import Column, Share
 from hypar_sim.partition.steps import Message, TransferKind
@@ -39,6 +41,15 @@ def meeting_level(hierarchy: Hierarchy, src: int, dst: int) -> int:
     raise ValueError(f"members {src} and {dst} do not differ")
 
 
+@lru_cache(maxsize=65536)
+def _paper_share(layer: Layer, batch: int, prefix: Column, word_bytes: int) -> LayerSplit:
+    """What a sub-array holds of `layer` after the levels of `prefix` (cached: every prefix
+    is split once, so a search over H levels costs O(H) splits a column, not O(H**2))."""
+    if not prefix:
+        return LayerSplit(layer, float(batch), 1.0, word_bytes)
+    return _paper_share(layer, batch, prefix[:-1], word_bytes).split(_PAPER_KINDS[prefix[-1]])
+
+
 class PaperTraffic:
     """HyPar's per-level reading of Tables 1 and 2 (see `planner.comm_model`)."""
 
@@ -57,16 +68,6 @@ class PaperTraffic:
         """HyPar's reading works on fractions: every batch/in column is allowed (a batch
         that does not divide is refused when the plan is evaluated)."""
         return all(kind in _PAPER_KINDS for kind in column)
-
-    @staticmethod
-    def _splits(layer: Layer, batch: int, column: Column, word_bytes: int) -> list[LayerSplit]:
-        """The share a sub-array holds at each level (before that level's split)."""
-        split = LayerSplit(layer, float(batch), 1.0, word_bytes)
-        splits = []
-        for kind in column:
-            splits.append(split)
-            split = split.split(_PAPER_KINDS[kind])
-        return splits
 
     def member_shares(self, layer: Layer, batch: int, column: Column,
                       hierarchy: Hierarchy) -> list[Share]:
@@ -90,7 +91,7 @@ class PaperTraffic:
             pairs = hierarchy.subarray_groups(level)
             row, previous = [], None
             for layer, column in zip(layers, columns, strict=True):
-                split = self._splits(layer, batch, column, word_bytes)[level]
+                split = _paper_share(layer, batch, column[:level], word_bytes)
                 choice = _PAPER_KINDS[column[level]]
                 intra, inter = pair_costs(split, previous, choice)
                 row.append((pairs * intra, pairs * inter))
@@ -98,27 +99,35 @@ class PaperTraffic:
             table.append(row)
         return table
 
+    #: A level's costs do not depend on the kinds below it, nor the levels above on its
+    #: kinds: the greedy search may cost the level it decides alone (Algorithm 1's O(L)).
+    separable_by_level = True
+
     def own_costs(self, layer: Layer, batch: int, columns: Sequence[Column],
-                  hierarchy: Hierarchy, word_bytes: int, last: bool) -> np.ndarray:
+                  hierarchy: Hierarchy, word_bytes: int, last: bool,
+                  from_level: int = 0) -> np.ndarray:
+        """Bytes of each column's own steps, levels `from_level` and below."""
         costs = np.zeros(len(columns))
         for i, column in enumerate(columns):
-            for level, split in enumerate(self._splits(layer, batch, column, word_bytes)):
+            for level in range(from_level, len(column)):
+                split = _paper_share(layer, batch, column[:level], word_bytes)
                 intra, _ = pair_costs(split, None, _PAPER_KINDS[column[level]])
                 costs[i] += hierarchy.subarray_groups(level) * intra
         return costs
 
     def boundary_costs(self, producer: Layer, consumer: Layer, batch: int,
                        producer_columns: Sequence[Column], columns: Sequence[Column],
-                       hierarchy: Hierarchy, word_bytes: int) -> np.ndarray:
+                       hierarchy: Hierarchy, word_bytes: int, from_level: int = 0) -> np.ndarray:
+        """Bytes across the boundary for every pair of columns, levels `from_level` and below."""
         costs = np.zeros((len(producer_columns), len(columns)))
         for j, column in enumerate(columns):
-            for level, split in enumerate(self._splits(consumer, batch, column, word_bytes)):
-                for previous in _PAPER_KINDS.values():
-                    _, inter = pair_costs(split, previous, _PAPER_KINDS[column[level]])
-                    if inter:
-                        rows = [i for i, p in enumerate(producer_columns)
-                                if _PAPER_KINDS[p[level]] is previous]
-                        costs[rows, j] += hierarchy.subarray_groups(level) * inter
+            for level in range(from_level, len(column)):
+                if column[level] != "in":
+                    continue  # only a batch -> in boundary moves bytes (Table 2)
+                split = _paper_share(consumer, batch, column[:level], word_bytes)
+                _, inter = pair_costs(split, Parallelism.DP, Parallelism.MP)
+                rows = [i for i, p in enumerate(producer_columns) if p[level] == "batch"]
+                costs[rows, j] += hierarchy.subarray_groups(level) * inter
         return costs
 
     def steps(self, layers: Sequence[Layer], batch: int, columns: Sequence[Column],
@@ -131,7 +140,7 @@ class PaperTraffic:
             half = hierarchy.strides[level]
             previous = None
             for index, (layer, column) in enumerate(zip(layers, columns, strict=True)):
-                split = self._splits(layer, batch, column, word_bytes)[level]
+                split = _paper_share(layer, batch, column[:level], word_bytes)
                 choice = _PAPER_KINDS[column[level]]
                 for transfer in layer_transfers(split, previous, choice):
                     part = transfer.bytes_per_direction / half
@@ -159,6 +168,11 @@ class LayoutTraffic:
         """Every member's integer box (uneven where a dimension does not divide)."""
         return shares.column_shares(layer, batch, column, hierarchy)
 
+    #: Costs on real layouts couple the levels: the greedy search costs whole columns.
+    separable_by_level = False
+    #: How a step's bytes become messages (`partition.collectives`).
+    collective = "ring"
+
     def own_costs(self, layer: Layer, batch: int, columns: Sequence[Column],
                   hierarchy: Hierarchy, word_bytes: int, last: bool) -> np.ndarray:
         """Closed forms of the rule's totals (`partition.totals`; tests check them against
@@ -176,12 +190,11 @@ class LayoutTraffic:
         steps = {}
         for (index, kind), matrix in layout.chain_transfers(layers, batch, columns, hierarchy,
                                                             word_bytes).items():
-            src, dst = np.nonzero(matrix)
-            if len(src):
+            transfers = COLLECTIVES[self.collective](matrix)
+            if transfers:
                 steps[(index, kind)] = tuple(
-                    Message(int(s), int(d), float(matrix[s, d]), index,
-                            meeting_level(hierarchy, int(s), int(d)), kind)
-                    for s, d in zip(src, dst, strict=True))
+                    Message(s, d, size, index, meeting_level(hierarchy, s, d), kind, round_)
+                    for s, d, size, round_ in transfers)
         return dict(sorted(steps.items(), key=lambda item: (item[0][0], list(TransferKind)
                                                             .index(item[0][1]))))
 

@@ -4,7 +4,8 @@ The task list is walked in order for all members at once (each has its own
 compute times; a communication step starts when its last member reaches it).
 A computation takes each member's piece's cycles. A communication step takes as
 long as the slowest of its messages alone in the array (its chunks cut
-through DRAM, links and DRAM, plus the route latency), or as long as its
+through DRAM, links and DRAM, plus the route latency; a collective's round r
+message r + 1 times that, the rounds following each other), or as long as its
 busiest link, or its busiest cube's DRAM, needs for all the step's bytes,
 whichever is longer. Steps leave an accelerator one after another (its
 network port is busy until a step has arrived), which stands for the links
@@ -45,7 +46,7 @@ def step_cycles(schedule: Schedule, topology: Topology, step: StepKey, chunk_byt
         key = (tuple((link.lanes, link.spec) for link in route.links), route.switches, message.bytes)
         if key not in seen:
             seen[key] = message_cycles(message, topology, config, chunk_bytes, max_chunks)
-        slowest = max(slowest, seen[key])
+        slowest = max(slowest, seen[key] * (message.round + 1))  # rounds follow each other
         for link in route.links:
             per_link[link.index] += message.bytes
         per_cube[message.src] += message.bytes  # read at the source

@@ -4,7 +4,9 @@ Each accelerator is a process that works through its tasks: a computation
 keeps its cube's PUs busy for the piece's cycles (compute and DRAM overlapped,
 from the hardware models); a send starts one process per message and goes on;
 a wait blocks until every message of that step addressed to the accelerator
-has arrived. A message cuts its bytes into chunks; each chunk is read through
+has arrived. A collective's messages of round r + 1 (a ring's next step) leave
+a member once it has sent its own and received all of round r. A message cuts
+its bytes into chunks; each chunk is read through
 one of the source cube's vault channels, cuts through the links of its route
 (all messages share them: contention is modelled) and is written through a
 vault channel at the destination (see `accounting` for the rules, which the
@@ -100,10 +102,31 @@ class _Step:
                 self.pending[(message.dst, step)] += 1
         self.arrived = {key: self.env.event() for key in self.pending}
         self.wait_cycles: dict[int, float] = defaultdict(float)
-        self.outbox: dict[tuple[int, StepKey], list[Message]] = defaultdict(list)
+        # messages per (sender, step, round), and per (receiver, step, round) still expected
+        self.outbox: dict[tuple[int, StepKey, int], list[Message]] = defaultdict(list)
+        self.round_pending: dict[tuple[int, StepKey, int], int] = defaultdict(int)
         for step, messages in schedule.steps.items():
             for message in messages:
-                self.outbox[(message.src, step)].append(message)
+                self.outbox[(message.src, step, message.round)].append(message)
+                self.round_pending[(message.dst, step, message.round)] += 1
+        self.started: set[tuple[int, StepKey]] = set()  # (member, step) whose Send has run
+        self.next_round: dict[tuple[int, StepKey], int] = defaultdict(int)
+
+    def start_rounds(self, member: int, step: StepKey) -> None:
+        """Send the member's rounds of `step` that may go: round 0 at its Send, round r + 1
+        once it has received all of round r (a ring's dependency)."""
+        if (member, step) not in self.started:
+            return
+        while True:
+            round_ = self.next_round[(member, step)]
+            if round_ > 0 and self.round_pending[(member, step, round_ - 1)] > 0:
+                return
+            messages = self.outbox.get((member, step, round_))
+            if not messages:
+                return
+            self.next_round[(member, step)] = round_ + 1
+            for message in messages:
+                self.env.process(self.message(message))
 
     def accelerator(self, index: int):
         env = self.env
@@ -113,8 +136,8 @@ class _Step:
                 if cycles > 0:
                     yield env.timeout(cycles)
             elif isinstance(task, Send):
-                for message in self.outbox[(index, task.step)]:
-                    env.process(self.message(message))
+                self.started.add((index, task.step))
+                self.start_rounds(index, task.step)
             elif isinstance(task, Wait):
                 arrival = self.arrived.get((index, task.step))
                 if arrival is None:  # nothing addressed to this member in the step
@@ -173,7 +196,10 @@ class _Step:
         env = self.env
         yield env.timeout(state.last_write - env.now + route_latency_cycles(state.route, self.config))
         message = state.message
-        key = (message.dst, (message.layer, message.kind))
+        step = (message.layer, message.kind)
+        key = (message.dst, step)
+        self.round_pending[(message.dst, step, message.round)] -= 1
+        self.start_rounds(message.dst, step)
         self.pending[key] -= 1
         if self.pending[key] == 0:
             self.arrived[key].succeed()
