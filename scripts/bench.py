@@ -19,10 +19,10 @@ from hypar_sim.hardware.config import load_hardware
 from hypar_sim.hardware.costs import conv_cost, phase_cost, update_piece_cost
 from hypar_sim.hardware.pe_array import map_conv
 from hypar_sim.paper import PAPER_NETWORKS
-from hypar_sim.planner.comm_model import Phase
+from hypar_sim.partition.steps import Phase
 from hypar_sim.planner.strategies import make_plan
 from hypar_sim.runner import SimOptions, simulate
-from hypar_sim.sim.schedule import leaf_shares
+from hypar_sim.sim.schedule import member_shares
 from hypar_sim.workload.network import load_network
 
 PHASES = (Phase.FORWARD, Phase.BACKWARD, Phase.GRADIENT, Phase.UPDATE)
@@ -36,7 +36,7 @@ def clear_cost_caches() -> None:
 def bench_costs() -> None:
     config = load_hardware()
     networks = {name: load_network(name) for name in PAPER_NETWORKS}
-    shares = {name: leaf_shares(net, make_plan(net, "hypar", 4, 256))
+    shares = {name: [layer[0] for layer in member_shares(net, make_plan(net, "hypar", 4, 256))]
               for name, net in networks.items()}
     clear_cost_caches()
     start = time.perf_counter()
@@ -85,7 +85,7 @@ def one_run(case: tuple[str, str, str]) -> tuple[str, str, str, float, int, int]
     name, strategy, topology = case
     config = load_hardware()
     network = load_network(name)
-    plan = make_plan(network, strategy, config.levels, config.batch)
+    plan = make_plan(network, strategy, 4, config.batch)
     result = simulate(network, plan, config, SimOptions(topology=topology))
     return name, strategy, topology, result.wall_s, result.events, result.lane_grants
 
