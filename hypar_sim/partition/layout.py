@@ -42,6 +42,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -70,8 +71,8 @@ class Boxes:
 
     @classmethod
     def of(cls, layer: Layer, batch: int, column: Column, hierarchy: Hierarchy) -> Boxes:
-        return cls(layer, {dim: member_intervals(total, column, hierarchy, dim)
-                           for dim, total in extents(layer, batch).items()})
+        """The boxes of `layer` under `column` (cached; the arrays are read-only)."""
+        return _boxes(layer, batch, column, hierarchy)
 
     def interval(self, dim: Dim, member: int) -> tuple[int, int]:
         lo, hi = self.parts[dim][member]
@@ -109,6 +110,12 @@ class Boxes:
     def weight_regions(self) -> list[Region]:
         """(K, C) of the weights each member holds (R x S each)."""
         return [((self.interval(Dim.K, m), self.interval(Dim.C, m)),) for m in range(self.members)]
+
+
+@lru_cache(maxsize=65536)
+def _boxes(layer: Layer, batch: int, column: Column, hierarchy: Hierarchy) -> Boxes:
+    return Boxes(layer, {dim: member_intervals(total, column, hierarchy, dim)
+                         for dim, total in extents(layer, batch).items()})
 
 
 def flat_boxes(start: int, stop: int, shape: Sequence[int]) -> list[tuple[tuple[int, int], ...]]:

@@ -123,39 +123,43 @@ class Share:
         return self.batch * self.channels * (rows[1] - rows[0]) * (cols[1] - cols[0])
 
 
-def conv_span(layer: Layer, out: Interval, axis: str) -> Interval:
-    """Pre-pooling rows (or columns) that pooled outputs `out` need, clipped to the map."""
+def conv_spans(layer: Layer, out: np.ndarray, axis: str) -> np.ndarray:
+    """Pre-pooling rows (or columns) that pooled outputs [..., 2] need, clipped to the map."""
     size = layer.conv_output.height if axis == "rows" else layer.conv_output.width
     pool = layer.pool
-    if pool is None or out[1] <= out[0]:
+    out = np.asarray(out)
+    if pool is None:
         return out
-    lo = out[0] * pool.stride - pool.padding
-    hi = (out[1] - 1) * pool.stride - pool.padding + pool.kernel
-    return max(0, lo), min(size, hi)
+    lo = np.maximum(0, out[..., 0] * pool.stride - pool.padding)
+    hi = np.minimum(size, (out[..., 1] - 1) * pool.stride - pool.padding + pool.kernel)
+    empty = out[..., 1] <= out[..., 0]
+    return np.where(empty[..., None], out, np.stack([lo, hi], axis=-1))
+
+
+def input_spans(layer: Layer, conv: np.ndarray, axis: str) -> np.ndarray:
+    """Input rows (or columns, unpadded) that conv outputs [..., 2] read, clipped to the map;
+    an fc layer reads its whole (1 x 1) input."""
+    size = layer.input.height if axis == "rows" else layer.input.width
+    conv = np.asarray(conv)
+    empty = conv[..., 1] <= conv[..., 0]
+    if layer.kind is LayerKind.FC:
+        lo, hi = np.zeros_like(conv[..., 0]), np.full_like(conv[..., 1], size)
+    else:
+        lo = np.maximum(0, conv[..., 0] * layer.stride - layer.padding)
+        hi = np.minimum(size, (conv[..., 1] - 1) * layer.stride - layer.padding + layer.kernel)
+    return np.where(empty[..., None], 0, np.stack([lo, hi], axis=-1))
+
+
+def conv_span(layer: Layer, out: Interval, axis: str) -> Interval:
+    """`conv_spans` of one interval."""
+    lo, hi = conv_spans(layer, np.array(out), axis)
+    return int(lo), int(hi)
 
 
 def input_span(layer: Layer, lo: int, hi: int, axis: str) -> Interval:
-    """Input rows (or columns, unpadded) that conv outputs [lo, hi) read, clipped to the map."""
-    size = layer.input.height if axis == "rows" else layer.input.width
-    if layer.kind is LayerKind.FC or hi <= lo:
-        return (0, size) if hi > lo else (0, 0)
-    start = lo * layer.stride - layer.padding
-    stop = (hi - 1) * layer.stride - layer.padding + layer.kernel
-    return max(0, start), min(size, stop)
-
-
-def owned_conv_span(layer: Layer, out: Interval, axis: str) -> Interval:
-    """Pre-pooling rows a member *owns* for its pooled rows `out`: from its first window's
-    start to the next member's (disjoint across members, so partial sums are not mistaken
-    for the rows that overlapping windows share)."""
-    size = layer.conv_output.height if axis == "rows" else layer.conv_output.width
-    total = layer.output.height if axis == "rows" else layer.output.width
-    pool = layer.pool
-    if pool is None:
-        return out
-    lo = 0 if out[0] == 0 else max(0, out[0] * pool.stride - pool.padding)
-    hi = size if out[1] == total else max(0, out[1] * pool.stride - pool.padding)
-    return lo, min(size, hi)
+    """`input_spans` of one interval of conv outputs."""
+    start, stop = input_spans(layer, np.array((lo, hi)), axis)
+    return int(start), int(stop)
 
 
 def column_shares(layer: Layer, batch: int, column: Column,

@@ -36,7 +36,7 @@ import numpy as np
 from hypar_sim.partition.hierarchy import Hierarchy
 from hypar_sim.partition.kinds import KINDS, Dim
 from hypar_sim.partition.layout import Boxes, flat_boxes
-from hypar_sim.partition.shares import Column, conv_span, input_span
+from hypar_sim.partition.shares import Column, conv_spans, input_span, input_spans
 from hypar_sim.workload.layers import Layer, LayerKind
 
 
@@ -81,9 +81,8 @@ class _Reads:
         axes = [np.stack([b.parts[Dim.N] for b in boxes]), np.stack([b.parts[Dim.C] for b in boxes])]
         if not self.flat:
             for dim, axis in ((Dim.P, "rows"), (Dim.Q, "cols")):
-                spans = [[input_span(consumer, *conv_span(consumer, tuple(iv), axis), axis)
-                          for iv in b.parts[dim]] for b in boxes]
-                axes.append(np.array(spans, dtype=np.int64))
+                out = np.stack([b.parts[dim] for b in boxes])
+                axes.append(input_spans(consumer, conv_spans(consumer, out, axis), axis))
         self.axes = axes  # each [columns, members, 2]
 
     def volumes(self) -> np.ndarray:
@@ -142,6 +141,15 @@ def _union_matrix(held: np.ndarray, reads: _Reads, producer_columns: Sequence[Co
         [({made}, read) for made, read in _CONV_AXES]
     members = np.arange(hierarchy.members)
     partial = [_levels(c, set(Dim) - _OUTPUT_DIMS) for c in producer_columns]
+    consumer_keys = []  # per axis: every consumer column's key index, and one column per key
+    for _, read in axes:
+        keys = [_levels(c, {read}) for c in columns]
+        unique = {key: i for i, key in enumerate(dict.fromkeys(keys))}
+        first = {}
+        for j, key in enumerate(keys):
+            first.setdefault(key, j)
+        consumer_keys.append((np.array([unique[k] for k in keys]), list(first.values())))
+    producer_keys = [[_levels(c, made) for c in producer_columns] for made, _ in axes]
     result = np.zeros((len(producer_columns), len(columns)))
     for partial_levels in dict.fromkeys(partial):
         rows = [i for i, levels in enumerate(partial) if levels == partial_levels]
@@ -151,18 +159,17 @@ def _union_matrix(held: np.ndarray, reads: _Reads, producer_columns: Sequence[Co
         firsts, group_of = np.unique(fixed, return_inverse=True)
         order = np.argsort(group_of, kind="stable")
         starts = np.searchsorted(group_of[order], np.arange(len(firsts)))
-        first_member = np.array([order[s] for s in starts])
+        first_member = order[starts]
         product = np.ones((len(rows), len(columns), len(firsts)))
-        for axis, (made, read) in enumerate(axes):
-            q_keys = [_levels(c, {read}) for c in columns]
-            q_unique = list(dict.fromkeys(q_keys))
-            q_index = np.array([q_unique.index(k) for k in q_keys])
-            q_rep = [q_keys.index(k) for k in q_unique]
+        for axis in range(len(axes)):
+            q_index, q_rep = consumer_keys[axis]
             intervals = reads.axes[axis][q_rep]
-            p_keys = [_levels(producer_columns[i], made) for i in rows]
+            p_keys = [producer_keys[axis][i] for i in rows]
             factors = {}
-            for key in dict.fromkeys(p_keys):
-                own = held[rows[p_keys.index(key)]][first_member]  # [groups, 4, 2]
+            for position, key in enumerate(p_keys):
+                if key in factors:
+                    continue
+                own = held[rows[position]][first_member]  # [groups, 4, 2]
                 measure = (_flat_overlap(own[:, 1:], space) if reads.flat and axis == 1
                            else _atom_overlap(own[:, axis]))
                 factors[key] = _axis_union(intervals, measure, order, starts)  # [q keys, G]
