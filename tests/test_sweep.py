@@ -179,3 +179,30 @@ def test_output_files_have_the_usual_permissions(tmp_path):
     finally:
         os.umask(mask)
     assert stat.S_IMODE((tmp_path / "s.csv").stat().st_mode) == 0o644
+
+
+def test_partition_axes_are_swept_and_resumed(tmp_path, cli):
+    """Hierarchies, kind sets, searches and traffic models are axes and part of the resume
+    key: each combination is its own row, and a rerun runs nothing again."""
+    out = tmp_path / "kinds.csv"
+    args = ("sweep", "--networks", "lenet_c", "--strategies", "hypar", "--accelerators", "12",
+            "--hierarchies", "3x2x2,2x3x2", "--kinds", "batch,in;batch,in,out",
+            "--searches", "greedy,joint", "--traffic-models", "layout", "--batch", "24",
+            "--executor", "serial", "--no-progress", "--out", str(out))
+    first = cli(*args)
+    assert first.returncode == 0, first.stderr
+    table = pd.read_csv(out)
+    assert len(table) == 8 and table.error.isna().all()
+    assert set(table.hierarchy) == {"3x2x2", "2x3x2"} and set(table.search) == {"greedy", "joint"}
+    assert set(table.kinds) == {"batch,in", "batch,in,out"}
+    assert (table.traffic_model == "layout").all()
+    assert (table["config.hierarchy"] == table.hierarchy).all()  # the run used the axis
+    joint = table[table.search == "joint"].set_index(["hierarchy", "kinds"]).traffic_bytes
+    greedy = table[table.search == "greedy"].set_index(["hierarchy", "kinds"]).traffic_bytes
+    assert (joint <= greedy * (1 + 1e-12)).all()
+    before = out.read_text()
+    again = cli(*args)
+    assert again.returncode == 0 and out.read_text() == before
+    bad = cli("sweep", "--networks", "lenet_c", "--accelerators", "12", "--hierarchies", "4x4",
+              "--out", str(tmp_path / "bad.csv"))
+    assert bad.returncode == 2 and "--hierarchies: 4x4 has 16 members" in bad.stderr
