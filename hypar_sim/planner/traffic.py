@@ -122,11 +122,12 @@ class PaperTraffic:
         costs = np.zeros((len(producer_columns), len(columns)))
         for j, column in enumerate(columns):
             for level in range(from_level, len(column)):
-                if column[level] != "in":
-                    continue  # only a batch -> in boundary moves bytes (Table 2)
+                if _PAPER_KINDS[column[level]] is not Parallelism.MP:
+                    continue  # only a dp -> mp boundary moves bytes (Table 2)
                 split = _paper_share(consumer, batch, column[:level], word_bytes)
                 _, inter = pair_costs(split, Parallelism.DP, Parallelism.MP)
-                rows = [i for i, p in enumerate(producer_columns) if p[level] == "batch"]
+                rows = [i for i, p in enumerate(producer_columns)
+                        if _PAPER_KINDS[p[level]] is Parallelism.DP]
                 costs[rows, j] += hierarchy.subarray_groups(level) * inter
         return costs
 
