@@ -463,9 +463,9 @@ def all_networks() -> tuple[str, ...]:
 def check_axes(spec: SweepSpec) -> None:
     """Refuse unknown strategies and engines up front (the rest is checked per case)."""
     for strategy in spec.strategies:
-        if strategy not in STRATEGIES or strategy == "explicit":
+        if strategy not in STRATEGIES or STRATEGIES[strategy].takes_plan:
             raise InputError(f"--strategies: unknown '{strategy}'; allowed: "
-                             f"{', '.join(s for s in STRATEGIES if s != 'explicit')}")
+                             f"{', '.join(s for s, v in STRATEGIES.items() if not v.takes_plan)}")
     if spec.engine not in ENGINES:
         raise InputError(f"--engine: unknown '{spec.engine}'; allowed: {', '.join(ENGINES)}")
     for text in spec.hierarchies:

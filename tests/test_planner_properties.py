@@ -79,7 +79,7 @@ def test_paper_greedy_equals_greedy_brute_force(net, batch, levels):
 @pytest.mark.parametrize("model_name, kinds", [("paper", ("batch", "in")),
                                                ("layout", ("batch", "in", "out", "spatial"))])
 @settings(max_examples=25, deadline=None)
-@given(net=networks(max_layers=3, max_channels=8, max_size=8, max_out=16),
+@given(net=networks(max_layers=4, max_channels=8, max_size=8, max_out=16),
        sizes=st.sampled_from([(2,), (2, 2), (3,), (3, 2), (2, 3)]))
 def test_joint_equals_brute_force_and_beats_greedy(model_name, kinds, net, sizes):
     model, hierarchy = traffic_model(model_name), Hierarchy(sizes)

@@ -62,13 +62,27 @@ class PlanRequest:
     model: TrafficModel
 
 
-Strategy = Callable[[PlanRequest], Sequence[Column]]
+Columns = Callable[[PlanRequest], Sequence[Column]]
+
+
+@dataclass(frozen=True)
+class Strategy:
+    """A way to plan: its columns, and what it needs."""
+
+    columns: Columns
+    searches: bool = False  # picks kinds by a search over the allowed kinds
+    honours_search: bool = False  # --search greedy/joint applies
+    takes_plan: bool = False  # the user's --plan
+
+
 STRATEGIES: dict[str, Strategy] = {}
 
 
-def register_strategy(name: str) -> Callable[[Strategy], Strategy]:
-    def add(function: Strategy) -> Strategy:
-        STRATEGIES[name] = function
+def register_strategy(name: str, searches: bool = False, honours_search: bool = False,
+                      takes_plan: bool = False) -> Callable[[Columns], Columns]:
+    """Add a strategy to the registry (the command line's choices come from it)."""
+    def add(function: Columns) -> Columns:
+        STRATEGIES[name] = Strategy(function, searches, honours_search, takes_plan)
         return function
     return add
 
@@ -93,7 +107,7 @@ def _uniform(request: PlanRequest, pick: Callable[[Layer], str]) -> list[Column]
     return columns
 
 
-@register_strategy("hypar")
+@register_strategy("hypar", searches=True, honours_search=True)
 def _hypar(request: PlanRequest) -> Sequence[Column]:
     find = searches.joint if request.options.search == "joint" else searches.greedy
     return find(request.model, request.network.layers, request.batch, request.hierarchy,
@@ -115,13 +129,13 @@ def _trick(request: PlanRequest) -> Sequence[Column]:
     return _uniform(request, lambda layer: "batch" if layer.kind is LayerKind.CONV else "in")
 
 
-@register_strategy("exhaustive")
+@register_strategy("exhaustive", searches=True)
 def _exhaustive(request: PlanRequest) -> Sequence[Column]:
     return searches.brute_force(request.model, request.network.layers, request.batch,
                                 request.hierarchy, request.options.kinds, request.word_bytes)[1]
 
 
-@register_strategy("explicit")
+@register_strategy("explicit", takes_plan=True)
 def _explicit(request: PlanRequest) -> Sequence[Column]:
     choices = read_plan_argument(request.options.plan_text or "", request.network,
                                  request.hierarchy.levels)
@@ -203,20 +217,20 @@ def make_plan(network: Network, strategy: str, hierarchy: int | Hierarchy, batch
     if strategy not in STRATEGIES:
         raise InputError(f"strategy: unknown '{strategy}'{closest(strategy, STRATEGIES)}; "
                          f"allowed: {', '.join(STRATEGIES)}")
-    if (strategy == "explicit") != (options.plan_text is not None):
+    spec = STRATEGIES[strategy]
+    if spec.takes_plan != (options.plan_text is not None):
         raise InputError("plan: give --plan exactly when the strategy is 'explicit'")
     model = traffic_model(options.traffic_model)
     model.check(hierarchy, options.kinds)
-    if options.traffic_model == "paper" and strategy in ("hypar", "exhaustive") \
-            and batch % hierarchy.members:
+    if options.traffic_model == "paper" and spec.searches and batch % hierarchy.members:
         raise InputError(
             f"batch: {batch} is not divisible by the {hierarchy.members} accelerators, which "
             "data parallelism at every level needs under --traffic-model paper; choose a "
             f"multiple of {hierarchy.members} or --traffic-model layout")
     request = PlanRequest(network, batch, hierarchy, options, word_bytes, model)
-    columns = STRATEGIES[strategy](request)
+    columns = spec.columns(request)
     choices = tuple(zip(*columns, strict=True)) if hierarchy.levels else ()
-    search = options.search if strategy == "hypar" else ""
+    search = options.search if spec.honours_search else ""
     return evaluate_plan(network, batch, choices, strategy, word_bytes, hierarchy,
                          options.traffic_model, search)
 
