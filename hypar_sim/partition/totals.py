@@ -165,15 +165,14 @@ def _union_matrix(held: np.ndarray, reads: _Reads, producer_columns: Sequence[Co
             q_index, q_rep = consumer_keys[axis]
             intervals = reads.axes[axis][q_rep]
             p_keys = [producer_keys[axis][i] for i in rows]
-            factors = {}
-            for position, key in enumerate(p_keys):
-                if key in factors:
-                    continue
-                own = held[rows[position]][first_member]  # [groups, 4, 2]
-                measure = (_flat_overlap(own[:, 1:], space) if reads.flat and axis == 1
-                           else _atom_overlap(own[:, axis]))
-                factors[key] = _axis_union(intervals, measure, order, starts)  # [q keys, G]
-            stacked = np.stack([factors[key] for key in p_keys])  # [rows, q keys, G]
+            unique = {key: position for position, key in enumerate(dict.fromkeys(p_keys))}
+            firsts_of_key = [p_keys.index(key) for key in unique]
+            owns = held[np.array(rows)[firsts_of_key]][:, first_member]  # [keys, G, 4, 2]
+            if reads.flat and axis == 1:
+                factors = _axis_factors(intervals, owns[:, :, 1:], order, starts, space)
+            else:
+                factors = _axis_factors(intervals, owns[:, :, axis], order, starts, None)
+            stacked = factors[[unique[key] for key in p_keys]]  # [rows, q keys, G]
             product *= stacked[:, q_index, :]
         result[rows] = product.sum(axis=2)
     return result
@@ -181,33 +180,22 @@ def _union_matrix(held: np.ndarray, reads: _Reads, producer_columns: Sequence[Co
 
 
 
-def _atom_overlap(own: np.ndarray):
-    """Measure of each group's interval `own` [groups, 2] in each atom [lo, hi)."""
-    def measure(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-        return _overlap(own[:, None, :], np.stack([lo, hi], axis=1)[None])
-    measure.edges = own.reshape(-1)  # type: ignore[attr-defined]
-    return measure
-
-
-def _flat_overlap(own: np.ndarray, space: tuple[int, int, int]):
-    """Elements of each group's (channel, row, col) box `own` [groups, 3, 2] in each atom
-    [lo, hi) of the flattened axis (C order, as an fc layer flattens its input)."""
-    def measure(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-        inside = np.zeros((len(own), len(lo)))
+def _axis_factors(intervals: np.ndarray, owns: np.ndarray, order: np.ndarray,
+                  starts: np.ndarray, space: tuple[int, int, int] | None) -> np.ndarray:
+    """[producer keys, consumer keys, groups]: the measure of each group's own part (`owns`
+    [keys, groups, 2], or [keys, groups, 3, 2] boxes of the flattened axis when `space` is
+    given) inside the union of the group members' intervals [consumer keys, members, 2]."""
+    ends = [intervals.reshape(-1)] if space is not None else [intervals.reshape(-1),
+                                                              owns.reshape(-1)]
+    edges = np.unique(np.concatenate(ends))
+    lo, hi = edges[:-1], edges[1:]
+    covered = (intervals[..., 0:1] <= lo) & (intervals[..., 1:2] >= hi)  # [q, M, atoms]
+    union = np.logical_or.reduceat(covered[:, order], starts, axis=1).astype(np.float64)
+    if space is None:
+        inside = _overlap(owns[:, :, None, :], np.stack([lo, hi], axis=1)[None, None])
+    else:  # elements of each (channel, row, col) box in each atom of the flat axis
+        inside = np.zeros((*owns.shape[:2], len(lo)))
         for atom, (a, b) in enumerate(zip(lo, hi, strict=True)):
             for box in flat_boxes(int(a), int(b), space):
-                inside[:, atom] += np.prod(_overlap(own, np.array(box)[None]), axis=1)
-        return inside
-    measure.edges = np.empty(0, dtype=np.int64)  # type: ignore[attr-defined]
-    return measure
-
-
-def _axis_union(intervals: np.ndarray, measure, order: np.ndarray,
-                starts: np.ndarray) -> np.ndarray:
-    """[columns, groups]: the measure of the group's own part inside the union of its
-    members' intervals [columns, members, 2] along one axis."""
-    edges = np.unique(np.concatenate([intervals.reshape(-1), measure.edges]))
-    lo, hi = edges[:-1], edges[1:]
-    covered = (intervals[..., 0:1] <= lo) & (intervals[..., 1:2] >= hi)  # [cols, M, atoms]
-    union = np.logical_or.reduceat(covered[:, order], starts, axis=1)  # [cols, groups, atoms]
-    return (union * measure(lo, hi)[None]).sum(axis=2)
+                inside[..., atom] += np.prod(_overlap(owns, np.array(box)), axis=-1)
+    return np.einsum("qga,pga->pqg", union, inside)
