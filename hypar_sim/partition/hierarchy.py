@@ -115,9 +115,11 @@ class Hierarchy:
             if (member // stride) % size == 0:
                 yield self.group(member, level)
 
-    def subarray_groups(self, level: int) -> int:
-        """Groups of sub-arrays split at `level`: prod(sizes[:level]) (HyPar's 2**h pairs)."""
-        return math.prod(self.sizes[:level])
+    @cached_property
+    def subarray_counts(self) -> tuple[int, ...]:
+        """Groups of sub-arrays split at each level: prod(sizes[:level]) (HyPar's 2**h
+        pairs)."""
+        return tuple(math.prod(self.sizes[:level]) for level in range(self.levels))
 
     def __str__(self) -> str:
         return "x".join(map(str, self.sizes)) if self.sizes else "1"

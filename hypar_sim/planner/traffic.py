@@ -88,7 +88,7 @@ class PaperTraffic:
         """[level][layer] (intra, inter) bytes, all pairs, both directions."""
         table = []
         for level in range(hierarchy.levels):
-            pairs = hierarchy.subarray_groups(level)
+            pairs = hierarchy.subarray_counts[level]
             row, previous = [], None
             for layer, column in zip(layers, columns, strict=True):
                 split = _paper_share(layer, batch, column[:level], word_bytes)
@@ -107,29 +107,32 @@ class PaperTraffic:
                   hierarchy: Hierarchy, word_bytes: int, last: bool,
                   from_level: int = 0) -> np.ndarray:
         """Bytes of each column's own steps, levels `from_level` and below."""
-        costs = np.zeros(len(columns))
-        for i, column in enumerate(columns):
+        groups = hierarchy.subarray_counts
+        costs = []
+        for column in columns:
+            cost = 0.0
             for level in range(from_level, len(column)):
                 split = _paper_share(layer, batch, column[:level], word_bytes)
-                intra, _ = pair_costs(split, None, _PAPER_KINDS[column[level]])
-                costs[i] += hierarchy.subarray_groups(level) * intra
-        return costs
+                cost += groups[level] * pair_costs(split, None, _PAPER_KINDS[column[level]])[0]
+            costs.append(cost)
+        return np.array(costs)
 
     def boundary_costs(self, producer: Layer, consumer: Layer, batch: int,
                        producer_columns: Sequence[Column], columns: Sequence[Column],
                        hierarchy: Hierarchy, word_bytes: int, from_level: int = 0) -> np.ndarray:
         """Bytes across the boundary for every pair of columns, levels `from_level` and below."""
-        costs = np.zeros((len(producer_columns), len(columns)))
+        groups = hierarchy.subarray_counts
+        costs = [[0.0] * len(columns) for _ in producer_columns]
         for j, column in enumerate(columns):
             for level in range(from_level, len(column)):
                 if _PAPER_KINDS[column[level]] is not Parallelism.MP:
                     continue  # only a dp -> mp boundary moves bytes (Table 2)
                 split = _paper_share(consumer, batch, column[:level], word_bytes)
-                _, inter = pair_costs(split, Parallelism.DP, Parallelism.MP)
-                rows = [i for i, p in enumerate(producer_columns)
-                        if _PAPER_KINDS[p[level]] is Parallelism.DP]
-                costs[rows, j] += hierarchy.subarray_groups(level) * inter
-        return costs
+                inter = groups[level] * pair_costs(split, Parallelism.DP, Parallelism.MP)[1]
+                for i, previous in enumerate(producer_columns):
+                    if _PAPER_KINDS[previous[level]] is Parallelism.DP:
+                        costs[i][j] += inter
+        return np.array(costs)
 
     def steps(self, layers: Sequence[Layer], batch: int, columns: Sequence[Column],
               hierarchy: Hierarchy, word_bytes: int) -> dict[StepKey, tuple[Message, ...]]:
