@@ -48,11 +48,11 @@ import numpy as np
 
 from hypar_sim.partition.hierarchy import Hierarchy
 from hypar_sim.partition.kinds import Dim
+from hypar_sim.partition.operators import extents
 from hypar_sim.partition.redistribute import Region, gather_stage, redistribute
 from hypar_sim.partition.shares import (
     Column,
     conv_span,
-    extents,
     input_span,
     member_intervals,
 )

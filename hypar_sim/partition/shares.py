@@ -24,16 +24,11 @@ import numpy as np
 
 from hypar_sim.partition.hierarchy import Hierarchy
 from hypar_sim.partition.kinds import KINDS, Dim
+from hypar_sim.partition.operators import extents
 from hypar_sim.workload.layers import Layer, LayerKind
 
 Column = tuple[str, ...]  # a layer's kind at every level, top first
 Interval = tuple[int, int]  # [start, stop)
-
-
-def extents(layer: Layer, batch: int) -> dict[Dim, int]:
-    """The size of every loop dimension of `layer` for `batch` samples."""
-    return {Dim.N: batch, Dim.K: layer.output.channels, Dim.C: layer.input.channels,
-            Dim.P: layer.output.height, Dim.Q: layer.output.width}
 
 
 def even_range(total: int, parts: int, index: int) -> Interval:

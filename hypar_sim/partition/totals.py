@@ -36,6 +36,7 @@ import numpy as np
 from hypar_sim.partition.hierarchy import Hierarchy
 from hypar_sim.partition.kinds import KINDS, Dim
 from hypar_sim.partition.layout import Boxes, flat_boxes
+from hypar_sim.partition.operators import OPERATORS
 from hypar_sim.partition.shares import Column, conv_spans, input_span, input_spans
 from hypar_sim.workload.layers import Layer, LayerKind
 
@@ -93,7 +94,6 @@ class _Reads:
 #: The producer's output dimension and the consumer's dimension along each axis of the
 #: boundary tensor (conv consumer; an fc consumer has N and the flattened C).
 _CONV_AXES = ((Dim.N, Dim.N), (Dim.K, Dim.C), (Dim.P, Dim.P), (Dim.Q, Dim.Q))
-_OUTPUT_DIMS = {Dim.N, Dim.K, Dim.P, Dim.Q}
 
 
 def boundary_costs(producer: Layer, consumer: Layer, batch: int,
@@ -117,7 +117,9 @@ def boundary_costs(producer: Layer, consumer: Layer, batch: int,
                      for column in producer_columns])  # [columns, members, 4, 2]
     computed = np.prod(_lengths(held), axis=2).sum(axis=1)
     in_reads = np.prod(_overlap(held, read_box[None, None]), axis=2).sum(axis=1)
-    union = _union_matrix(held, reads, producer_columns, columns, hierarchy, shape[1:])
+    dims = OPERATORS[producer.kind]
+    union = _union_matrix(held, reads, producer_columns, columns, hierarchy, shape[1:],
+                          dims.reductions(dims.output))
     result = (pooled * (computed - total) + in_reads)[:, None] \
         + (2 * reads.volumes() - read_total)[None, :] - 2 * union
     return result * word_bytes
@@ -130,17 +132,17 @@ def _levels(column: Column, dims: set[Dim]) -> tuple[tuple[int, Dim], ...]:
 
 def _union_matrix(held: np.ndarray, reads: _Reads, producer_columns: Sequence[Column],
                   columns: Sequence[Column], hierarchy: Hierarchy,
-                  space: tuple[int, int, int]) -> np.ndarray:
+                  space: tuple[int, int, int], reductions: frozenset[Dim]) -> np.ndarray:
     """U for every pair of columns. Producer members with the same coordinates outside the
-    producer's partial levels (kinds that split no output dimension) hold the same box: a
-    group. Along each axis, the group's factor depends on the producer column only through
+    producer's partial levels (kinds that split one of the `reductions` of its output, see
+    `operators`) hold the same box: a group. Along each axis, the group's factor depends on the producer column only through
     (its levels splitting that axis's dimension, its partial levels), and on the consumer
     column only through its levels splitting the consumer's dimension there: each distinct
     factor is computed once, and U is assembled by indexing."""
     axes = [({Dim.N}, Dim.N), ({Dim.K, Dim.P, Dim.Q}, Dim.C)] if reads.flat else \
         [({made}, read) for made, read in _CONV_AXES]
     members = np.arange(hierarchy.members)
-    partial = [_levels(c, set(Dim) - _OUTPUT_DIMS) for c in producer_columns]
+    partial = [_levels(c, set(reductions)) for c in producer_columns]
     consumer_keys = []  # per axis: every consumer column's key index, and one column per key
     for _, read in axes:
         keys = [_levels(c, {read}) for c in columns]
