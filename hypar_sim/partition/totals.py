@@ -135,9 +135,10 @@ def _union_matrix(held: np.ndarray, reads: _Reads, producer_columns: Sequence[Co
                   space: tuple[int, int, int], reductions: frozenset[Dim]) -> np.ndarray:
     """U for every pair of columns. Producer members with the same coordinates outside the
     producer's partial levels (kinds that split one of the `reductions` of its output, see
-    `operators`) hold the same box: a group. Along each axis, the group's factor depends on the producer column only through
-    (its levels splitting that axis's dimension, its partial levels), and on the consumer
-    column only through its levels splitting the consumer's dimension there: each distinct
+    `operators`) hold the same box: a group. Along each axis, the group's factor depends on
+    the producer column only through (its levels splitting that axis's dimension, its
+    partial levels), and on the consumer column only through its levels splitting the
+    consumer's dimension there: each distinct
     factor is computed once, and U is assembled by indexing."""
     axes = [({Dim.N}, Dim.N), ({Dim.K, Dim.P, Dim.Q}, Dim.C)] if reads.flat else \
         [({made}, read) for made, read in _CONV_AXES]
