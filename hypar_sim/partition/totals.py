@@ -138,8 +138,8 @@ def _union_matrix(held: np.ndarray, reads: _Reads, producer_columns: Sequence[Co
     `operators`) hold the same box: a group. Along each axis, the group's factor depends on
     the producer column only through (its levels splitting that axis's dimension, its
     partial levels), and on the consumer column only through its levels splitting the
-    consumer's dimension there: each distinct
-    factor is computed once, and U is assembled by indexing."""
+    consumer's dimension there: each distinct factor is computed once, and U is assembled
+    by indexing."""
     axes = [({Dim.N}, Dim.N), ({Dim.K, Dim.P, Dim.Q}, Dim.C)] if reads.flat else \
         [({made}, read) for made, read in _CONV_AXES]
     members = np.arange(hierarchy.members)
