@@ -12,6 +12,7 @@ come from the same transfers, so the two cannot disagree.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from functools import lru_cache
@@ -48,6 +49,23 @@ def _paper_share(layer: Layer, batch: int, prefix: Column, word_bytes: int) -> L
     if not prefix:
         return LayerSplit(layer, float(batch), 1.0, word_bytes)
     return _paper_share(layer, batch, prefix[:-1], word_bytes).split(_PAPER_KINDS[prefix[-1]])
+
+
+def _geometry(layer: Layer) -> Layer:
+    """The layer without its name: layers of the same shape cost the same."""
+    return dataclasses.replace(layer, name="")
+
+
+@lru_cache(maxsize=256)
+def _boundary_costs(producer: Layer, consumer: Layer, batch: int,
+                    producer_columns: tuple[Column, ...], columns: tuple[Column, ...],
+                    hierarchy: Hierarchy, word_bytes: int) -> np.ndarray:
+    """`totals.boundary_costs`, cached by geometry (VGG repeats its layers' shapes);
+    read-only."""
+    costs = totals.boundary_costs(producer, consumer, batch, producer_columns, columns,
+                                  hierarchy, word_bytes)
+    costs.flags.writeable = False
+    return costs
 
 
 class PaperTraffic:
@@ -186,8 +204,8 @@ class LayoutTraffic:
     def boundary_costs(self, producer: Layer, consumer: Layer, batch: int,
                        producer_columns: Sequence[Column], columns: Sequence[Column],
                        hierarchy: Hierarchy, word_bytes: int) -> np.ndarray:
-        return totals.boundary_costs(producer, consumer, batch, producer_columns, columns,
-                                     hierarchy, word_bytes)
+        return _boundary_costs(_geometry(producer), _geometry(consumer), batch,
+                               tuple(producer_columns), tuple(columns), hierarchy, word_bytes)
 
     def steps(self, layers: Sequence[Layer], batch: int, columns: Sequence[Column],
               hierarchy: Hierarchy, word_bytes: int) -> dict[StepKey, tuple[Message, ...]]:
