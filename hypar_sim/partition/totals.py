@@ -100,6 +100,8 @@ def boundary_costs(producer: Layer, consumer: Layer, batch: int,
                    producer_columns: Sequence[Column], columns: Sequence[Column],
                    hierarchy: Hierarchy, word_bytes: int) -> np.ndarray:
     """[producer column, consumer column] bytes across the boundary, both passes."""
+    if not producer_columns or not columns:
+        return np.zeros((len(producer_columns), len(columns)))
     out = producer.output
     shape = (batch, out.channels, out.height, out.width)
     total = float(np.prod(shape))
