@@ -15,8 +15,14 @@ from hypar_sim.hardware.config import load_hardware
 from hypar_sim.hardware.costs import phase_cost
 from hypar_sim.partition.hierarchy import Hierarchy
 from hypar_sim.partition.kinds import KINDS, Dim, SplitKind, register_kind, unregister_kind
-from hypar_sim.partition.layout import chain_transfers, flat_boxes
-from hypar_sim.partition.shares import column_shares, even_range, whole_share
+from hypar_sim.partition.layout import (
+    Boxes,
+    boundary_transfers,
+    chain_transfers,
+    flat_boxes,
+    gradient_transfers,
+)
+from hypar_sim.partition.shares import column_shares, member_intervals, whole_share
 from hypar_sim.partition.steps import Phase, TransferKind
 from hypar_sim.planner.strategies import PlanOptions, make_plan
 from hypar_sim.runner import SimOptions, simulate
@@ -36,6 +42,24 @@ def mlp() -> Network:
 
 def steps_total(steps):
     return {key: float(matrix.sum()) for key, matrix in steps.items() if matrix.sum()}
+
+
+def cell_own_cost(layer, batch, column, hierarchy, word_bytes, last):
+    """The cell rule's bytes that depend on one column: the gradient, the loss if last."""
+    boxes = Boxes.of(layer, batch, column, hierarchy)
+    total = sum(float(m.sum()) for m in gradient_transfers(boxes, word_bytes).values())
+    if last:
+        total += sum(float(m.sum()) for m in boundary_transfers(boxes, None, word_bytes).values())
+    return total
+
+
+def cell_boundary_cost(producer, consumer, batch, producer_column, consumer_column, hierarchy,
+                       word_bytes):
+    """The cell rule's bytes across one boundary, forward and backward."""
+    transfers = boundary_transfers(Boxes.of(producer, batch, producer_column, hierarchy),
+                                   Boxes.of(consumer, batch, consumer_column, hierarchy),
+                                   word_bytes)
+    return sum(float(m.sum()) for m in transfers.values())
 
 
 # --- hierarchies and shares ---------------------------------------------------------------
@@ -60,8 +84,9 @@ def test_hierarchy_defaults_parse_and_groups():
 
 def test_uneven_batch_shares_and_the_slowest_member():
     """Batch 100 on 16: shares of 7 and 6 samples; the slowest member computes 7."""
-    assert [even_range(100, 16, i)[1] - even_range(100, 16, i)[0] for i in range(16)] == \
-        [7] * 4 + [6] * 12
+    parts = member_intervals(100, ("batch",) * 4, Hierarchy.binary(4), Dim.N)
+    assert (parts[:, 1] - parts[:, 0]).tolist() == [7] * 4 + [6] * 12
+    assert parts[0, 0] == 0 and (parts[1:, 0] == parts[:-1, 1]).all() and parts[-1, 1] == 100
     net = load_network("sfc")
     config = load_hardware(overrides={"batch": 100})
     plan = make_plan(net, "data", 4, 100, options=PlanOptions(traffic_model=LAYOUT))
@@ -272,7 +297,7 @@ def test_closed_form_totals_equal_the_cell_rule(net, sizes, batch, pooled):
     for every pair of columns of two adjacent layers (every kind, pooling included)."""
     import itertools
 
-    from hypar_sim.partition import layout, totals
+    from hypar_sim.partition import totals
     from hypar_sim.planner.traffic import traffic_model
     from hypar_sim.workload.layers import Pool
 
@@ -294,10 +319,10 @@ def test_closed_form_totals_equal_the_cell_rule(net, sizes, batch, pooled):
     for i, p in enumerate(ps):
         for j, q in enumerate(qs):
             assert fast[i, j] == pytest.approx(
-                layout.boundary_cost(first, second, batch, p, q, hierarchy, 4), abs=1e-6)
+                cell_boundary_cost(first, second, batch, p, q, hierarchy, 4), abs=1e-6)
     for last in (False, True):
         own = totals.own_costs(second, batch, qs, hierarchy, 4, last)
-        assert own == pytest.approx([layout.own_cost(second, batch, q, hierarchy, 4, last)
+        assert own == pytest.approx([cell_own_cost(second, batch, q, hierarchy, 4, last)
                                      for q in qs], abs=1e-6)
 
 

@@ -16,7 +16,6 @@ from hypar_sim.hardware.interconnect import link_spec
 from hypar_sim.hardware.topology import (
     TOPOLOGIES,
     FatTree,
-    HTree,
     Ideal,
     Torus,
     make_topology,
@@ -102,7 +101,7 @@ def test_fat_tree_is_the_old_htree_for_binary_hierarchies(accelerators):
 
 
 def test_htree_is_a_fat_tree():
-    tree = HTree(config(16))
+    tree = FatTree(config(16))
     by_lanes = {}
     for link in tree.links:
         by_lanes.setdefault(link.lanes, []).append(link)
@@ -115,7 +114,7 @@ def test_htree_is_a_fat_tree():
 
 @pytest.mark.parametrize("accelerators", [2, 8, 16, 64])
 def test_htree_pairs_meet_at_their_level_switch(accelerators):
-    tree = HTree(config(accelerators))
+    tree = FatTree(config(accelerators))
     levels = tree.levels
     for level in range(levels):
         half = 2 ** (levels - level - 1)
@@ -201,7 +200,7 @@ def test_torus_routes_are_shortest_and_connected(accelerators, data):
 
 def test_registry():
     assert list(TOPOLOGIES) == ["htree", "torus", "ideal"]
-    assert TOPOLOGIES["htree"] is FatTree is HTree
+    assert TOPOLOGIES["htree"] is FatTree
     hierarchy = Hierarchy((4, 3))
     for name in TOPOLOGIES:
         topology = make_topology(name, config(12), hierarchy)

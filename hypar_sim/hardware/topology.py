@@ -163,8 +163,6 @@ class FatTree(Topology):
         return Route(tuple(up + down), 2 * top - 1)
 
 
-HTree = FatTree
-
 
 def default_rows(count: int) -> int:
     """The largest divisor of `count` that is at most sqrt(count) (16 -> 4, 12 -> 3, 7 -> 1)."""

@@ -94,10 +94,6 @@ def parse_kinds(text: str, where: str = "--kinds") -> tuple[str, ...]:
     return tuple(name for name in KINDS if name in chosen)
 
 
-def kind_dim(name: str) -> Dim:
-    return KINDS[name].dim
-
-
 def paper_label(name: str) -> str:
     """HyPar's label of a kind (dp, mp) for the paper's figures; the name otherwise."""
     return KINDS[name].paper_label or name

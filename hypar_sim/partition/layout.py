@@ -178,17 +178,12 @@ def gradient_transfers(boxes: Boxes, word_bytes: int) -> dict[TransferKind, Matr
             TransferKind.GRADIENT_GATHER: stages.gather * scale}
 
 
-def layer_boxes(layers: Sequence[Layer], batch: int, columns: Sequence[Column],
-                hierarchy: Hierarchy) -> list[Boxes]:
-    return [Boxes.of(layer, batch, column, hierarchy)
-            for layer, column in zip(layers, columns, strict=True)]
-
-
 def chain_transfers(layers: Sequence[Layer], batch: int, columns: Sequence[Column],
                     hierarchy: Hierarchy, word_bytes: int) -> dict[tuple[int, TransferKind],
                                                                    Matrix]:
     """Every step of the chain: (layer index, kind) -> bytes [src, dst]."""
-    boxes = layer_boxes(layers, batch, columns, hierarchy)
+    boxes = [Boxes.of(layer, batch, column, hierarchy)
+             for layer, column in zip(layers, columns, strict=True)]
     steps: dict[tuple[int, TransferKind], Matrix] = {}
     for index, own in enumerate(boxes):
         for kind, matrix in gradient_transfers(own, word_bytes).items():
@@ -197,23 +192,3 @@ def chain_transfers(layers: Sequence[Layer], batch: int, columns: Sequence[Colum
         for (offset, kind), matrix in boundary_transfers(own, consumer, word_bytes).items():
             steps[(index + offset, kind)] = matrix
     return steps
-
-
-def own_cost(layer: Layer, batch: int, column: Column, hierarchy: Hierarchy, word_bytes: int,
-             last: bool) -> float:
-    """Bytes that depend on one layer's column alone: its gradient, and the loss if last."""
-    boxes = Boxes.of(layer, batch, column, hierarchy)
-    total = sum(float(m.sum()) for m in gradient_transfers(boxes, word_bytes).values())
-    if last:
-        total += sum(float(m.sum()) for m in boundary_transfers(boxes, None, word_bytes).values())
-    return total
-
-
-def boundary_cost(producer: Layer, consumer: Layer, batch: int, producer_column: Column,
-                  consumer_column: Column, hierarchy: Hierarchy, word_bytes: int) -> float:
-    """Bytes across the boundary between two adjacent layers, forward and backward."""
-    transfers = boundary_transfers(Boxes.of(producer, batch, producer_column, hierarchy),
-                                   Boxes.of(consumer, batch, consumer_column, hierarchy),
-                                   word_bytes)
-    return sum(float(m.sum()) for m in transfers.values())
-

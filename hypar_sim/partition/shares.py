@@ -31,13 +31,6 @@ Column = tuple[str, ...]  # a layer's kind at every level, top first
 Interval = tuple[int, int]  # [start, stop)
 
 
-def even_range(total: int, parts: int, index: int) -> Interval:
-    """Part `index` of `total` cut into `parts` near-equal integer parts, larger first."""
-    base, extra = divmod(total, parts)
-    start = index * base + min(index, extra)
-    return start, start + base + (1 if index < extra else 0)
-
-
 def split_levels(column: Column, dim: Dim) -> tuple[int, ...]:
     """The levels at which `column` splits `dim`."""
     return tuple(h for h, kind in enumerate(column) if KINDS[kind].dim is dim)

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from hypar_sim.errors import InputError, closest
 from hypar_sim.partition.hierarchy import Hierarchy
-from hypar_sim.partition.kinds import KINDS, parse_kinds, resolve_kind
+from hypar_sim.partition.kinds import KINDS, resolve_kind
 from hypar_sim.partition.shares import Column
 from hypar_sim.planner import search as searches
 from hypar_sim.planner.plan import Choices, Plan, evaluate_plan
@@ -233,8 +233,3 @@ def make_plan(network: Network, strategy: str, hierarchy: int | Hierarchy, batch
     search = options.search if spec.honours_search else ""
     return evaluate_plan(network, batch, choices, strategy, word_bytes, hierarchy,
                          options.traffic_model, search)
-
-
-def parse_kind_list(text: str) -> tuple[str, ...]:
-    """--kinds: canonical kind names."""
-    return parse_kinds(text)
