@@ -152,12 +152,8 @@ class FatTree(Topology):
     def node(height: int, index: int) -> str:
         return f"A{index}" if height == 0 else f"S{height}.{index}"
 
-    def meeting_height(self, src: int, dst: int) -> int:
-        """Height of the lowest switch above both `src` and `dst` (0 if they are equal)."""
-        return next(k for k, width in enumerate(self.below) if src // width == dst // width)
-
     def _route(self, src: int, dst: int) -> Route:
-        top = self.meeting_height(src, dst)
+        top = self.levels - self.hierarchy.meeting_level(src, dst)  # the meeting switch
         up = [self._up[(h, src // self.below[h])] for h in range(top)]
         down = [self._down[(h, dst // self.below[h])] for h in reversed(range(top))]
         return Route(tuple(up + down), 2 * top - 1)

@@ -115,6 +115,14 @@ class Hierarchy:
             if (member // stride) % size == 0:
                 yield self.group(member, level)
 
+    def meeting_level(self, a: int, b: int) -> int:
+        """The top-most level at which members `a` and `b` differ: the level whose groups
+        pair them (a fat tree joins them at the switch of height levels - that)."""
+        for level, stride in enumerate(self.strides):
+            if a // stride != b // stride:
+                return level
+        raise ValueError(f"members {a} and {b} are the same member")
+
     @cached_property
     def subarray_counts(self) -> tuple[int, ...]:
         """Groups of sub-arrays split at each level: prod(sizes[:level]) (HyPar's 2**h

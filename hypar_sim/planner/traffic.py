@@ -33,15 +33,6 @@ StepKey = tuple[int, TransferKind]
 _PAPER_KINDS = {"batch": Parallelism.DP, "in": Parallelism.MP}
 
 
-def meeting_level(hierarchy: Hierarchy, src: int, dst: int) -> int:
-    """The top-most level at which two members' coordinates differ."""
-    for level, stride in enumerate(hierarchy.strides):
-        if src // (stride * hierarchy.sizes[level]) == dst // (stride * hierarchy.sizes[level]) \
-                and src // stride != dst // stride:
-            return level
-    raise ValueError(f"members {src} and {dst} do not differ")
-
-
 @lru_cache(maxsize=65536)
 def _paper_share(layer: Layer, batch: int, prefix: Column, word_bytes: int) -> LayerSplit:
     """What a sub-array holds of `layer` after the levels of `prefix` (cached: every prefix
@@ -215,7 +206,7 @@ class LayoutTraffic:
             transfers = COLLECTIVES[self.collective](matrix)
             if transfers:
                 steps[(index, kind)] = tuple(
-                    Message(s, d, size, index, meeting_level(hierarchy, s, d), kind, round_)
+                    Message(s, d, size, index, hierarchy.meeting_level(s, d), kind, round_)
                     for s, d, size, round_ in transfers)
         return dict(sorted(steps.items(), key=lambda item: (item[0][0], list(TransferKind)
                                                             .index(item[0][1]))))
