@@ -15,7 +15,6 @@ from typing import Any
 
 from hypar_sim.errors import InputError
 from hypar_sim.partition.hierarchy import Hierarchy
-from hypar_sim.partition.kinds import KINDS
 from hypar_sim.partition.shares import Column
 from hypar_sim.planner.traffic import traffic_model
 from hypar_sim.workload.network import Network
@@ -95,22 +94,6 @@ class Plan:
         }
 
 
-def check_batch_split(network: Network, batch: int, choices: Choices,
-                      hierarchy: Hierarchy) -> None:
-    """HyPar's reading halves the batch at every batch level: refuse a batch that does not
-    divide (the layout model gives uneven shares instead)."""
-    for index, name in enumerate(network.layer_names):
-        parts = 1
-        for level, row in enumerate(choices):
-            if KINDS[row[index]].dim.value == "N":
-                parts *= hierarchy.sizes[level]
-        if batch % parts:
-            raise InputError(
-                f"batch: {batch} cannot be split by data parallelism into {parts} parts "
-                f"(layer {name}) under --traffic-model paper; use a batch divisible by {parts} "
-                "or --traffic-model layout")
-
-
 def evaluate_plan(network: Network, batch: int, choices: Choices | Sequence[Sequence[str]],
                   strategy: str, word_bytes: int = 4, hierarchy: Hierarchy | None = None,
                   model: str = "paper", search: str = "") -> Plan:
@@ -118,9 +101,8 @@ def evaluate_plan(network: Network, batch: int, choices: Choices | Sequence[Sequ
     choices = tuple(tuple(row) for row in choices)
     hierarchy = hierarchy if hierarchy is not None else Hierarchy.binary(len(choices))
     traffic = traffic_model(model)
-    if model == "paper":
-        check_batch_split(network, batch, choices, hierarchy)
     columns = tuple(zip(*choices, strict=True)) if choices else tuple(() for _ in network.layers)
+    traffic.check_plan(network.layers, batch, columns, hierarchy)
     for layer, column in zip(network.layers, columns, strict=True):
         if not traffic.offered(layer, batch, column, hierarchy):
             raise InputError(f"plan: layer {layer.name} cannot take ({' '.join(column)}) on "

@@ -221,12 +221,7 @@ def make_plan(network: Network, strategy: str, hierarchy: int | Hierarchy, batch
     if spec.takes_plan != (options.plan_text is not None):
         raise InputError("plan: give --plan exactly when the strategy is 'explicit'")
     model = traffic_model(options.traffic_model)
-    model.check(hierarchy, options.kinds)
-    if options.traffic_model == "paper" and spec.searches and batch % hierarchy.members:
-        raise InputError(
-            f"batch: {batch} is not divisible by the {hierarchy.members} accelerators, which "
-            "data parallelism at every level needs under --traffic-model paper; choose a "
-            f"multiple of {hierarchy.members} or --traffic-model layout")
+    model.check(hierarchy, options.kinds, batch, spec.searches)
     request = PlanRequest(network, batch, hierarchy, options, word_bytes, model)
     columns = spec.columns(request)
     choices = tuple(zip(*columns, strict=True)) if hierarchy.levels else ()

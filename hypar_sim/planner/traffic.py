@@ -65,13 +65,34 @@ class PaperTraffic:
     name = "paper"
     summary = "HyPar's reading of its Tables 1 and 2 (batch and in, two-way levels; Fig 8)"
 
-    def check(self, hierarchy: Hierarchy, kinds: Sequence[str]) -> None:
+    def check(self, hierarchy: Hierarchy, kinds: Sequence[str], batch: int,
+              searches: bool) -> None:
+        """Before planning: kinds batch and in on two-way levels only; a search may pick dp
+        at every level, so the batch must divide by the array."""
         bad = [k for k in kinds if k not in _PAPER_KINDS]
         if bad or not hierarchy.is_binary:
             raise InputError(
                 "--traffic-model: paper takes only kinds batch,in (dp, mp) on two-way levels "
                 f"(got kinds {','.join(kinds)}, hierarchy {hierarchy}); use --traffic-model "
                 "layout for other kinds or level sizes")
+        if searches and batch % hierarchy.members:
+            raise InputError(
+                f"batch: {batch} is not divisible by the {hierarchy.members} accelerators, which "
+                "data parallelism at every level needs under --traffic-model paper; choose a "
+                f"multiple of {hierarchy.members} or --traffic-model layout")
+
+    def check_plan(self, layers: Sequence[Layer], batch: int, columns: Sequence[Column],
+                   hierarchy: Hierarchy) -> None:
+        """HyPar's reading halves the batch at every dp level: refuse a batch that does not
+        divide (the layout model gives uneven shares instead)."""
+        for layer, column in zip(layers, columns, strict=True):
+            parts = math.prod(size for size, kind in zip(hierarchy.sizes, column, strict=True)
+                              if _PAPER_KINDS.get(kind) is Parallelism.DP)
+            if batch % parts:
+                raise InputError(
+                    f"batch: {batch} cannot be split by data parallelism into {parts} parts "
+                    f"(layer {layer.name}) under --traffic-model paper; use a batch divisible "
+                    f"by {parts} or --traffic-model layout")
 
     def offered(self, layer: Layer, batch: int, column: Column, hierarchy: Hierarchy) -> bool:
         """HyPar's reading works on fractions: every batch/in column is allowed (a batch
@@ -170,8 +191,13 @@ class LayoutTraffic:
     name = "layout"
     summary = "needs minus holds on the members' real layouts (any kind, any level size)"
 
-    def check(self, hierarchy: Hierarchy, kinds: Sequence[str]) -> None:
-        return None
+    def check(self, hierarchy: Hierarchy, kinds: Sequence[str], batch: int,
+              searches: bool) -> None:
+        """Any kind, any level size, any batch: nothing to refuse before planning."""
+
+    def check_plan(self, layers: Sequence[Layer], batch: int, columns: Sequence[Column],
+                   hierarchy: Hierarchy) -> None:
+        """Uneven shares are fine; what a layer cannot take is refused by `offered`."""
 
     def offered(self, layer: Layer, batch: int, column: Column, hierarchy: Hierarchy) -> bool:
         return shares.offered(layer, batch, column, hierarchy)
