@@ -9,7 +9,7 @@ from hypar_sim.paper import VGG_B_HYPAR_GB_CONSISTENT
 from hypar_sim.partition.hierarchy import Hierarchy
 from hypar_sim.partition.kinds import paper_label
 from hypar_sim.planner import search
-from hypar_sim.planner.comm_model import LayerSplit, Parallelism, pair_costs
+from hypar_sim.planner.comm_model import LayerSplit, Parallelism, layer_transfers, pair_costs
 from hypar_sim.planner.strategies import make_plan
 from hypar_sim.planner.traffic import traffic_model
 from hypar_sim.workload.layers import FeatureShape, make_conv, make_fc
@@ -41,6 +41,19 @@ def test_transitions():
     assert pair_costs(split, DP, MP) == (2 * 8 * 10 * 4, 8 * 64 * 4)
     for previous, choice in ((DP, DP), (MP, MP), (MP, DP)):
         assert pair_costs(split, previous, choice)[1] == 0
+
+
+@pytest.mark.parametrize("previous", [None, DP, MP])
+@pytest.mark.parametrize("choice", [DP, MP])
+def test_pair_costs_are_the_sums_of_the_transfers(previous, choice):
+    """The planner's closed form equals the messages' transfers, both directions."""
+    layer = make_conv("conv", FeatureShape(20, 12, 12), 50, 5)
+    split = LayerSplit(layer, 24, 0.25)
+    intra = sum(2 * t.bytes_per_direction for t in layer_transfers(split, previous, choice)
+                if t.kind.is_intra)
+    inter = sum(2 * t.bytes_per_direction for t in layer_transfers(split, previous, choice)
+                if not t.kind.is_intra)
+    assert pair_costs(split, previous, choice) == (intra, inter)
 
 
 @pytest.mark.parametrize("name", sorted(FIGURE_8))

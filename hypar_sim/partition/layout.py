@@ -52,8 +52,8 @@ from hypar_sim.partition.operators import extents
 from hypar_sim.partition.redistribute import Region, gather_stage, redistribute
 from hypar_sim.partition.shares import (
     Column,
-    conv_span,
-    input_span,
+    conv_spans,
+    input_spans,
     member_intervals,
 )
 from hypar_sim.partition.steps import TransferKind
@@ -94,18 +94,15 @@ class Boxes:
     def input_regions(self, space: tuple[int, int, int]) -> list[Region]:
         """What each member reads of its input, in the producer's output space
         (channels, rows, cols) = `space`; halo rows included."""
-        regions = []
         layer = self.layer
-        for m in range(self.members):
-            batch = self.interval(Dim.N, m)
-            if layer.kind is LayerKind.FC:
-                c0, c1 = self.interval(Dim.C, m)
-                regions.append(tuple((batch, *box) for box in flat_boxes(c0, c1, space)))
-                continue
-            rows = input_span(layer, *conv_span(layer, self.interval(Dim.P, m), "rows"), "rows")
-            cols = input_span(layer, *conv_span(layer, self.interval(Dim.Q, m), "cols"), "cols")
-            regions.append(((batch, self.interval(Dim.C, m), rows, cols),))
-        return regions
+        batch = self.parts[Dim.N].tolist()
+        if layer.kind is LayerKind.FC:
+            return [tuple((tuple(n), *box) for box in flat_boxes(c0, c1, space))
+                    for n, (c0, c1) in zip(batch, self.parts[Dim.C].tolist(), strict=True)]
+        rows, cols = (input_spans(layer, conv_spans(layer, self.parts[dim], axis), axis).tolist()
+                      for dim, axis in ((Dim.P, "rows"), (Dim.Q, "cols")))
+        return [((tuple(n), tuple(c), tuple(r), tuple(q)),) for n, c, r, q in
+                zip(batch, self.parts[Dim.C].tolist(), rows, cols, strict=True)]
 
     def weight_regions(self) -> list[Region]:
         """(K, C) of the weights each member holds (R x S each)."""

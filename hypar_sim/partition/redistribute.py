@@ -47,15 +47,19 @@ class Grid:
         return tuple(len(e) - 1 for e in self.edges)
 
 
+def _bounds(regions: Sequence[Region], axes: int) -> tuple[list[int], np.ndarray]:
+    """Every box of every region: (its member, [boxes, axes, 2] bounds)."""
+    owners = [member for member, region in enumerate(regions) for _ in region]
+    boxes = [box for region in regions for box in region]
+    return owners, np.array(boxes, dtype=np.int64).reshape(len(boxes), axes, 2)
+
+
 def make_grid(extents: Sequence[int], regions: Sequence[Sequence[Region]]) -> Grid:
     """The coarsest grid on which every box of every region is a union of cells."""
-    cuts = [{0, int(extent)} for extent in extents]
-    for group in regions:
-        for region in group:
-            for box in region:
-                for axis, (lo, hi) in enumerate(box):
-                    cuts[axis].update((lo, hi))
-    edges = tuple(np.array(sorted(c), dtype=np.int64) for c in cuts)
+    bounds = np.concatenate([_bounds(group, len(extents))[1] for group in regions]) \
+        if regions else np.zeros((0, len(extents), 2), dtype=np.int64)
+    edges = tuple(np.unique(np.concatenate([[0, int(extent)], bounds[:, axis].reshape(-1)]))
+                  for axis, extent in enumerate(extents))
     volume = np.ones(1, dtype=np.float64)
     for e in edges:
         volume = np.multiply.outer(volume, np.diff(e).astype(np.float64)).reshape(-1)
@@ -65,11 +69,11 @@ def make_grid(extents: Sequence[int], regions: Sequence[Sequence[Region]]) -> Gr
 def masks(grid: Grid, regions: Sequence[Region]) -> np.ndarray:
     """[members, cells] True where the member's region covers the cell."""
     out = np.zeros((len(regions), *grid.shape), dtype=bool)
-    for member, region in enumerate(regions):
-        for box in region:
-            index = tuple(slice(int(np.searchsorted(e, lo)), int(np.searchsorted(e, hi)))
-                          for e, (lo, hi) in zip(grid.edges, box, strict=True))
-            out[(member, *index)] = True
+    owners, bounds = _bounds(regions, len(grid.edges))
+    index = np.stack([np.searchsorted(e, bounds[:, axis]) for axis, e in enumerate(grid.edges)],
+                     axis=1).tolist()  # [boxes, axes, 2] cell indices
+    for member, box in zip(owners, index, strict=True):
+        out[(member, *(slice(lo, hi) for lo, hi in box))] = True
     return out.reshape(len(regions), -1)
 
 

@@ -17,6 +17,7 @@ compute one pre-pooling row twice.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -48,11 +49,16 @@ def offered(layer: Layer, batch: int, column: Column, hierarchy: Hierarchy) -> b
     return True
 
 
-@lru_cache(maxsize=65536)
 def member_intervals(total: int, column: Column, hierarchy: Hierarchy, dim: Dim) -> np.ndarray:
     """[members, 2] start and stop of every member's part of `dim` (`total` long); cached,
     read-only."""
-    levels = split_levels(column, dim)
+    return level_intervals(total, split_levels(column, dim), hierarchy)
+
+
+@lru_cache(maxsize=65536)
+def level_intervals(total: int, levels: tuple[int, ...], hierarchy: Hierarchy) -> np.ndarray:
+    """[members, 2] every member's part of a dimension `total` long that the levels
+    `levels` split (top first); cached, read-only."""
     members = hierarchy.members
     index = np.zeros(members, dtype=np.int64)
     parts = 1
@@ -67,6 +73,44 @@ def member_intervals(total: int, column: Column, hierarchy: Hierarchy, dim: Dim)
     result = np.stack([start, stop], axis=1)
     result.flags.writeable = False
     return result
+
+
+#: Dimensions in a fixed order: their positions code a column as numbers (`Columns`).
+DIMS = tuple(Dim)
+
+
+class Columns:
+    """Many columns at once, for the planner's vectorised costs: which dimension every level
+    of every column splits ([columns, levels] positions in `Dim`)."""
+
+    def __init__(self, columns: Sequence[Column], levels: int) -> None:
+        self.columns = tuple(columns)
+        self.dims = np.array([[DIMS.index(KINDS[kind].dim) for kind in column]
+                              for column in self.columns], dtype=np.int64).reshape(-1, levels)
+
+    def __len__(self) -> int:
+        return len(self.columns)
+
+    def code(self, dims: Iterable[Dim]) -> np.ndarray:
+        """[columns] a number per column that names the levels splitting one of `dims` and
+        the dimension split at each: equal numbers, equal (level, dimension) lists."""
+        wanted = np.isin(self.dims, [DIMS.index(d) for d in dims])
+        weights = (len(DIMS) + 1) ** np.arange(self.dims.shape[1], dtype=np.int64)
+        return (np.where(wanted, self.dims + 1, 0) * weights).sum(axis=1)
+
+    def parts(self, total: int, hierarchy: Hierarchy, dim: Dim) -> np.ndarray:
+        """[columns, members, 2] every column's `member_intervals` of `dim`."""
+        bits = (self.dims == DIMS.index(dim)) @ (1 << np.arange(self.dims.shape[1]))
+        unique, inverse = np.unique(bits, return_inverse=True)
+        stacked = np.stack([level_intervals(
+            total, tuple(h for h in range(self.dims.shape[1]) if b >> h & 1), hierarchy)
+            for b in unique.tolist()])
+        return stacked[inverse.reshape(-1)]
+
+    def boxes(self, layer: Layer, batch: int, hierarchy: Hierarchy) -> dict[Dim, np.ndarray]:
+        """Every loop dimension's [columns, members, 2] intervals of `layer`."""
+        return {dim: self.parts(total, hierarchy, dim)
+                for dim, total in extents(layer, batch).items()}
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum, StrEnum
+from typing import NamedTuple
 
 
 class Phase(StrEnum):
@@ -92,8 +93,7 @@ def step_rule(kind: TransferKind, overlap_gradients: bool) -> StepRule:
     return (_OVERLAPPED if overlap_gradients else _BLOCKING)[kind]
 
 
-@dataclass(frozen=True)
-class Message:
+class Message(NamedTuple):
     """Bytes one member sends another for one layer's step; `level` is the top-most level
     at which the two differ (the switch where they meet in a fat tree)."""
 

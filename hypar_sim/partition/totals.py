@@ -34,10 +34,17 @@ from collections.abc import Sequence
 import numpy as np
 
 from hypar_sim.partition.hierarchy import Hierarchy
-from hypar_sim.partition.kinds import KINDS, Dim
-from hypar_sim.partition.layout import Boxes, flat_boxes
+from hypar_sim.partition.kinds import Dim
+from hypar_sim.partition.layout import flat_boxes
 from hypar_sim.partition.operators import OPERATORS
-from hypar_sim.partition.shares import Column, conv_spans, input_span, input_spans
+from hypar_sim.partition.shares import (
+    DIMS,
+    Column,
+    Columns,
+    conv_spans,
+    input_span,
+    input_spans,
+)
 from hypar_sim.workload.layers import Layer, LayerKind
 
 
@@ -54,36 +61,31 @@ def _overlap(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 def own_costs(layer: Layer, batch: int, columns: Sequence[Column], hierarchy: Hierarchy,
               word_bytes: int, last: bool) -> np.ndarray:
     """Bytes of each column's own steps: the gradient all-reduce, and the loss if last."""
-    costs = np.zeros(len(columns))
-    weights_total = layer.output.channels * layer.input.channels
+    if not columns:
+        return np.zeros(0)
+    parts = Columns(columns, hierarchy.levels).boxes(layer, batch, hierarchy)
     out = layer.output
-    total = batch * out.size
-    pooled = layer.conv_output.size / out.size
-    for i, column in enumerate(columns):
-        boxes = Boxes.of(layer, batch, column, hierarchy)
-        held = float((_lengths(boxes.parts[Dim.K]) * _lengths(boxes.parts[Dim.C])).sum())
-        cost = 2 * (held - weights_total) * layer.kernel ** 2
-        if last:
-            computed = float(np.prod([_lengths(boxes.parts[d]) for d in
-                                      (Dim.N, Dim.K, Dim.P, Dim.Q)], axis=0).sum())
-            cost += (pooled + 1) * (computed - total)
-        costs[i] = cost * word_bytes
-    return costs
+    held = (_lengths(parts[Dim.K]) * _lengths(parts[Dim.C])).sum(axis=1)
+    costs = 2 * (held - out.channels * layer.input.channels) * layer.kernel ** 2
+    if last:
+        computed = np.prod([_lengths(parts[d]) for d in (Dim.N, Dim.K, Dim.P, Dim.Q)],
+                           axis=0).sum(axis=1)
+        costs = costs + (layer.conv_output.size / out.size + 1) * (computed - batch * out.size)
+    return costs * word_bytes
 
 
 class _Reads:
     """Every member's reads of the boundary tensor, for every consumer column, per axis:
     conv consumers (N, C, rows, cols) intervals; fc consumers (N, flat) intervals."""
 
-    def __init__(self, consumer: Layer, batch: int, columns: Sequence[Column],
+    def __init__(self, consumer: Layer, batch: int, columns: Columns,
                  hierarchy: Hierarchy) -> None:
-        boxes = [Boxes.of(consumer, batch, column, hierarchy) for column in columns]
+        parts = columns.boxes(consumer, batch, hierarchy)
         self.flat = consumer.kind is LayerKind.FC
-        axes = [np.stack([b.parts[Dim.N] for b in boxes]), np.stack([b.parts[Dim.C] for b in boxes])]
+        axes = [parts[Dim.N], parts[Dim.C]]
         if not self.flat:
             for dim, axis in ((Dim.P, "rows"), (Dim.Q, "cols")):
-                out = np.stack([b.parts[dim] for b in boxes])
-                axes.append(input_spans(consumer, conv_spans(consumer, out, axis), axis))
+                axes.append(input_spans(consumer, conv_spans(consumer, parts[dim], axis), axis))
         self.axes = axes  # each [columns, members, 2]
 
     def volumes(self) -> np.ndarray:
@@ -106,7 +108,8 @@ def boundary_costs(producer: Layer, consumer: Layer, batch: int,
     shape = (batch, out.channels, out.height, out.width)
     total = float(np.prod(shape))
     pooled = producer.conv_output.size / out.size
-    reads = _Reads(consumer, batch, columns, hierarchy)
+    made, read = Columns(producer_columns, hierarchy.levels), Columns(columns, hierarchy.levels)
+    reads = _Reads(consumer, batch, read, hierarchy)
     if reads.flat:
         read_box = np.array([[0, batch], [0, out.channels], [0, out.height], [0, out.width]])
     else:
@@ -114,27 +117,28 @@ def boundary_costs(producer: Layer, consumer: Layer, batch: int,
         cols = input_span(consumer, 0, consumer.conv_output.width, "cols")
         read_box = np.array([[0, batch], [0, out.channels], list(rows), list(cols)])
     read_total = float(np.prod(read_box[:, 1] - read_box[:, 0]))
-    held = np.stack([np.stack([Boxes.of(producer, batch, column, hierarchy).parts[d]
-                               for d in (Dim.N, Dim.K, Dim.P, Dim.Q)], axis=1)
-                     for column in producer_columns])  # [columns, members, 4, 2]
+    parts = made.boxes(producer, batch, hierarchy)
+    held = np.stack([parts[d] for d in (Dim.N, Dim.K, Dim.P, Dim.Q)], axis=2)
+    # held: [columns, members, 4, 2]
     computed = np.prod(_lengths(held), axis=2).sum(axis=1)
     in_reads = np.prod(_overlap(held, read_box[None, None]), axis=2).sum(axis=1)
     dims = OPERATORS[producer.kind]
-    union = _union_matrix(held, reads, producer_columns, columns, hierarchy, shape[1:],
+    union = _union_matrix(held, reads, made, read, hierarchy, shape[1:],
                           dims.reductions(dims.output))
     result = (pooled * (computed - total) + in_reads)[:, None] \
         + (2 * reads.volumes() - read_total)[None, :] - 2 * union
     return result * word_bytes
 
 
-def _levels(column: Column, dims: set[Dim]) -> tuple[tuple[int, Dim], ...]:
-    """The levels at which `column` splits one of `dims`, with the dimension split there."""
-    return tuple((h, KINDS[kind].dim) for h, kind in enumerate(column) if KINDS[kind].dim in dims)
+def _first_of_each(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(index of the first entry of each distinct code, each entry's distinct-code number)."""
+    _, first, inverse = np.unique(codes, return_index=True, return_inverse=True)
+    return first, inverse.reshape(-1)
 
 
-def _union_matrix(held: np.ndarray, reads: _Reads, producer_columns: Sequence[Column],
-                  columns: Sequence[Column], hierarchy: Hierarchy,
-                  space: tuple[int, int, int], reductions: frozenset[Dim]) -> np.ndarray:
+def _union_matrix(held: np.ndarray, reads: _Reads, made: Columns, read: Columns,
+                  hierarchy: Hierarchy, space: tuple[int, int, int],
+                  reductions: frozenset[Dim]) -> np.ndarray:
     """U for every pair of columns. Producer members with the same coordinates outside the
     producer's partial levels (kinds that split one of the `reductions` of its output, see
     `operators`) hold the same box: a group. Along each axis, the group's factor depends on
@@ -143,46 +147,44 @@ def _union_matrix(held: np.ndarray, reads: _Reads, producer_columns: Sequence[Co
     consumer's dimension there: each distinct factor is computed once, and U is assembled
     by indexing."""
     axes = [({Dim.N}, Dim.N), ({Dim.K, Dim.P, Dim.Q}, Dim.C)] if reads.flat else \
-        [({made}, read) for made, read in _CONV_AXES]
+        [({produced}, needed) for produced, needed in _CONV_AXES]
     members = np.arange(hierarchy.members)
-    partial = [_levels(c, set(reductions)) for c in producer_columns]
-    consumer_keys = []  # per axis: every consumer column's key index, and one column per key
-    for _, read in axes:
-        keys = [_levels(c, {read}) for c in columns]
-        unique = {key: i for i, key in enumerate(dict.fromkeys(keys))}
-        first = {}
-        for j, key in enumerate(keys):
-            first.setdefault(key, j)
-        consumer_keys.append((np.array([unique[k] for k in keys]), list(first.values())))
-    producer_keys = [[_levels(c, made) for c in producer_columns] for made, _ in axes]
-    result = np.zeros((len(producer_columns), len(columns)))
-    for partial_levels in dict.fromkeys(partial):
-        rows = [i for i, levels in enumerate(partial) if levels == partial_levels]
+    partial = made.code(reductions)
+    consumer_keys = [_first_of_each(read.code({needed})) for _, needed in axes]
+    producer_codes = [made.code(produced) for produced, _ in axes]
+    reduction_dims = [DIMS.index(d) for d in reductions]
+    result = np.zeros((len(made), len(read)))
+    for code in np.unique(partial):
+        rows = np.nonzero(partial == code)[0]
         fixed = members.copy()
-        for h, _ in partial_levels:
-            fixed -= ((members // hierarchy.strides[h]) % hierarchy.sizes[h]) * hierarchy.strides[h]
+        for h in range(hierarchy.levels):
+            if made.dims[rows[0], h] in reduction_dims:
+                fixed -= ((members // hierarchy.strides[h]) % hierarchy.sizes[h]) \
+                    * hierarchy.strides[h]
         firsts, group_of = np.unique(fixed, return_inverse=True)
         order = np.argsort(group_of, kind="stable")
         starts = np.searchsorted(group_of[order], np.arange(len(firsts)))
         first_member = order[starts]
-        product = np.ones((len(rows), len(columns), len(firsts)))
+        product: np.ndarray | None = None  # [rows or 1, columns or 1, groups]
+        common = np.ones(len(firsts))  # factors that vary with neither column
         for axis in range(len(axes)):
-            q_index, q_rep = consumer_keys[axis]
+            q_rep, q_index = consumer_keys[axis]
             intervals = reads.axes[axis][q_rep]
-            p_keys = [producer_keys[axis][i] for i in rows]
-            unique = {key: position for position, key in enumerate(dict.fromkeys(p_keys))}
-            firsts_of_key = [p_keys.index(key) for key in unique]
-            owns = held[np.array(rows)[firsts_of_key]][:, first_member]  # [keys, G, 4, 2]
+            p_first, p_index = _first_of_each(producer_codes[axis][rows])
+            owns = held[rows[p_first]][:, first_member]  # [keys, G, 4, 2]
             if reads.flat and axis == 1:
                 factors = _axis_factors(intervals, owns[:, :, 1:], order, starts, space)
             else:
                 factors = _axis_factors(intervals, owns[:, :, axis], order, starts, None)
-            stacked = factors[[unique[key] for key in p_keys]]  # [rows, q keys, G]
-            product *= stacked[:, q_index, :]
-        result[rows] = product.sum(axis=2)
+            if factors.shape[:2] == (1, 1):
+                common *= factors[0, 0]
+                continue
+            part = factors[p_index][:, None] if len(p_first) > 1 else factors[:1, None]
+            part = part[:, 0, q_index] if len(q_rep) > 1 else part[:, 0, :1]
+            product = part if product is None else product * part
+        sums = product @ common if product is not None else common.sum()
+        result[rows] = np.broadcast_to(sums, (len(rows), len(read)))
     return result
-
-
 
 
 def _axis_factors(intervals: np.ndarray, owns: np.ndarray, order: np.ndarray,
@@ -190,6 +192,8 @@ def _axis_factors(intervals: np.ndarray, owns: np.ndarray, order: np.ndarray,
     """[producer keys, consumer keys, groups]: the measure of each group's own part (`owns`
     [keys, groups, 2], or [keys, groups, 3, 2] boxes of the flattened axis when `space` is
     given) inside the union of the group members' intervals [consumer keys, members, 2]."""
+    if space is None and len(starts) == intervals.shape[1]:  # every group one member
+        return _overlap(owns[:, None], intervals[None, :][:, :, order])
     ends = [intervals.reshape(-1)] if space is not None else [intervals.reshape(-1),
                                                               owns.reshape(-1)]
     edges = np.unique(np.concatenate(ends))

@@ -38,9 +38,13 @@ MAX_BRUTE_FORCE_PLANS = 2**22
 
 
 def chain_dp(own: Sequence[np.ndarray], boundary: Sequence[np.ndarray]) -> tuple[float, list[int]]:
-    """Minimal sum of own[l][s_l] + boundary[l][s_{l-1}, s_l]; (cost, state per layer)."""
+    """Minimal sum of own[l][s_l] + boundary[l][s_{l-1}, s_l]; (cost, state per layer).
+    Ties go to the earliest state. A few states a layer (HyPar's two) are solved with
+    Python floats, many with numpy: the same sums in the same order either way."""
     if not own:
         return 0.0, []
+    if max(len(costs) for costs in own) <= _FEW_STATES:
+        return _chain_dp_floats(own, boundary)
     best = np.asarray(own[0], dtype=float)
     back = []
     for costs, matrix in zip(own[1:], boundary, strict=True):
@@ -48,7 +52,32 @@ def chain_dp(own: Sequence[np.ndarray], boundary: Sequence[np.ndarray]) -> tuple
         pointer = np.argmin(total, axis=0)  # the first (earliest state) on ties
         best = total[pointer, np.arange(total.shape[1])] + costs
         back.append(pointer)
-    state = int(np.argmin(best))
+    return _backtrack(best.tolist(), back)
+
+
+#: Most states a layer for which `chain_dp` uses Python floats.
+_FEW_STATES = 4
+
+
+def _chain_dp_floats(own: Sequence[np.ndarray],
+                     boundary: Sequence[np.ndarray]) -> tuple[float, list[int]]:
+    best = [float(c) for c in own[0]]
+    back = []
+    for costs, matrix in zip(own[1:], boundary, strict=True):
+        rows = matrix.tolist()
+        pointer, new = [], []
+        for j, cost in enumerate(costs.tolist()):
+            column = [b + row[j] for b, row in zip(best, rows, strict=True)]
+            i = column.index(min(column))
+            pointer.append(i)
+            new.append(column[i] + cost)
+        best = new
+        back.append(pointer)
+    return _backtrack(best, back)
+
+
+def _backtrack(best: list[float], back: list) -> tuple[float, list[int]]:
+    state = best.index(min(best))
     states = [state]
     for pointer in reversed(back):
         states.append(int(pointer[states[-1]]))

@@ -42,6 +42,16 @@ def _paper_share(layer: Layer, batch: int, prefix: Column, word_bytes: int) -> L
     return _paper_share(layer, batch, prefix[:-1], word_bytes).split(_PAPER_KINDS[prefix[-1]])
 
 
+@lru_cache(maxsize=65536)
+def _paper_pair_costs(layer: Layer, batch: int, prefix: Column, word_bytes: int) -> tuple[
+        dict[str, float], float]:
+    """One pair's bytes at the level below `prefix`: each kind's own (intra) bytes, and the
+    inter-layer bytes of a batch -> in boundary (Tables 1 and 2; cached like the shares)."""
+    split = _paper_share(layer, batch, prefix, word_bytes)
+    own = {kind: pair_costs(split, None, choice)[0] for kind, choice in _PAPER_KINDS.items()}
+    return own, pair_costs(split, Parallelism.DP, Parallelism.MP)[1]
+
+
 def _geometry(layer: Layer) -> Layer:
     """The layer without its name: layers of the same shape cost the same."""
     return dataclasses.replace(layer, name="")
@@ -97,7 +107,7 @@ class PaperTraffic:
     def offered(self, layer: Layer, batch: int, column: Column, hierarchy: Hierarchy) -> bool:
         """HyPar's reading works on fractions: every batch/in column is allowed (a batch
         that does not divide is refused when the plan is evaluated)."""
-        return all(kind in _PAPER_KINDS for kind in column)
+        return _PAPER_KINDS.keys() >= set(column)
 
     def member_shares(self, layer: Layer, batch: int, column: Column,
                       hierarchy: Hierarchy) -> list[Share]:
@@ -142,8 +152,8 @@ class PaperTraffic:
         for column in columns:
             cost = 0.0
             for level in range(from_level, len(column)):
-                split = _paper_share(layer, batch, column[:level], word_bytes)
-                cost += groups[level] * pair_costs(split, None, _PAPER_KINDS[column[level]])[0]
+                own, _ = _paper_pair_costs(layer, batch, column[:level], word_bytes)
+                cost += groups[level] * own[column[level]]
             costs.append(cost)
         return np.array(costs)
 
@@ -152,17 +162,17 @@ class PaperTraffic:
                        hierarchy: Hierarchy, word_bytes: int, from_level: int = 0) -> np.ndarray:
         """Bytes across the boundary for every pair of columns, levels `from_level` and below."""
         groups = hierarchy.subarray_counts
-        costs = [[0.0] * len(columns) for _ in producer_columns]
+        costs = np.zeros((len(producer_columns), len(columns)))
         for j, column in enumerate(columns):
             for level in range(from_level, len(column)):
-                if _PAPER_KINDS[column[level]] is not Parallelism.MP:
-                    continue  # only a dp -> mp boundary moves bytes (Table 2)
-                split = _paper_share(consumer, batch, column[:level], word_bytes)
-                inter = groups[level] * pair_costs(split, Parallelism.DP, Parallelism.MP)[1]
+                if column[level] != "in":
+                    continue  # only a batch -> in boundary moves bytes (Table 2)
+                inter = groups[level] * _paper_pair_costs(consumer, batch, column[:level],
+                                                          word_bytes)[1]
                 for i, previous in enumerate(producer_columns):
-                    if _PAPER_KINDS[previous[level]] is Parallelism.DP:
-                        costs[i][j] += inter
-        return np.array(costs)
+                    if previous[level] == "batch":
+                        costs[i, j] += inter
+        return costs
 
     def steps(self, layers: Sequence[Layer], batch: int, columns: Sequence[Column],
               hierarchy: Hierarchy, word_bytes: int) -> dict[StepKey, tuple[Message, ...]]:
