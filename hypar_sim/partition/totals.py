@@ -179,9 +179,13 @@ def _union_matrix(held: np.ndarray, reads: _Reads, made: Columns, read: Columns,
             if factors.shape[:2] == (1, 1):
                 common *= factors[0, 0]
                 continue
-            part = factors[p_index][:, None] if len(p_first) > 1 else factors[:1, None]
-            part = part[:, 0, q_index] if len(q_rep) > 1 else part[:, 0, :1]
-            product = part if product is None else product * part
+            part = factors[p_index] if len(p_first) > 1 else factors[:1]
+            part = np.take(part, q_index, axis=1) if len(q_rep) > 1 else part[:, :1]
+            if product is None or product.shape != np.broadcast_shapes(product.shape,
+                                                                        part.shape):
+                product = part if product is None else product * part
+            else:
+                product *= part
         sums = product @ common if product is not None else common.sum()
         result[rows] = np.broadcast_to(sums, (len(rows), len(read)))
     return result
