@@ -27,14 +27,22 @@ from hypar_sim.planner.strategies import (
 from hypar_sim.planner.traffic import DEFAULT_TRAFFIC_MODEL, TRAFFIC_MODELS
 from hypar_sim.report import (
     comparison_table,
+    graphs_table,
     hardware_table,
     layers_table,
     networks_table,
+    nodes_table,
     plan_summary,
 )
 from hypar_sim.runner import ENGINES, SimOptions, simulate_strategy
 from hypar_sim.sim.accounting import DEFAULT_CHUNK_BYTES, DEFAULT_MAX_CHUNKS
-from hypar_sim.workload.network import available_networks, load_network
+from hypar_sim.workload.graph import Graph
+from hypar_sim.workload.network import (
+    available_graphs,
+    available_networks,
+    load_network,
+    load_workload,
+)
 
 COMPARED_STRATEGIES = ("data", "model", "trick", "hypar")
 
@@ -325,7 +333,9 @@ def cmd_hardware(args: argparse.Namespace) -> str:
 
 def cmd_networks(args: argparse.Namespace) -> str:
     if args.network:
-        net = load_network(args.network)
+        net = load_workload(args.network)
+        if isinstance(net, Graph):
+            return json.dumps(graph_dict(net), indent=2) if args.json else nodes_table(net)
         if args.json:
             return json.dumps({
                 "network": net.name, "weights": net.weights,
@@ -339,10 +349,25 @@ def cmd_networks(args: argparse.Namespace) -> str:
             }, indent=2)
         return layers_table(net)
     nets = [load_network(name) for name in available_networks()]
+    graphs = [load_workload(name) for name in available_graphs()]
     if args.json:
         return json.dumps([{"network": n.name, "layers": len(n.layers), "weights": n.weights,
-                            "macs_per_sample": n.macs_per_sample} for n in nets], indent=2)
-    return networks_table(nets)
+                            "macs_per_sample": n.macs_per_sample} for n in nets]
+                          + [{"network": g.name, "nodes": len(g.nodes), "parameters": g.params,
+                              "macs_per_sample": g.macs_per_sample} for g in graphs], indent=2)
+    return (f"Chain networks (HyPar's ten; plan, run, compare, sweep):\n{networks_table(nets)}"
+            f"\n\nGraph networks (listed; planning graphs is to come):\n{graphs_table(graphs)}")
+
+
+def graph_dict(graph: Graph) -> dict:
+    """A graph as plain data: totals and every node."""
+    return {"network": graph.name, "parameters": graph.params,
+            "macs_per_sample": graph.macs_per_sample, "inputs": {k: list(v) for k, v in
+                                                                 graph.inputs.items()},
+            "outputs": list(graph.outputs),
+            "nodes": [{"name": n.name, "op": n.op, "inputs": list(n.inputs),
+                       "output": list(n.shape), "parameters": n.params,
+                       "macs_per_sample": n.macs} for n in graph.nodes]}
 
 
 def cmd_plan(args: argparse.Namespace) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from hypar_sim.planner.plan import Plan
+from hypar_sim.workload.graph import Graph
 from hypar_sim.workload.network import Network
 
 GB = 1e9  # bytes; the paper's GB is decimal
@@ -56,6 +57,24 @@ def layers_table(network: Network) -> str:
         ("layer", "kind", "input", "kernel", "conv out", "pool", "output", "weights", "MACs/sample"),
         rows,
     )
+
+
+def graphs_table(graphs: Sequence[Graph]) -> str:
+    """The graph networks: nodes, parameters, MACs, inputs."""
+    rows = [(g.name, len(g.nodes), sum(1 for n in g.nodes if n.macs), f"{g.params:,}",
+             f"{g.macs_per_sample:,}", " ".join(f"{k} {list(v)}" for k, v in g.inputs.items()))
+            for g in graphs]
+    return table(("graph", "nodes", "with MACs", "parameters", "MACs/sample", "inputs"), rows)
+
+
+def nodes_table(graph: Graph) -> str:
+    """Every node of a graph: operator, inputs, output shape, parameters, MACs."""
+    rows = [(n.name, n.op, ", ".join(n.inputs), "x".join(map(str, n.shape)), f"{n.params:,}",
+             f"{n.macs:,}") for n in graph.nodes]
+    head = (f"{graph.name}: {graph.description}\nsource: {graph.source}\n"
+            f"{len(graph.nodes)} nodes, {graph.params:,} parameters, "
+            f"{graph.macs_per_sample:,} MACs per sample, outputs {', '.join(graph.outputs)}\n\n")
+    return head + table(("node", "op", "inputs", "output", "parameters", "MACs/sample"), rows)
 
 
 def hardware_table(rows: Sequence[dict], derived: Sequence[tuple[str, str, str]]) -> str:

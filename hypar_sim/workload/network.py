@@ -24,6 +24,7 @@ from typing import Any
 import yaml
 
 from hypar_sim.errors import InputError, closest
+from hypar_sim.workload.graph import Graph, parse_graph
 from hypar_sim.workload.layers import FeatureShape, Layer, LayerKind, Pool, make_conv, make_fc
 
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when present: 10x faster
@@ -63,9 +64,17 @@ class Network:
         return tuple(layer.name for layer in self.layers)
 
 
+GRAPHS_DIR = WORKLOADS_DIR / "graphs"
+
+
 def available_networks() -> list[str]:
-    """Names of the networks shipped in workloads/."""
+    """Names of the chain networks shipped in workloads/ (the paper's ten)."""
     return sorted(path.stem for path in WORKLOADS_DIR.glob("*.yaml"))
+
+
+def available_graphs() -> list[str]:
+    """Names of the graph networks shipped in workloads/graphs/."""
+    return sorted(path.stem for path in GRAPHS_DIR.glob("*.yaml"))
 
 
 def resolve_network_path(name_or_path: str) -> Path:
@@ -75,20 +84,35 @@ def resolve_network_path(name_or_path: str) -> Path:
         if not path.is_file():
             raise InputError(f"{name_or_path}: network file not found")
         return path
-    shipped = WORKLOADS_DIR / f"{name_or_path}.yaml"
-    if not shipped.is_file():
-        names = available_networks()
-        raise InputError(
-            f"unknown network '{name_or_path}'{closest(name_or_path, names)}: "
-            f"choose one of {', '.join(names)} or give a path to a .yaml file"
-        )
-    return shipped
+    for folder in (WORKLOADS_DIR, GRAPHS_DIR):
+        shipped = folder / f"{name_or_path}.yaml"
+        if shipped.is_file():
+            return shipped
+    names = available_networks() + available_graphs()
+    raise InputError(
+        f"unknown network '{name_or_path}'{closest(name_or_path, names)}: "
+        f"choose one of {', '.join(names)} or give a path to a .yaml file"
+    )
+
+
+def load_workload(name_or_path: str) -> Network | Graph:
+    """A chain (a file with `layers`) or a graph (a file with `nodes`), by name or path."""
+    path = resolve_network_path(name_or_path)
+    data = read_yaml(path)
+    if isinstance(data, Mapping) and "nodes" in data:
+        return parse_graph(data, str(path), default_name=path.stem)
+    return parse_network(data, str(path), default_name=path.stem)
 
 
 def load_network(name_or_path: str) -> Network:
-    """Load a shipped network by name, or a user's YAML file by path."""
-    path = resolve_network_path(name_or_path)
-    return parse_network(read_yaml(path), str(path), default_name=path.stem)
+    """Load a shipped chain network by name, or a user's YAML file by path."""
+    workload = load_workload(name_or_path)
+    if isinstance(workload, Graph):
+        raise InputError(
+            f"{name_or_path}: a graph network ({len(workload.nodes)} nodes); `networks "
+            f"{name_or_path}` lists it, but planning and simulating take chain networks "
+            f"(a 'layers' list) until graph planning lands (issue 'Graph workloads', parts 4-5)")
+    return workload
 
 
 def read_yaml(path: Path) -> Any:

@@ -1,0 +1,240 @@
+"""Graph networks: a DAG of operators (`ops`) with named inputs and inferred shapes.
+
+YAML schema (a file with `nodes` is a graph; one with `layers` is a chain,
+see `network`)::
+
+    name: resnet18                       # optional, defaults to the file name
+    description: ...                     # optional
+    source: ...                          # optional: where the definition comes from
+    inputs: {image: [3, 224, 224]}       # graph inputs: name -> per-sample shape
+    nodes:
+      - {name: conv1, type: conv, out_channels: 64, kernel: 7, stride: 2, padding: 3}
+      - {name: bn1, type: batch_norm}    # inputs: default the node before
+      - {name: add1, type: add, inputs: [bn3, relu1]}
+    outputs: [fc]                        # optional: default, the nodes nobody reads
+
+Nodes may be listed in any order; they are sorted so that every node comes
+after its inputs, and a cycle is an error. Every error is one line naming
+the file and the field.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from hypar_sim.errors import InputError, closest
+from hypar_sim.workload.ops import OPS, Shape, positive
+
+_TOP_KEYS = {"name", "description", "source", "inputs", "nodes", "outputs"}
+_NODE_KEYS = {"name", "type", "inputs"}
+
+
+@dataclass(frozen=True)
+class Node:
+    """One operator with its inputs (node or graph-input names) and what it computes."""
+
+    name: str
+    op: str
+    inputs: tuple[str, ...]
+    input_shapes: tuple[Shape, ...]
+    shape: Shape  # output, per sample
+    params: int  # learnable values (biases and norm scales included; tied weights once)
+    macs: int  # forward multiply-accumulates per sample
+    attrs: Mapping[str, Any] = field(default_factory=dict, compare=False)
+
+    @property
+    def read_elements(self) -> int:
+        """Elements of its inputs the node reads, per sample."""
+        return sum(math.prod(s) for s in self.input_shapes)
+
+    @property
+    def written_elements(self) -> int:
+        """Elements of its output, per sample."""
+        return math.prod(self.shape)
+
+
+@dataclass(frozen=True)
+class Graph:
+    """Nodes in dependency order, the graph's inputs (name -> per-sample shape) and outputs."""
+
+    name: str
+    inputs: Mapping[str, Shape]
+    nodes: tuple[Node, ...]
+    outputs: tuple[str, ...]
+    source: str = ""
+    description: str = ""
+
+    @property
+    def params(self) -> int:
+        return sum(node.params for node in self.nodes)
+
+    @property
+    def macs_per_sample(self) -> int:
+        return sum(node.macs for node in self.nodes)
+
+    @property
+    def activations_per_sample(self) -> int:
+        """Elements of every node's output (what training keeps for the backward pass,
+        before any recomputation)."""
+        return sum(node.written_elements for node in self.nodes)
+
+    def node(self, name: str) -> Node:
+        for node in self.nodes:
+            if node.name == name:
+                return node
+        raise KeyError(name)
+
+    def consumers(self) -> dict[str, list[str]]:
+        """Node or input name -> the nodes that read it, in order."""
+        readers: dict[str, list[str]] = {name: [] for name in self.inputs}
+        for node in self.nodes:
+            readers.setdefault(node.name, [])
+            for source in node.inputs:
+                readers[source].append(node.name)
+        return readers
+
+    @property
+    def is_chain(self) -> bool:
+        """One input, and every node reads only the node before it."""
+        previous = next(iter(self.inputs)) if len(self.inputs) == 1 else None
+        for node in self.nodes:
+            if node.inputs != (previous,):
+                return False
+            previous = node.name
+        return True
+
+
+def _shape(where: str, value: Any) -> Shape:
+    if not isinstance(value, list) or not value:
+        raise InputError(f"{where}: must be a list of sizes, e.g. [3, 224, 224], got {value!r}")
+    return tuple(positive(where, v) for v in value)
+
+
+def _keys(where: str, data: Any, allowed: set[str], what: str) -> Mapping[str, Any]:
+    if not isinstance(data, Mapping):
+        raise InputError(f"{where}: expected a mapping ({what})")
+    unknown = [key for key in data if key not in allowed]
+    if unknown:
+        raise InputError(f"{where}: unknown field '{unknown[0]}'"
+                         f"{closest(str(unknown[0]), allowed)}; allowed: "
+                         f"{', '.join(sorted(allowed))}")
+    return data
+
+
+def _ordered(source: str, raw: list[tuple[str, Mapping[str, Any], tuple[str, ...]]],
+             inputs: Mapping[str, Shape]) -> list[tuple[str, Mapping[str, Any], tuple[str, ...]]]:
+    """The nodes sorted so that each follows its inputs (among the ready ones, the first
+    listed goes first); a cycle is an error."""
+    index_of = {name: i for i, (name, _, _) in enumerate(raw)}
+    waiting = [0] * len(raw)
+    readers: dict[int, list[int]] = {}
+    for i, (_, _, sources) in enumerate(raw):
+        for name in sources:
+            if name in index_of:
+                waiting[i] += 1
+                readers.setdefault(index_of[name], []).append(i)
+            elif name not in inputs:
+                raise InputError(f"{source}: nodes[{i}].inputs: no node or input named "
+                                 f"'{name}'{closest(name, [*inputs, *index_of])}")
+    ready = [i for i, count in enumerate(waiting) if count == 0]
+    heapq.heapify(ready)
+    order = []
+    while ready:
+        i = heapq.heappop(ready)
+        order.append(raw[i])
+        for reader in readers.get(i, ()):
+            waiting[reader] -= 1
+            if waiting[reader] == 0:
+                heapq.heappush(ready, reader)
+    if len(order) < len(raw):
+        stuck = ", ".join(raw[i][0] for i, count in enumerate(waiting) if count)
+        raise InputError(f"{source}: nodes: the graph has a cycle (through {stuck[:120]})")
+    return order
+
+
+def parse_graph(data: Any, source: str, default_name: str = "graph") -> Graph:
+    """Validate a parsed YAML graph and infer every node's shape, parameters and MACs."""
+    data = _keys(source, data, _TOP_KEYS, "name, inputs, nodes, outputs")
+    for key in ("inputs", "nodes"):
+        if key not in data:
+            raise InputError(f"{source}: missing field '{key}'")
+    given = _keys(f"{source}: inputs", data["inputs"], set(data["inputs"] or {}),
+                  "input name -> per-sample shape")
+    inputs = {str(name): _shape(f"{source}: inputs.{name}", shape) for name, shape in
+              given.items()}
+    if not inputs:
+        raise InputError(f"{source}: inputs: give at least one, e.g. image: [3, 224, 224]")
+    raw_nodes = data["nodes"]
+    if not isinstance(raw_nodes, list) or not raw_nodes:
+        raise InputError(f"{source}: nodes: must be a non-empty list")
+    raw, previous = [], None
+    for index, entry in enumerate(raw_nodes):
+        where = f"{source}: nodes[{index}]"
+        op = entry.get("type") if isinstance(entry, Mapping) else None
+        if op not in OPS:
+            raise InputError(f"{where}.type: unknown operator {op!r}{closest(str(op), OPS)}; "
+                             f"allowed: {', '.join(OPS)}")
+        name = str(entry.get("name", f"{op}{index + 1}"))
+        if name in inputs or any(name == other for other, _, _ in raw):
+            raise InputError(f"{where}.name: duplicate name '{name}'")
+        sources = entry.get("inputs")
+        if sources is None:
+            if previous is None and len(inputs) > 1:
+                raise InputError(f"{where}.inputs: the first node must name its input "
+                                 f"(the graph has several: {', '.join(inputs)})")
+            sources = [previous if previous is not None else next(iter(inputs))]
+        if isinstance(sources, str):
+            sources = [sources]
+        if not isinstance(sources, list) or not sources:
+            raise InputError(f"{where}.inputs: must be a list of node or input names")
+        raw.append((name, entry, tuple(str(s) for s in sources)))
+        previous = name
+    shapes: dict[str, Shape] = dict(inputs)
+    nodes = []
+    for name, entry, sources in _ordered(source, raw, inputs):
+        spec = OPS[entry["type"]]
+        where = f"{source}: node {name}"
+        if spec.arity is not None and len(sources) != spec.arity:
+            raise InputError(f"{where}.inputs: a {spec.name} node takes {spec.arity} "
+                             f"input{'s' if spec.arity > 1 else ''}, got {len(sources)}")
+        if spec.arity is None and len(sources) < 2 and spec.name != "concat":
+            raise InputError(f"{where}.inputs: a {spec.name} node takes two or more inputs")
+        attrs = spec.attributes(where, {k: v for k, v in entry.items() if k not in _NODE_KEYS})
+        in_shapes = [shapes[s] for s in sources]
+        counts = spec.count(where, attrs, in_shapes)
+        shapes[name] = counts.shape
+        nodes.append(Node(name, spec.name, sources, tuple(in_shapes), counts.shape,
+                          counts.params, counts.macs, attrs))
+    _check_ties(source, nodes)
+    outputs = data.get("outputs")
+    if outputs is None:
+        read = {s for node in nodes for s in node.inputs}
+        outputs = [node.name for node in nodes if node.name not in read]
+    if not isinstance(outputs, list) or not all(o in shapes for o in outputs):
+        raise InputError(f"{source}: outputs: must list node names, got {outputs!r}")
+    return Graph(str(data.get("name", default_name)), inputs, tuple(nodes),
+                 tuple(str(o) for o in outputs), str(data.get("source", "")),
+                 str(data.get("description", "")))
+
+
+def _check_ties(source: str, nodes: list[Node]) -> None:
+    """A node whose weights are another's (`tied_to`) must name a weighted node with as
+    many weights (GPT-2's output projection is its token embedding, transposed)."""
+    by_name = {node.name: node for node in nodes}
+    for node in nodes:
+        tied = node.attrs.get("tied_to")
+        if not tied:
+            continue
+        owner = by_name.get(str(tied))
+        if owner is None or not OPS[owner.op].weighted:
+            raise InputError(f"{source}: node {node.name}.tied_to: no weighted node named "
+                             f"'{tied}'{closest(str(tied), by_name)}")
+        shape = node.input_shapes[0]
+        own = (math.prod(shape) if len(shape) == 3 else shape[-1]) * node.shape[-1]
+        if owner.params - (owner.shape[-1] if owner.attrs.get("bias") else 0) != own:
+            raise InputError(f"{source}: node {node.name}.tied_to: {owner.name} has "
+                             f"{owner.params} weights, {node.name} needs {own}")
