@@ -114,7 +114,11 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     nets = commands.add_parser("networks", help="list the networks, or the layers of one")
-    nets.add_argument("network", nargs="?", help="a network name or a path to a .yaml file")
+    nets.add_argument("network", nargs="?",
+                      help="a network name or a path to a .yaml or .onnx file")
+    nets.add_argument("--seq", type=int, default=None, metavar="TOKENS",
+                      help="length of an ONNX model's dynamic sequence axis (default 128, or "
+                      "the model's own if fixed)")
     nets.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
     plan = commands.add_parser("plan", help="the dp/mp plan of a strategy and its traffic")
@@ -333,7 +337,9 @@ def cmd_hardware(args: argparse.Namespace) -> str:
 
 def cmd_networks(args: argparse.Namespace) -> str:
     if args.network:
-        net = load_workload(args.network)
+        if args.seq is not None and args.seq < 1:
+            raise InputError(f"--seq: must be a positive number of tokens, got {args.seq}")
+        net = load_workload(args.network, args.seq)
         if isinstance(net, Graph):
             return json.dumps(graph_dict(net), indent=2) if args.json else nodes_table(net)
         if args.json:

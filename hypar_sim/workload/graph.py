@@ -198,11 +198,12 @@ def parse_graph(data: Any, source: str, default_name: str = "graph") -> Graph:
     for name, entry, sources in _ordered(source, raw, inputs):
         spec = OPS[entry["type"]]
         where = f"{source}: node {name}"
-        if spec.arity is not None and len(sources) != spec.arity:
-            raise InputError(f"{where}.inputs: a {spec.name} node takes {spec.arity} "
-                             f"input{'s' if spec.arity > 1 else ''}, got {len(sources)}")
-        if spec.arity is None and len(sources) < 2 and spec.name != "concat":
-            raise InputError(f"{where}.inputs: a {spec.name} node takes two or more inputs")
+        fewest, most = spec.arity
+        if not fewest <= len(sources) <= (most or len(sources)):
+            takes = f"{fewest}" if fewest == most else f"{fewest} or more" if most is None \
+                else f"{fewest} to {most}"
+            raise InputError(f"{where}.inputs: a {spec.name} node takes {takes} input"
+                             f"{'' if takes == '1' else 's'}, got {len(sources)}")
         attrs = spec.attributes(where, {k: v for k, v in entry.items() if k not in _NODE_KEYS})
         in_shapes = [shapes[s] for s in sources]
         counts = spec.count(where, attrs, in_shapes)

@@ -80,7 +80,7 @@ def available_graphs() -> list[str]:
 def resolve_network_path(name_or_path: str) -> Path:
     """The YAML file for a shipped network name or a user path."""
     path = Path(name_or_path)
-    if path.suffix in (".yaml", ".yml") or path.parent != Path("."):
+    if path.suffix in (".yaml", ".yml", ".onnx") or path.parent != Path("."):
         if not path.is_file():
             raise InputError(f"{name_or_path}: network file not found")
         return path
@@ -91,13 +91,18 @@ def resolve_network_path(name_or_path: str) -> Path:
     names = available_networks() + available_graphs()
     raise InputError(
         f"unknown network '{name_or_path}'{closest(name_or_path, names)}: "
-        f"choose one of {', '.join(names)} or give a path to a .yaml file"
+        f"choose one of {', '.join(names)} or give a path to a .yaml or .onnx file"
     )
 
 
-def load_workload(name_or_path: str) -> Network | Graph:
-    """A chain (a file with `layers`) or a graph (a file with `nodes`), by name or path."""
+def load_workload(name_or_path: str, seq: int | None = None) -> Network | Graph:
+    """A chain (a file with `layers`) or a graph (a file with `nodes`, or an ONNX model; a
+    dynamic sequence axis takes `seq` tokens), by name or path."""
     path = resolve_network_path(name_or_path)
+    if path.suffix == ".onnx":
+        from hypar_sim.workload.onnx_import import load_onnx
+
+        return load_onnx(path, seq)
     data = read_yaml(path)
     if isinstance(data, Mapping) and "nodes" in data:
         return parse_graph(data, str(path), default_name=path.stem)

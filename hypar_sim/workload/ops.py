@@ -103,15 +103,15 @@ class Counts:
 
 @dataclass(frozen=True)
 class OpSpec:
-    """One operator kind: its inputs (`arity`: a count, or None for two or more), its
-    attributes (required, optional with defaults) and what it computes."""
+    """One operator kind: how many inputs it takes (`arity`: fewest, most or None for any
+    number), its attributes (required, optional with defaults) and what it computes."""
 
     name: str
     summary: str
     required: tuple[str, ...]
     optional: Mapping[str, Any]
     count: Callable[[str, Attrs, list[Shape]], Counts]
-    arity: int | None = 1
+    arity: tuple[int, int | None] = (1, 1)
     weighted: bool = False
 
     def attributes(self, where: str, given: Attrs) -> dict[str, Any]:
@@ -321,6 +321,14 @@ def _slice(where: str, a: Attrs, shapes: list[Shape]) -> Counts:
     return Counts((*shape[:axis], stop - start, *shape[axis + 1:]))
 
 
+def _tensor_op(where: str, a: Attrs, shapes: list[Shape]) -> Counts:
+    shape = a["shape"]
+    if not isinstance(shape, list | tuple):
+        raise InputError(f"{where}.shape: must be a list of sizes, got {shape!r}")
+    return Counts(tuple(positive(f"{where}.shape", v) for v in shape),
+                  positive(f"{where}.params", a["params"], 0))
+
+
 def _embedding(where: str, a: Attrs, shapes: list[Shape]) -> Counts:
     """A table lookup: token ids (sequence,) -> (sequence, dim); no MACs."""
     _rank(where, shapes[0], (1,), "a sequence of ids")
@@ -339,14 +347,14 @@ for _spec in (
     OpSpec("fc", "fully connected (gemm); flattens a feature map, acts on a token stream's "
            "last axis", ("out_features",), {"bias": False, "tied_to": ""}, _fc, weighted=True),
     OpSpec("matmul", "product of two activations (attention)", (), {"transpose_b": False},
-           _matmul, arity=2),
+           _matmul, arity=(2, 2)),
     OpSpec("pool", "max or average pooling", ("kernel",),
            {"mode": "max", "stride": None, "padding": 0, "ceil_mode": False}, _pool),
     OpSpec("global_pool", "global max or average pooling", (), {"mode": "avg"}, _global_pool),
-    OpSpec("add", "elementwise sum (residual connections)", (), {}, _elementwise, arity=None),
-    OpSpec("mul", "elementwise product", (), {}, _elementwise, arity=None),
+    OpSpec("add", "elementwise sum (residual connections)", (), {}, _elementwise, arity=(2, None)),
+    OpSpec("mul", "elementwise product", (), {}, _elementwise, arity=(2, None)),
     OpSpec("concat", "concatenation along an axis (channels by default)", (), {"axis": 0},
-           _concat, arity=None),
+           _concat, arity=(1, None)),
     OpSpec("batch_norm", "batch normalisation (a scale and shift per channel)", (),
            {"affine": True}, _batch_norm),
     OpSpec("layer_norm", "layer normalisation over the last axis", (), {"affine": True},
@@ -364,5 +372,9 @@ for _spec in (
     OpSpec("lrn", "local response normalisation", (), {"size": 5}, _same),
     OpSpec("dropout", "dropout (the same shape)", (), {"ratio": 0.5}, _same),
     OpSpec("identity", "no-op", (), {}, _same),
+    OpSpec("tensor_op", "another tensor operation, its output shape given by the importer "
+           "(elementwise with a constant, reductions, slicing, padding, ...): no MACs; "
+           "`params` counts a learned operand (a bias)", ("function", "shape"), {"params": 0},
+           _tensor_op, arity=(1, None)),
 ):
     register_op(_spec)
