@@ -16,6 +16,7 @@ from hypar_sim.hardware.topology import TOPOLOGIES
 from hypar_sim.partition.hierarchy import MAX_MEMBERS, Hierarchy
 from hypar_sim.partition.kinds import allowed_names as allowed_kind_names
 from hypar_sim.partition.kinds import parse_kinds
+from hypar_sim.planner.graph_plan import plan_graph
 from hypar_sim.planner.search import SEARCHES
 from hypar_sim.planner.strategies import (
     DEFAULT_KINDS,
@@ -27,6 +28,7 @@ from hypar_sim.planner.strategies import (
 from hypar_sim.planner.traffic import DEFAULT_TRAFFIC_MODEL, TRAFFIC_MODELS
 from hypar_sim.report import (
     comparison_table,
+    graph_plan_summary,
     graphs_table,
     hardware_table,
     layers_table,
@@ -377,13 +379,28 @@ def graph_dict(graph: Graph) -> dict:
 
 
 def cmd_plan(args: argparse.Namespace) -> str:
-    network = load_network(args.network)
+    workload = load_workload(args.network)
+    if isinstance(workload, Graph):
+        return _plan_graph(args, workload)
     strategy = "explicit" if args.plan_text is not None else args.strategy
-    plan = make_plan(network, strategy, hierarchy_from_args(args), args.batch, args.plan_text,
+    plan = make_plan(workload, strategy, hierarchy_from_args(args), args.batch, args.plan_text,
                      options=plan_options_from_args(args))
     if args.json:
         return json.dumps(plan.to_dict(), indent=2)
     return plan_summary(plan)
+
+
+def _plan_graph(args: argparse.Namespace, graph: Graph) -> str:
+    """`plan` of a graph network (strategies hypar, data, model; the layout model)."""
+    options = plan_options_from_args(args)
+    if options.traffic_model != "layout":
+        raise InputError("--traffic-model: graph networks are planned with the layout model "
+                         "only (paper's reading covers chains of conv and fc layers)")
+    if args.plan_text is not None:
+        raise InputError("--plan: explicit plans take chain networks so far")
+    plan = plan_graph(graph, args.strategy, hierarchy_from_args(args), args.batch,
+                      options.kinds, options.search)
+    return json.dumps(plan.to_dict(), indent=2) if args.json else graph_plan_summary(plan, graph)
 
 
 COMMANDS = {"networks": cmd_networks, "plan": cmd_plan, "hardware": cmd_hardware,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from hypar_sim.planner.graph_plan import GraphPlan
 from hypar_sim.planner.plan import Plan
 from hypar_sim.workload.graph import Graph
 from hypar_sim.workload.network import Network
@@ -115,6 +116,22 @@ def plan_grid(plan: Plan) -> str:
         rows.append([f"H{level + 1} ({plan.hierarchy.sizes[level]})", *choices, f"{gb / GB:.4g}"])
     grid = table(["level (size)", *names, "GB"], rows, "l" + "c" * len(names) + "r")
     return grid + legend
+
+
+def graph_plan_summary(plan: GraphPlan, graph: Graph) -> str:
+    """A graph's plan: every node's kinds (top level first) and the bytes into it."""
+    search = f", {plan.search} search" if plan.search else ""
+    head = (f"{plan.network}: strategy {plan.strategy}{search}, hierarchy {plan.hierarchy} "
+            f"({plan.accelerators} accelerator{'s' if plan.accelerators != 1 else ''}), batch "
+            f"{plan.batch}, traffic model layout\n\n")
+    rows = [(node.name, node.op, " ".join(column) or "-", f"{moved / 1e6:.4g}")
+            for node, column, moved in zip(graph.nodes, plan.columns, plan.node_bytes,
+                                           strict=True)]
+    levels = ", ".join(f"level {h + 1}: {b / GB:.4g} GB"
+                       for h, b in enumerate(plan.traffic_bytes_per_level))
+    return (head + table(("node", "op", "kinds (top level first)", "bytes in (MB)"), rows)
+            + f"\n\ntotal traffic per training step: {plan.traffic_bytes / GB:.4g} GB"
+            + (f" ({levels})" if levels else ""))
 
 
 def plan_summary(plan: Plan) -> str:

@@ -39,11 +39,16 @@ def split_levels(column: Column, dim: Dim) -> tuple[int, ...]:
 
 def offered(layer: Layer, batch: int, column: Column, hierarchy: Hierarchy) -> bool:
     """Every level's kind leaves each member at least one index of its dimension."""
-    sizes = extents(layer, batch)
+    return fits(extents(layer, batch), column, hierarchy)
+
+
+def fits(sizes: dict[Dim, int], column: Column, hierarchy: Hierarchy) -> bool:
+    """Every level's kind splits a dimension of `sizes` and leaves each member at least one
+    index of it."""
     parts = dict.fromkeys(sizes, 1)
     for size, kind in zip(hierarchy.sizes, column, strict=True):
         dim = KINDS[kind].dim
-        if sizes[dim] // parts[dim] < size:
+        if dim not in sizes or sizes[dim] // parts[dim] < size:
             return False
         parts[dim] *= size
     return True

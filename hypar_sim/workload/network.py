@@ -114,9 +114,9 @@ def load_network(name_or_path: str) -> Network:
     workload = load_workload(name_or_path)
     if isinstance(workload, Graph):
         raise InputError(
-            f"{name_or_path}: a graph network ({len(workload.nodes)} nodes); `networks "
-            f"{name_or_path}` lists it, but planning and simulating take chain networks "
-            f"(a 'layers' list) until graph planning lands (issue 'Graph workloads', parts 4-5)")
+            f"{name_or_path}: a graph network ({len(workload.nodes)} nodes); `networks` and "
+            "`plan` take it, but run, compare and sweep take chain networks (a 'layers' list) "
+            "until graph simulation lands (issue 'Graph workloads', part 5)")
     return workload
 
 

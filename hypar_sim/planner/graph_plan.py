@@ -1,0 +1,185 @@
+"""Plans of graph networks: a column of kinds for every node, and the bytes it moves.
+
+The costs are the `layout` model's on graphs (`partition.graph_layout`);
+the searches are HyPar's generalised to graphs: `greedy` decides level by
+level from the top, each level exactly over the whole graph (min-sum
+variable elimination in topological order, `graph_dp`); `joint` decides all
+levels at once, exactly, where the graph's state space allows. Fixed
+strategies: `data` (batch everywhere), `model` (in wherever a node can take
+it, else batch).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from hypar_sim.errors import InputError
+from hypar_sim.partition import graph_layout
+from hypar_sim.partition.hierarchy import Hierarchy
+from hypar_sim.partition.shares import Column
+from hypar_sim.planner.graph_dp import Factor, minimise
+from hypar_sim.workload.graph import Graph, Node
+
+GRAPH_STRATEGIES = ("hypar", "data", "model")
+
+
+@dataclass(frozen=True)
+class GraphPlan:
+    """Every node's column of kinds and the bytes the plan moves (both passes, loss and
+    weight gradients included)."""
+
+    network: str
+    strategy: str
+    search: str
+    batch: int
+    hierarchy: Hierarchy
+    node_names: tuple[str, ...]
+    columns: tuple[Column, ...]
+    node_bytes: tuple[float, ...]  # its own steps and the edges into it
+    traffic_bytes_per_level: tuple[float, ...]
+
+    @property
+    def traffic_bytes(self) -> float:
+        return float(sum(self.node_bytes))
+
+    @property
+    def accelerators(self) -> int:
+        return self.hierarchy.members
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"network": self.network, "strategy": self.strategy, "search": self.search,
+                "batch": self.batch, "hierarchy": list(self.hierarchy.sizes),
+                "accelerators": self.accelerators, "traffic_model": "layout",
+                "traffic_bytes": self.traffic_bytes,
+                "traffic_bytes_per_level": list(self.traffic_bytes_per_level),
+                "nodes": [{"name": name, "kinds": list(column), "bytes": moved}
+                          for name, column, moved in zip(self.node_names, self.columns,
+                                                         self.node_bytes, strict=True)]}
+
+
+def _edges(graph: Graph) -> list[tuple[int, int, int]]:
+    """(producer, consumer, input index) between nodes (graph inputs cost nothing)."""
+    index = {node.name: i for i, node in enumerate(graph.nodes)}
+    return [(index[source], j, k) for j, node in enumerate(graph.nodes)
+            for k, source in enumerate(node.inputs) if source in index]
+
+
+def _solve(graph: Graph, options: Sequence[Sequence[Column]], hierarchy: Hierarchy,
+           costs: graph_layout.Costs) -> list[Column]:
+    """The cheapest option of every node (exact over the graph)."""
+    outputs = set(graph.outputs)
+    factors = [Factor((i,), np.array([costs.own(node, column, hierarchy, node.name in outputs)
+                                      for column in options[i]]))
+               for i, node in enumerate(graph.nodes)]
+    for p, c, k in _edges(graph):
+        producer, consumer = graph.nodes[p], graph.nodes[c]
+        table = np.array([[costs.edge(producer, consumer, k, a, b, hierarchy)
+                           for b in options[c]] for a in options[p]])
+        factors.append(Factor((p, c), table))
+    _, choice = minimise([len(o) for o in options], factors, range(len(graph.nodes)))
+    return [opts[i] for opts, i in zip(options, choice, strict=True)]
+
+
+def _no_option(node: Node, kinds: Sequence[str], hierarchy: Hierarchy) -> InputError:
+    return InputError(f"--kinds: no kind of {','.join(kinds)} can split node {node.name} "
+                      f"({node.op}, output {list(node.shape)}) on hierarchy {hierarchy}; allowed: "
+                      "kinds whose dimension has at least as many indices as a level has members")
+
+
+def _greedy(graph: Graph, batch: int, hierarchy: Hierarchy, kinds: Sequence[str],
+            costs: graph_layout.Costs) -> list[Column]:
+    columns: list[Column] = [() for _ in graph.nodes]
+    for level in range(hierarchy.levels):
+        upper = Hierarchy(hierarchy.sizes[:level + 1])
+        options = []
+        for node, prefix in zip(graph.nodes, columns, strict=True):
+            offered = [prefix + (k,) for k in kinds
+                       if graph_layout.offered(node, batch, prefix + (k,), upper)]
+            if not offered:
+                raise _no_option(node, kinds, upper)
+            options.append(offered)
+        columns = _solve(graph, options, upper, costs)
+    return columns
+
+
+def _joint(graph: Graph, batch: int, hierarchy: Hierarchy, kinds: Sequence[str],
+           costs: graph_layout.Costs) -> list[Column]:
+    options = []
+    for node in graph.nodes:
+        offered = [c for c in itertools.product(kinds, repeat=hierarchy.levels)
+                   if graph_layout.offered(node, batch, c, hierarchy)]
+        if not offered:
+            raise _no_option(node, kinds, hierarchy)
+        options.append(offered)
+    return _solve(graph, options, hierarchy, costs)
+
+
+def _fixed(graph: Graph, batch: int, hierarchy: Hierarchy, preferred: str) -> list[Column]:
+    columns = []
+    for node in graph.nodes:
+        column: Column = ()
+        for level in range(hierarchy.levels):
+            upper = Hierarchy(hierarchy.sizes[:level + 1])
+            for kind in (preferred, "batch"):
+                if graph_layout.offered(node, batch, column + (kind,), upper):
+                    column += (kind,)
+                    break
+            else:
+                raise _no_option(node, (preferred, "batch"), upper)
+        columns.append(column)
+    return columns
+
+
+def plan_graph(graph: Graph, strategy: str, hierarchy: Hierarchy, batch: int,
+               kinds: Sequence[str] = ("batch", "in"), search: str = "greedy",
+               word_bytes: int = 4) -> GraphPlan:
+    """The plan of `strategy` for `graph` on `hierarchy`, with its traffic."""
+    if strategy not in GRAPH_STRATEGIES:
+        raise InputError(f"--strategy: graph networks take {', '.join(GRAPH_STRATEGIES)} so far, "
+                         f"got {strategy}")
+    for node in graph.nodes:
+        if node.op not in graph_layout.NODE_OPS:
+            raise InputError(f"{graph.name}: node {node.name} is a {node.op}; graph planning "
+                             f"takes {', '.join(graph_layout.NODE_OPS)} so far (CNN graphs)")
+    costs = graph_layout.Costs(batch, word_bytes)
+    if strategy == "hypar":
+        columns = (_joint if search == "joint" else _greedy)(graph, batch, hierarchy, kinds,
+                                                             costs)
+    else:
+        columns = _fixed(graph, batch, hierarchy, "batch" if strategy == "data" else "in")
+        search = ""
+    return evaluate_graph_plan(graph, strategy, search, batch, hierarchy, columns, word_bytes)
+
+
+def evaluate_graph_plan(graph: Graph, strategy: str, search: str, batch: int,
+                        hierarchy: Hierarchy, columns: Sequence[Column],
+                        word_bytes: int = 4) -> GraphPlan:
+    """Bytes per node and per level (the top-most level at which the two members differ)
+    of a fixed plan, from the members' transfer matrices."""
+    layouts = [graph_layout.layout(node, batch, column, hierarchy)
+               for node, column in zip(graph.nodes, columns, strict=True)]
+    members = np.arange(hierarchy.members)
+    level_of = np.array([[hierarchy.meeting_level(a, b) if a != b else 0 for b in members]
+                         for a in members])
+    per_node = [0.0] * len(graph.nodes)
+    per_level = np.zeros(hierarchy.levels)
+    outputs = set(graph.outputs)
+
+    def add(index: int, matrices: dict[str, np.ndarray]) -> None:
+        for matrix in matrices.values():
+            per_node[index] += float(matrix.sum())
+            if hierarchy.levels:
+                per_level[:] += np.bincount(level_of.reshape(-1), matrix.reshape(-1),
+                                            minlength=hierarchy.levels)
+    for i, (node, own) in enumerate(zip(graph.nodes, layouts, strict=True)):
+        add(i, graph_layout.own_matrices(own, batch, word_bytes, node.name in outputs))
+    for p, c, k in _edges(graph):
+        add(c, graph_layout.edge_matrices(layouts[p], layouts[c], k, batch, word_bytes))
+    return GraphPlan(graph.name, strategy, search, batch, hierarchy,
+                     tuple(n.name for n in graph.nodes), tuple(columns), tuple(per_node),
+                     tuple(float(b) for b in per_level))

@@ -1,0 +1,61 @@
+"""Min-sum variable elimination (planner.graph_dp) against brute force and the chain DP."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hypar_sim.errors import InputError
+from hypar_sim.planner import graph_dp
+from hypar_sim.planner.graph_dp import Factor, minimise
+from hypar_sim.planner.search import chain_dp
+
+
+@st.composite
+def problems(draw):
+    count = draw(st.integers(1, 6))
+    domains = [draw(st.integers(1, 3)) for _ in range(count)]
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    factors = [Factor((v,), rng.integers(0, 20, domains[v]).astype(float))
+               for v in range(count) if draw(st.booleans())]
+    for a, b in itertools.combinations(range(count), 2):
+        if draw(st.booleans()):
+            factors.append(Factor((b, a), rng.integers(0, 20, (domains[b], domains[a]))
+                                  .astype(float)))
+    order = draw(st.permutations(range(count)))
+    return domains, factors, order
+
+
+def total(factors, assignment):
+    return sum(f.table[tuple(assignment[v] for v in f.variables)] for f in factors)
+
+
+@settings(max_examples=150, deadline=None)
+@given(problems())
+def test_elimination_equals_brute_force(problem):
+    domains, factors, order = problem
+    cost, assignment = minimise(domains, factors, order)
+    best = min(total(factors, a) for a in itertools.product(*(range(d) for d in domains)))
+    assert cost == best == total(factors, assignment)  # integer costs: exact sums
+
+
+def test_a_chain_gives_the_chain_dp():
+    rng = np.random.default_rng(1)
+    own = [rng.random(3) for _ in range(5)]
+    boundary = [rng.random((3, 3)) for _ in range(4)]
+    factors = [Factor((i,), o) for i, o in enumerate(own)]
+    factors += [Factor((i, i + 1), b) for i, b in enumerate(boundary)]
+    cost, assignment = minimise([3] * 5, factors, range(5))
+    expected, states = chain_dp(own, boundary)
+    assert cost == pytest.approx(expected, rel=1e-12) and assignment == states
+
+
+def test_too_many_states_is_a_clear_error(monkeypatch):
+    monkeypatch.setattr(graph_dp, "MAX_STATES", 8)
+    factors = [Factor((0, v), np.zeros((3, 3))) for v in (1, 2)]
+    with pytest.raises(InputError, match="--search greedy"):
+        minimise([3, 3, 3], factors, [0, 1, 2])

@@ -1,0 +1,181 @@
+"""Planning graph networks: exact against every plan on small graphs, the skip edge of a
+residual block matters, a chain graph costs what the chain model says, CNN graphs plan on
+16 and 64 accelerators."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from hypar_sim.errors import InputError
+from hypar_sim.partition import graph_layout
+from hypar_sim.partition.hierarchy import Hierarchy
+from hypar_sim.planner.graph_plan import _edges, evaluate_graph_plan, plan_graph
+from hypar_sim.planner.traffic import TRAFFIC_MODELS
+from hypar_sim.workload.graph import parse_graph
+from hypar_sim.workload.layers import FeatureShape, make_conv, make_fc
+from hypar_sim.workload.network import load_workload
+
+
+def residual(channels=8, size=2, kernel=1, out=10):
+    """A stem convolution, two convolutions and the add that joins the stem's output back
+    in (the skip edge), then a classifier."""
+    return parse_graph({"inputs": {"x": [3, size, size]}, "nodes": [
+        {"name": "c0", "type": "conv", "out_channels": channels, "kernel": 3, "padding": 1},
+        {"name": "c1", "type": "conv", "out_channels": channels, "kernel": kernel,
+         "padding": kernel // 2},
+        {"name": "c2", "type": "conv", "out_channels": channels, "kernel": kernel,
+         "padding": kernel // 2},
+        {"name": "sum", "type": "add", "inputs": ["c2", "c0"]},
+        {"name": "fc", "type": "fc", "out_features": out}]}, "residual")
+
+
+def inception():
+    """A stem, four branches (1x1; 1x1 then 3x3; 1x1 then 5x5; pool then 1x1) and their
+    concatenation, then a classifier."""
+    conv = {"type": "conv", "kernel": 1}
+    return parse_graph({"inputs": {"x": [3, 4, 4]}, "nodes": [
+        {"name": "stem", "type": "conv", "out_channels": 8, "kernel": 3, "padding": 1},
+        {"name": "b1", **conv, "out_channels": 4, "inputs": ["stem"]},
+        {"name": "b2r", **conv, "out_channels": 4, "inputs": ["stem"]},
+        {"name": "b2", "type": "conv", "out_channels": 8, "kernel": 3, "padding": 1},
+        {"name": "b3r", **conv, "out_channels": 2, "inputs": ["stem"]},
+        {"name": "b3", "type": "conv", "out_channels": 4, "kernel": 5, "padding": 2},
+        {"name": "pool", "type": "pool", "kernel": 3, "stride": 1, "padding": 1,
+         "inputs": ["stem"]},
+        {"name": "proj", **conv, "out_channels": 4},
+        {"name": "cat", "type": "concat", "inputs": ["b1", "b2", "b3", "proj"]},
+        {"name": "fc", "type": "fc", "out_features": 10}]}, "inception")
+
+
+def every_plan_total(graph, batch, hierarchy, kinds, skip=None):
+    """The least total over every plan, by summing every cost table over the full grid of
+    options (numpy broadcasting), and that plan; `skip` (consumer, input) leaves one edge
+    out."""
+    options = [[c for c in itertools.product(kinds, repeat=hierarchy.levels)
+                if graph_layout.offered(n, batch, c, hierarchy)] for n in graph.nodes]
+    costs = graph_layout.Costs(batch, 4)
+    count = len(options)
+    grid = np.zeros([len(o) for o in options])
+
+    def spread(table, axes):
+        shape = [1] * count
+        for axis, size in zip(axes, table.shape, strict=True):
+            shape[axis] = size
+        return table.reshape(shape)
+    for i, node in enumerate(graph.nodes):
+        own = np.array([costs.own(node, c, hierarchy, node.name in graph.outputs)
+                        for c in options[i]])
+        grid = grid + spread(own, [i])
+    for p, c, k in _edges(graph):
+        if skip == (graph.nodes[c].name, k):
+            continue
+        table = np.array([[costs.edge(graph.nodes[p], graph.nodes[c], k, a, b, hierarchy)
+                           for b in options[c]] for a in options[p]])
+        grid = grid + spread(table, [p, c])
+    best = np.unravel_index(int(np.argmin(grid)), grid.shape)
+    return float(grid[best]), [options[i][j] for i, j in enumerate(best)]
+
+
+@pytest.mark.parametrize("kinds", [("batch", "in"), ("batch", "in", "out", "spatial")])
+def test_residual_block_joint_search_is_exact(kinds):
+    graph, hierarchy = residual(), Hierarchy.binary(2)
+    plan = plan_graph(graph, "hypar", hierarchy, 4, kinds, "joint")
+    best, _ = every_plan_total(graph, 4, hierarchy, kinds)
+    assert plan.traffic_bytes == pytest.approx(best, rel=1e-12)
+    again = evaluate_graph_plan(graph, "hypar", "joint", 4, hierarchy, plan.columns)
+    assert again.traffic_bytes == plan.traffic_bytes
+    assert sum(plan.traffic_bytes_per_level) == pytest.approx(plan.traffic_bytes, rel=1e-12)
+
+
+def test_the_skip_edge_changes_the_optimum():
+    """Leaving the add's skip input out of the costs picks another plan, which costs more
+    once the skip edge is counted."""
+    graph, hierarchy = residual(), Hierarchy.binary(2)
+    with_skip, plan = every_plan_total(graph, 4, hierarchy, ("batch", "in"))
+    _, blind = every_plan_total(graph, 4, hierarchy, ("batch", "in"), skip=("sum", 1))
+    assert plan != blind
+    cost_of_blind = evaluate_graph_plan(graph, "x", "", 4, hierarchy, blind).traffic_bytes
+    assert cost_of_blind > with_skip
+    assert plan_graph(graph, "hypar", hierarchy, 4, ("batch", "in"), "joint").traffic_bytes \
+        == pytest.approx(with_skip, rel=1e-12)
+
+
+def test_inception_block_four_branches_at_two_levels_is_exact():
+    graph, hierarchy = inception(), Hierarchy.binary(2)
+    plan = plan_graph(graph, "hypar", hierarchy, 8, ("batch", "in"), "joint")
+    best, _ = every_plan_total(graph, 8, hierarchy, ("batch", "in"))
+    assert plan.traffic_bytes == pytest.approx(best, rel=1e-12)
+    greedy = plan_graph(graph, "hypar", hierarchy, 8, ("batch", "in"), "greedy")
+    assert greedy.traffic_bytes >= plan.traffic_bytes * (1 - 1e-12)
+
+
+def test_a_chain_graph_costs_what_the_chain_model_says():
+    """conv -> conv -> fc as a graph and as a chain network: the same bytes for every plan
+    (the same rule on the same boxes)."""
+    first = make_conv("c1", FeatureShape(3, 6, 6), 8, 3, padding=1)
+    second = make_conv("c2", first.output, 6, 3, stride=2, padding=1)
+    last = make_fc("fc", second.output, 5)
+    graph = parse_graph({"inputs": {"x": [3, 6, 6]}, "nodes": [
+        {"name": "c1", "type": "conv", "out_channels": 8, "kernel": 3, "padding": 1},
+        {"name": "c2", "type": "conv", "out_channels": 6, "kernel": 3, "stride": 2,
+         "padding": 1},
+        {"name": "fc", "type": "fc", "out_features": 5}]}, "chain")
+    model, hierarchy, batch = TRAFFIC_MODELS["layout"], Hierarchy((2, 3)), 6
+    kinds = ("batch", "in", "out", "spatial")
+    options = [[c for c in itertools.product(kinds, repeat=2)
+                if model.offered(layer, batch, c, hierarchy)] for layer in (first, second, last)]
+    for columns in itertools.islice(itertools.product(*options), 0, None, 7):
+        chain = sum(float(model.own_costs(layer, batch, [c], hierarchy, 4, i == 2)[0])
+                    for i, (layer, c) in enumerate(zip((first, second, last), columns,
+                                                       strict=True)))
+        chain += sum(float(model.boundary_costs(a, b, batch, [ca], [cb], hierarchy, 4)[0, 0])
+                     for a, b, ca, cb in ((first, second, columns[0], columns[1]),
+                                          (second, last, columns[1], columns[2])))
+        graphed = evaluate_graph_plan(graph, "x", "", batch, hierarchy, columns)
+        assert graphed.traffic_bytes == pytest.approx(chain, rel=1e-12), columns
+
+
+@pytest.mark.parametrize("name", ["resnet18", "resnet50", "inception_v1", "mobilenet_v2"])
+@pytest.mark.parametrize("accelerators", [16, 64])
+def test_cnn_graphs_plan_on_16_and_64_accelerators(name, accelerators):
+    graph = load_workload(name)
+    hierarchy = Hierarchy.for_count(accelerators)
+    data = plan_graph(graph, "data", hierarchy, 256)
+    hypar = plan_graph(graph, "hypar", hierarchy, 256)
+    # data parallelism moves exactly the all-reduce of every parameter: 2 (M - 1) copies
+    assert data.traffic_bytes == pytest.approx(2 * (accelerators - 1) * graph.params * 4,
+                                               rel=1e-9)
+    assert hypar.traffic_bytes <= data.traffic_bytes
+    assert sum(hypar.traffic_bytes_per_level) == pytest.approx(hypar.traffic_bytes, rel=1e-9)
+
+
+def test_graph_plan_errors_name_the_node_or_flag():
+    with pytest.raises(InputError, match="node word_emb is a embedding"):
+        plan_graph(load_workload("bert_base"), "hypar", Hierarchy.binary(2), 8)
+    with pytest.raises(InputError, match="--strategy: graph networks take hypar, data, model"):
+        plan_graph(residual(), "trick", Hierarchy.binary(2), 8)
+    with pytest.raises(InputError, match="no kind of spatial can split node"):
+        plan_graph(residual(), "hypar", Hierarchy.binary(2), 8, ("spatial",))
+
+
+def test_cli_plans_a_graph(tmp_path):
+    def cli(*args):
+        return subprocess.run([sys.executable, "-m", "hypar_sim", *args], capture_output=True,
+                              text=True, cwd=tmp_path)
+    done = cli("plan", "resnet18", "--accelerators", "4", "--batch", "32", "--json")
+    assert done.returncode == 0, done.stderr
+    plan = json.loads(done.stdout)
+    assert plan["accelerators"] == 4 and len(plan["nodes"]) == 68
+    assert plan["traffic_bytes"] == pytest.approx(sum(n["bytes"] for n in plan["nodes"]))
+    text = cli("plan", "inception_v1", "--strategy", "data", "--levels", "2")
+    assert text.returncode == 0 and "i3a_concat" in text.stdout and "level 2:" in text.stdout
+    for args, fragment in ((("--traffic-model", "paper"), "layout model only"),
+                           (("--plan", "batch"), "explicit plans take chain")):
+        bad = cli("plan", "resnet18", *args)
+        assert bad.returncode == 2 and fragment in bad.stderr and not list(tmp_path.iterdir())
