@@ -21,8 +21,9 @@ class Dim(StrEnum):
     N = "N"  # samples (batch)
     K = "K"  # output channels
     C = "C"  # input channels (the reduction of the forward pass)
-    P = "P"  # output rows, after pooling
+    P = "P"  # output rows, after pooling (a token stream's positions)
     Q = "Q"  # output columns, after pooling
+    H = "H"  # attention heads (graph networks)
 
 
 @dataclass(frozen=True)
@@ -62,7 +63,9 @@ for _kind in (
     SplitKind("batch", Dim.N, "samples (data parallelism; HyPar's dp)", ("dp",), "dp"),
     SplitKind("in", Dim.C, "input channels (model parallelism; HyPar's mp)", ("mp",), "mp"),
     SplitKind("out", Dim.K, "output channels (AccPar's third type)"),
-    SplitKind("spatial", Dim.P, "output rows, with a halo of input rows (Tofu)"),
+    SplitKind("spatial", Dim.P, "output rows, with a halo of input rows (Tofu); a token "
+              "stream's positions"),
+    SplitKind("heads", Dim.H, "attention heads (graph networks; Megatron-LM's attention split)"),
 ):
     register_kind(_kind)
 

@@ -20,6 +20,9 @@ import numpy as np
 
 from hypar_sim.errors import InputError
 from hypar_sim.partition import graph_layout
+from hypar_sim.partition.graph_axes import Site
+from hypar_sim.partition.graph_axes import sites as graph_sites
+from hypar_sim.partition.graph_ops import NODE_OPS
 from hypar_sim.partition.hierarchy import Hierarchy
 from hypar_sim.partition.shares import Column
 from hypar_sim.planner.graph_dp import Factor, minimise
@@ -69,16 +72,16 @@ def _edges(graph: Graph) -> list[tuple[int, int, int]]:
             for k, source in enumerate(node.inputs) if source in index]
 
 
-def _solve(graph: Graph, options: Sequence[Sequence[Column]], hierarchy: Hierarchy,
-           costs: graph_layout.Costs) -> list[Column]:
+def _solve(graph: Graph, sites: Sequence[Site], options: Sequence[Sequence[Column]],
+           hierarchy: Hierarchy, costs: graph_layout.Costs) -> list[Column]:
     """The cheapest option of every node (exact over the graph)."""
     outputs = set(graph.outputs)
-    factors = [Factor((i,), np.array([costs.own(node, column, hierarchy, node.name in outputs)
+    factors = [Factor((i,), np.array([costs.own(site, column, hierarchy,
+                                                site.node.name in outputs)
                                       for column in options[i]]))
-               for i, node in enumerate(graph.nodes)]
+               for i, site in enumerate(sites)]
     for p, c, k in _edges(graph):
-        producer, consumer = graph.nodes[p], graph.nodes[c]
-        table = np.array([[costs.edge(producer, consumer, k, a, b, hierarchy)
+        table = np.array([[costs.edge(sites[p], sites[c], k, a, b, hierarchy)
                            for b in options[c]] for a in options[p]])
         factors.append(Factor((p, c), table))
     _, choice = minimise([len(o) for o in options], factors, range(len(graph.nodes)))
@@ -91,46 +94,47 @@ def _no_option(node: Node, kinds: Sequence[str], hierarchy: Hierarchy) -> InputE
                       "kinds whose dimension has at least as many indices as a level has members")
 
 
-def _greedy(graph: Graph, batch: int, hierarchy: Hierarchy, kinds: Sequence[str],
-            costs: graph_layout.Costs) -> list[Column]:
-    columns: list[Column] = [() for _ in graph.nodes]
+def _greedy(graph: Graph, sites: Sequence[Site], batch: int, hierarchy: Hierarchy,
+            kinds: Sequence[str], costs: graph_layout.Costs) -> list[Column]:
+    columns: list[Column] = [() for _ in sites]
     for level in range(hierarchy.levels):
         upper = Hierarchy(hierarchy.sizes[:level + 1])
         options = []
-        for node, prefix in zip(graph.nodes, columns, strict=True):
+        for site, prefix in zip(sites, columns, strict=True):
             offered = [prefix + (k,) for k in kinds
-                       if graph_layout.offered(node, batch, prefix + (k,), upper)]
+                       if graph_layout.offered(site, batch, prefix + (k,), upper)]
             if not offered:
-                raise _no_option(node, kinds, upper)
+                raise _no_option(site.node, kinds, upper)
             options.append(offered)
-        columns = _solve(graph, options, upper, costs)
+        columns = _solve(graph, sites, options, upper, costs)
     return columns
 
 
-def _joint(graph: Graph, batch: int, hierarchy: Hierarchy, kinds: Sequence[str],
-           costs: graph_layout.Costs) -> list[Column]:
+def _joint(graph: Graph, sites: Sequence[Site], batch: int, hierarchy: Hierarchy,
+           kinds: Sequence[str], costs: graph_layout.Costs) -> list[Column]:
     options = []
-    for node in graph.nodes:
+    for site in sites:
         offered = [c for c in itertools.product(kinds, repeat=hierarchy.levels)
-                   if graph_layout.offered(node, batch, c, hierarchy)]
+                   if graph_layout.offered(site, batch, c, hierarchy)]
         if not offered:
-            raise _no_option(node, kinds, hierarchy)
+            raise _no_option(site.node, kinds, hierarchy)
         options.append(offered)
-    return _solve(graph, options, hierarchy, costs)
+    return _solve(graph, sites, options, hierarchy, costs)
 
 
-def _fixed(graph: Graph, batch: int, hierarchy: Hierarchy, preferred: str) -> list[Column]:
+def _fixed(sites: Sequence[Site], batch: int, hierarchy: Hierarchy,
+           preferred: str) -> list[Column]:
     columns = []
-    for node in graph.nodes:
+    for site in sites:
         column: Column = ()
         for level in range(hierarchy.levels):
             upper = Hierarchy(hierarchy.sizes[:level + 1])
             for kind in (preferred, "batch"):
-                if graph_layout.offered(node, batch, column + (kind,), upper):
+                if graph_layout.offered(site, batch, column + (kind,), upper):
                     column += (kind,)
                     break
             else:
-                raise _no_option(node, (preferred, "batch"), upper)
+                raise _no_option(site.node, (preferred, "batch"), upper)
         columns.append(column)
     return columns
 
@@ -143,15 +147,16 @@ def plan_graph(graph: Graph, strategy: str, hierarchy: Hierarchy, batch: int,
         raise InputError(f"--strategy: graph networks take {', '.join(GRAPH_STRATEGIES)} so far, "
                          f"got {strategy}")
     for node in graph.nodes:
-        if node.op not in graph_layout.NODE_OPS:
+        if node.op not in NODE_OPS:
             raise InputError(f"{graph.name}: node {node.name} is a {node.op}; graph planning "
-                             f"takes {', '.join(graph_layout.NODE_OPS)} so far (CNN graphs)")
+                             f"takes {', '.join(NODE_OPS)}")
+    sites = graph_sites(graph)
     costs = graph_layout.Costs(batch, word_bytes)
     if strategy == "hypar":
-        columns = (_joint if search == "joint" else _greedy)(graph, batch, hierarchy, kinds,
-                                                             costs)
+        columns = (_joint if search == "joint" else _greedy)(graph, sites, batch, hierarchy,
+                                                             kinds, costs)
     else:
-        columns = _fixed(graph, batch, hierarchy, "batch" if strategy == "data" else "in")
+        columns = _fixed(sites, batch, hierarchy, "batch" if strategy == "data" else "in")
         search = ""
     return evaluate_graph_plan(graph, strategy, search, batch, hierarchy, columns, word_bytes)
 
@@ -161,8 +166,8 @@ def evaluate_graph_plan(graph: Graph, strategy: str, search: str, batch: int,
                         word_bytes: int = 4) -> GraphPlan:
     """Bytes per node and per level (the top-most level at which the two members differ)
     of a fixed plan, from the members' transfer matrices."""
-    layouts = [graph_layout.layout(node, batch, column, hierarchy)
-               for node, column in zip(graph.nodes, columns, strict=True)]
+    layouts = [graph_layout.layout(site, batch, column, hierarchy)
+               for site, column in zip(graph_sites(graph), columns, strict=True)]
     members = np.arange(hierarchy.members)
     level_of = np.array([[hierarchy.meeting_level(a, b) if a != b else 0 for b in members]
                          for a in members])
