@@ -168,7 +168,7 @@ def assemble_result(
 ) -> SimResult:
     """The SimResult of a finished step (comm waits are means over accelerators)."""
     config = schedule.config
-    plan = schedule.plan
+    units = schedule.units
     counts = add_counts(compute_counts(schedule), communication_counts(schedule, topology, config))
     counts[Action.STATIC_PU_CYCLE] = config.pus_per_cube * schedule.accelerators * latency_cycles
     energy = EnergyTable.from_config(config).energy(counts)
@@ -177,13 +177,13 @@ def assemble_result(
     members = schedule.accelerators
     computes = [task for task in schedule.tasks if isinstance(task, Compute)]
     traffic = defaultdict(float)
-    per_level = [0.0] * plan.levels
+    per_level = [0.0] * units.hierarchy.levels
     for message in schedule.messages:
         traffic[message.layer] += message.bytes
         per_level[message.level] += message.bytes
     layers = tuple(
         LayerResult(
-            name=share.layer.name,
+            name=name,
             forward_cycles=cycles.get((index, Phase.FORWARD), 0.0),
             backward_cycles=cycles.get((index, Phase.BACKWARD), 0.0),
             gradient_cycles=cycles.get((index, Phase.GRADIENT), 0.0),
@@ -191,7 +191,7 @@ def assemble_result(
             comm_wait_cycles=comm_wait_per_layer.get(index, 0.0),
             traffic_bytes=traffic[index],
         )
-        for index, share in enumerate(layer[0] for layer in schedule.shares)
+        for index, name in enumerate(units.names)
     )
     carried = link_bytes(schedule, topology)
     links = tuple(
@@ -200,9 +200,9 @@ def assemble_result(
         for link in topology.links
     )
     return SimResult(
-        network=schedule.network.name, strategy=plan.strategy, topology=topology.name,
-        engine=engine, accelerators=schedule.accelerators, batch=plan.batch,
-        plan=tuple(tuple(level) for level in plan.choices),
+        network=units.network, strategy=units.strategy, topology=topology.name,
+        engine=engine, accelerators=schedule.accelerators, batch=units.batch,
+        plan=tuple(tuple(level) for level in units.kinds),
         clock_hz=config.clock_hz, latency_cycles=latency_cycles,
         energy_breakdown_pj={action.value: pj for action, pj in energy.parts_pj.items()},
         traffic_bytes=sum(traffic.values()),
@@ -214,6 +214,6 @@ def assemble_result(
         comm_wait_cycles=sum(comm_wait_per_layer.values()),
         per_layer=layers, per_link=links, events=events, wall_s=wall_s,
         version=__version__, config=config_dict,
-        per_accelerator=per_accelerator(schedule, config), hierarchy=plan.hierarchy.sizes,
-        traffic_model=plan.traffic_model,
+        per_accelerator=per_accelerator(schedule, config), hierarchy=units.hierarchy.sizes,
+        traffic_model=units.traffic_model,
     )

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from hypar_sim.hardware.config import HardwareConfig
 from hypar_sim.hardware.costs import PieceCost, footprint, phase_cost
 from hypar_sim.hardware.hmc import check_capacity
+from hypar_sim.partition.hierarchy import Hierarchy
 from hypar_sim.partition.shares import Share
 from hypar_sim.partition.steps import Message, Phase, Slot, TransferKind, step_rule
 from hypar_sim.planner.plan import Plan
@@ -36,7 +37,8 @@ from hypar_sim.workload.network import Network
 
 StepKey = tuple[int, TransferKind]  # (layer index, why)
 
-__all__ = ["Compute", "Message", "Schedule", "Send", "StepKey", "Wait", "build_schedule"]
+__all__ = ["Compute", "Message", "Schedule", "Send", "StepKey", "Units", "Wait",
+           "build_schedule"]
 
 
 @dataclass(frozen=True)
@@ -66,20 +68,38 @@ Task = Compute | Send | Wait
 
 
 @dataclass(frozen=True)
+class Units:
+    """What the results say about the plan a schedule runs: the network, the strategy,
+    the units (a chain's layers, a graph's nodes) and their kinds per level."""
+
+    network: str
+    strategy: str
+    batch: int
+    hierarchy: Hierarchy
+    names: tuple[str, ...]
+    kinds: tuple[tuple[str, ...], ...]  # [level][unit]
+    traffic_model: str
+
+    @classmethod
+    def of_plan(cls, network: Network, plan: Plan) -> Units:
+        return cls(network.name, plan.strategy, plan.batch, plan.hierarchy, network.layer_names,
+                   plan.choices, plan.traffic_model)
+
+
+@dataclass(frozen=True)
 class Schedule:
     """The work of one training step for every member."""
 
-    network: Network
-    plan: Plan
+    units: Units
     config: HardwareConfig
-    shares: tuple[tuple[Share, ...], ...]  # [layer][member]
     tasks: tuple[Task, ...]  # the same order for every member
     steps: dict[StepKey, tuple[Message, ...]]  # all messages of the array, per step
     overlap_gradients: bool = True
+    shares: tuple[tuple[Share, ...], ...] = ()  # a chain's [layer][member] shares
 
     @property
     def accelerators(self) -> int:
-        return self.plan.accelerators
+        return self.units.hierarchy.members
 
     @property
     def messages(self) -> tuple[Message, ...]:
@@ -157,4 +177,5 @@ def build_schedule(network: Network, plan: Plan, config: HardwareConfig,
     for index in layers:
         tasks += at(Slot.UPDATE_BEFORE, index)
         tasks.append(cost(index, Phase.UPDATE))
-    return Schedule(network, plan, config, shares, tuple(tasks), steps, overlap_gradients)
+    return Schedule(Units.of_plan(network, plan), config, tuple(tasks), steps, overlap_gradients,
+                    shares)
