@@ -16,7 +16,7 @@ from hypar_sim.hardware.topology import TOPOLOGIES
 from hypar_sim.partition.hierarchy import MAX_MEMBERS, Hierarchy
 from hypar_sim.partition.kinds import allowed_names as allowed_kind_names
 from hypar_sim.partition.kinds import parse_kinds
-from hypar_sim.planner.graph_plan import plan_graph
+from hypar_sim.planner.graph_plan import GRAPH_STRATEGIES, make_graph_plan
 from hypar_sim.planner.search import SEARCHES
 from hypar_sim.planner.strategies import (
     DEFAULT_KINDS,
@@ -230,7 +230,7 @@ def _add_simulation_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _simulation_inputs(args: argparse.Namespace):
-    network = load_network(args.network)
+    network = load_workload(args.network)
     config = load_hardware(args.config, hardware_overrides(args))
     if args.chunk_kib < 1:
         raise InputError(f"--chunk-kib: must be a positive integer, got {args.chunk_kib}")
@@ -263,9 +263,10 @@ def cmd_compare(args: argparse.Namespace) -> str:
     network, config, options = _simulation_inputs(args)
     plan_options = plan_options_from_args(args)
     hierarchy = hierarchy_from_args(args, config.accelerators)
+    strategies = GRAPH_STRATEGIES if isinstance(network, Graph) else COMPARED_STRATEGIES
     results = [simulate_strategy(network, strategy, config, options, None, plan_options,
                                  hierarchy)
-               for strategy in COMPARED_STRATEGIES]
+               for strategy in strategies]
     if args.json:
         return json.dumps([result.to_dict() for result in results], indent=2)
     return comparison_table(results)
@@ -278,7 +279,7 @@ def cmd_sweep(args: argparse.Namespace) -> str:
     if networks == ("all",):
         networks = sweep.all_networks()
     for network in networks:
-        load_network(network)  # a bad name or file stops the sweep before it starts
+        load_workload(network)  # a bad name or file stops the sweep before it starts
     if args.config:
         load_hardware(args.config)
     if args.workers is not None and args.workers < 1:
@@ -392,14 +393,8 @@ def cmd_plan(args: argparse.Namespace) -> str:
 
 def _plan_graph(args: argparse.Namespace, graph: Graph) -> str:
     """`plan` of a graph network (strategies hypar, data, model; the layout model)."""
-    options = plan_options_from_args(args)
-    if options.traffic_model != "layout":
-        raise InputError("--traffic-model: graph networks are planned with the layout model "
-                         "only (paper's reading covers chains of conv and fc layers)")
-    if args.plan_text is not None:
-        raise InputError("--plan: explicit plans take chain networks so far")
-    plan = plan_graph(graph, args.strategy, hierarchy_from_args(args), args.batch,
-                      options.kinds, options.search)
+    plan = make_graph_plan(graph, args.strategy, hierarchy_from_args(args), args.batch,
+                           args.plan_text, options=plan_options_from_args(args))
     return json.dumps(plan.to_dict(), indent=2) if args.json else graph_plan_summary(plan, graph)
 
 

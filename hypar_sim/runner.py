@@ -12,13 +12,16 @@ from hypar_sim.errors import InputError, closest
 from hypar_sim.hardware.config import HardwareConfig
 from hypar_sim.hardware.topology import TOPOLOGIES, make_topology
 from hypar_sim.partition.hierarchy import Hierarchy
+from hypar_sim.planner.graph_plan import GraphPlan, make_graph_plan
 from hypar_sim.planner.plan import Plan
 from hypar_sim.planner.strategies import PlanOptions, make_plan
 from hypar_sim.results import SimResult
 from hypar_sim.sim.accounting import DEFAULT_CHUNK_BYTES, DEFAULT_MAX_CHUNKS
 from hypar_sim.sim.analytic import simulate_analytic
 from hypar_sim.sim.engine import simulate_des
-from hypar_sim.sim.schedule import build_schedule
+from hypar_sim.sim.graph_schedule import build_graph_schedule
+from hypar_sim.sim.schedule import Schedule, build_schedule
+from hypar_sim.workload.graph import Graph
 from hypar_sim.workload.network import Network
 
 ENGINES = ("des", "analytic")
@@ -56,22 +59,43 @@ def simulate(network: Network, plan: Plan, config: HardwareConfig,
             f"plan: made for {plan.accelerators} accelerators and batch {plan.batch}, but the "
             f"hardware has {config.accelerators} accelerators and batch {config.batch}")
     schedule = build_schedule(network, plan, config, options.overlap_gradients)
-    topology = make_topology(options.topology, config, plan.hierarchy)
+    return _run(schedule, plan.hierarchy, config, options, plan.search)
+
+
+def simulate_graph(graph: Graph, plan: GraphPlan, config: HardwareConfig,
+                   options: SimOptions = SimOptions()) -> SimResult:  # noqa: B008 - frozen
+    """Simulate one training step of a graph network split by `plan`."""
+    if plan.accelerators != config.accelerators or plan.batch != config.batch:
+        raise InputError(
+            f"plan: made for {plan.accelerators} accelerators and batch {plan.batch}, but the "
+            f"hardware has {config.accelerators} accelerators and batch {config.batch}")
+    schedule = build_graph_schedule(graph, plan, config, options.overlap_gradients)
+    return _run(schedule, plan.hierarchy, config, options, plan.search)
+
+
+def _run(schedule: Schedule, hierarchy: Hierarchy, config: HardwareConfig, options: SimOptions,
+         search: str) -> SimResult:
+    topology = make_topology(options.topology, config, hierarchy)
     config_dict = dataclasses.asdict(config) | dataclasses.asdict(options) | {
-        "hierarchy": str(plan.hierarchy), "traffic_model": plan.traffic_model,
-        "search": plan.search}
+        "hierarchy": str(hierarchy), "traffic_model": schedule.units.traffic_model,
+        "search": search}
     engine = simulate_des if options.engine == "des" else simulate_analytic
     return engine(schedule, topology, options.chunk_bytes, options.max_chunks, config_dict)
 
 
-def simulate_strategy(network: Network, strategy: str, config: HardwareConfig,
+def simulate_strategy(network: Network | Graph, strategy: str, config: HardwareConfig,
                       options: SimOptions = SimOptions(),  # noqa: B008 - frozen, immutable
                       plan_text: str | None = None, plan_options: PlanOptions | None = None,
                       hierarchy: Hierarchy | None = None) -> SimResult:
     """Plan `network` by `strategy` for the array of `config` (on `hierarchy`, by default
     the accelerator count's prime factors, largest first), then simulate that plan.
-    `plan_options` default: HyPar's reading (`paper`, kinds batch and in)."""
+    `plan_options` default: HyPar's reading (`paper`, kinds batch and in) for a chain, the
+    layout model for a graph."""
     hierarchy = hierarchy or Hierarchy.for_count(config.accelerators)
+    if isinstance(network, Graph):
+        graph_plan = make_graph_plan(network, strategy, hierarchy, config.batch, plan_text,
+                                     config.word_bytes, plan_options)
+        return simulate_graph(network, graph_plan, config, options)
     plan = make_plan(network, strategy, hierarchy, config.batch, plan_text, config.word_bytes,
                      plan_options)
     return simulate(network, plan, config, options)

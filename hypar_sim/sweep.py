@@ -45,7 +45,7 @@ from hypar_sim.partition.hierarchy import Hierarchy
 from hypar_sim.partition.kinds import parse_kinds
 from hypar_sim.planner.strategies import STRATEGIES, PlanOptions
 from hypar_sim.runner import ENGINES, SimOptions, simulate_strategy
-from hypar_sim.workload.network import available_networks, load_network
+from hypar_sim.workload.network import available_networks, load_workload
 
 EXECUTORS = ("process", "serial", "dask")
 #: Input columns, in order; then the outputs.
@@ -220,7 +220,7 @@ def run_case(case: Case, options: Mapping[str, Any] | None = None) -> dict[str, 
         hierarchy = (Hierarchy.parse(case.hierarchy, case.accelerators, "--hierarchies")
                      if case.hierarchy else None)
         plan_options = PlanOptions(parse_kinds(case.kinds), case.search, case.traffic_model)
-        result = simulate_strategy(load_network(case.network), case.strategy, config,
+        result = simulate_strategy(load_workload(case.network), case.strategy, config,
                                    sim_options, case.plan_text, plan_options, hierarchy)
         data = result.to_dict()
         for key in INPUT_COLUMNS:

@@ -167,7 +167,7 @@ def test_every_operator_is_listed_in_the_unknown_operator_message():
     assert all(name in str(error.value) for name in OPS)
 
 
-def test_cli_lists_graphs_and_refuses_to_plan_them(tmp_path):
+def test_cli_lists_graphs_and_refuses_the_paper_model_for_them(tmp_path):
     def cli(*args):
         return subprocess.run([sys.executable, "-m", "hypar_sim", *args], capture_output=True,
                               text=True, cwd=tmp_path)
@@ -177,8 +177,8 @@ def test_cli_lists_graphs_and_refuses_to_plan_them(tmp_path):
     assert names["resnet50"]["parameters"] == 25_557_032 and "vgg_a" in names
     one = json.loads(cli("networks", "bert_base", "--json").stdout)
     assert one["parameters"] == 109_482_240 and one["nodes"][0]["op"] == "embedding"
-    refused = cli("run", "resnet50")
-    assert refused.returncode == 2 and "graph network" in refused.stderr
+    refused = cli("run", "bert_base", "--traffic-model", "paper")
+    assert refused.returncode == 2 and "layout model only" in refused.stderr
     assert refused.stderr.count("\n") == 1 and not list(tmp_path.iterdir())
     bad = tmp_path / "bad.yaml"
     bad.write_text(yaml.safe_dump({"inputs": {"x": [3, 8, 8]},

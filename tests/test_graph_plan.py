@@ -16,7 +16,7 @@ from hypar_sim.errors import InputError
 from hypar_sim.partition import graph_layout
 from hypar_sim.partition.graph_axes import sites as graph_sites
 from hypar_sim.partition.hierarchy import Hierarchy
-from hypar_sim.planner.graph_plan import _edges, evaluate_graph_plan, plan_graph
+from hypar_sim.planner.graph_plan import evaluate_graph_plan, graph_edges, plan_graph
 from hypar_sim.planner.traffic import TRAFFIC_MODELS
 from hypar_sim.workload.graph import parse_graph
 from hypar_sim.workload.layers import FeatureShape, make_conv, make_fc
@@ -74,7 +74,7 @@ def every_plan_total(graph, batch, hierarchy, kinds, skip=None):
         own = np.array([costs.own(site, c, hierarchy, site.node.name in graph.outputs)
                         for c in options[i]])
         grid = grid + spread(own, [i])
-    for p, c, k in _edges(graph):
+    for p, c, k in graph_edges(graph):
         if skip == (graph.nodes[c].name, k):
             continue
         table = np.array([[costs.edge(sites[p], sites[c], k, a, b, hierarchy)

@@ -90,7 +90,7 @@ def phase_work(forward: ConvWork, phase: Phase) -> ConvWork:
     raise ValueError(f"phase_work: {phase} is not a convolution phase")
 
 
-def _cube_cost(pieces: list[tuple[ArrayCost, int]], macs: int, config: HardwareConfig) -> PieceCost:
+def cube_cost(pieces: list[tuple[ArrayCost, int]], macs: int, config: HardwareConfig) -> PieceCost:
     """The cube's cost of PU pieces (cost, PUs running it), largest first: the time of the
     largest piece (all PUs run in parallel, each streaming its tiles from its vault), and
     every PU's own access counts added up."""
@@ -118,7 +118,7 @@ def conv_cost(work: ConvWork, config: HardwareConfig) -> PieceCost:
     PU's own piece.
     """
     split = split_over_vaults(work, config)
-    return _cube_cost([(cost, count) for _, count, cost in split.pieces], work.macs, config)
+    return cube_cost([(cost, count) for _, count, cost in split.pieces], work.macs, config)
 
 
 @lru_cache(maxsize=65536)
@@ -129,7 +129,7 @@ def update_piece_cost(weights: int, config: HardwareConfig) -> PieceCost:
     spec = pe_array_spec(config)
     pus = min(config.pus_per_cube, weights)
     pieces = [(update_cost(size, spec), count) for size, count in even_parts(weights, pus)]
-    return _cube_cost(pieces, weights, config)
+    return cube_cost(pieces, weights, config)
 
 
 def phase_cost(share: Share, phase: Phase, config: HardwareConfig,

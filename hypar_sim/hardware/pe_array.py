@@ -497,6 +497,26 @@ def map_conv(work: ConvWork, spec: PEArraySpec) -> ArrayCost:
                      latency_s=cycles / spec.clock_hz, accesses=accesses, mapping=mapping)
 
 
+def elementwise_cost(ops: int, read_words: int, written_words: int, streams: int,
+                     spec: PEArraySpec) -> ArrayCost:
+    """An element-wise pass on one PU (a weightless operator of a graph: pooling, an
+    activation, a normalisation, an addition, a copy), the update's model below with
+    other counts: `ops` operations, one per PE per cycle; the input words arrive over
+    `streams` GLB -> array buses of ``bus_words`` each per cycle and the output leaves at
+    that rate; every word is read from DRAM and written back once, through the GLB (in and
+    out) and a scratch pad once."""
+    _positive_ints("elementwise_cost", {"streams": streams})
+    moved = read_words + written_words
+    cycles = max(_ceil(ops, spec.pes), _ceil(read_words, streams * spec.bus_words),
+                 _ceil(written_words, spec.bus_words), 1)
+    active = max(1, min(spec.pes, ops))
+    accesses = AccessCounts(macs=ops, rf=moved, buffer=2 * moved, inter_pe=0,
+                            dram_read=read_words, dram_write=written_words)
+    return ArrayCost(cycles=cycles, active_pes=active, utilization=active / spec.pes,
+                     mac_utilization=ops / (cycles * spec.pes),
+                     latency_s=cycles / spec.clock_hz, accesses=accesses, mapping=None)
+
+
 @lru_cache(maxsize=4096)
 def update_cost(weights: int, spec: PEArraySpec) -> ArrayCost:
     """Element-wise weight update W -= lr * dW on one PU.

@@ -20,12 +20,15 @@ import numpy as np
 
 from hypar_sim.errors import InputError
 from hypar_sim.partition import graph_layout
+from hypar_sim.partition.collectives import COLLECTIVES
 from hypar_sim.partition.graph_axes import Site
 from hypar_sim.partition.graph_axes import sites as graph_sites
 from hypar_sim.partition.graph_ops import NODE_OPS
 from hypar_sim.partition.hierarchy import Hierarchy
 from hypar_sim.partition.shares import Column
+from hypar_sim.partition.steps import Message, TransferKind
 from hypar_sim.planner.graph_dp import Factor, minimise
+from hypar_sim.planner.strategies import PlanOptions
 from hypar_sim.workload.graph import Graph, Node
 
 GRAPH_STRATEGIES = ("hypar", "data", "model")
@@ -43,7 +46,7 @@ class GraphPlan:
     hierarchy: Hierarchy
     node_names: tuple[str, ...]
     columns: tuple[Column, ...]
-    node_bytes: tuple[float, ...]  # its own steps and the edges into it
+    node_bytes: tuple[float, ...]  # the steps keyed to it (see `graph_steps`)
     traffic_bytes_per_level: tuple[float, ...]
 
     @property
@@ -65,7 +68,7 @@ class GraphPlan:
                                                          self.node_bytes, strict=True)]}
 
 
-def _edges(graph: Graph) -> list[tuple[int, int, int]]:
+def graph_edges(graph: Graph) -> list[tuple[int, int, int]]:
     """(producer, consumer, input index) between nodes (graph inputs cost nothing)."""
     index = {node.name: i for i, node in enumerate(graph.nodes)}
     return [(index[source], j, k) for j, node in enumerate(graph.nodes)
@@ -80,7 +83,7 @@ def _solve(graph: Graph, sites: Sequence[Site], options: Sequence[Sequence[Colum
                                                 site.node.name in outputs)
                                       for column in options[i]]))
                for i, site in enumerate(sites)]
-    for p, c, k in _edges(graph):
+    for p, c, k in graph_edges(graph):
         table = np.array([[costs.edge(sites[p], sites[c], k, a, b, hierarchy)
                            for b in options[c]] for a in options[p]])
         factors.append(Factor((p, c), table))
@@ -161,30 +164,85 @@ def plan_graph(graph: Graph, strategy: str, hierarchy: Hierarchy, batch: int,
     return evaluate_graph_plan(graph, strategy, search, batch, hierarchy, columns, word_bytes)
 
 
+def make_graph_plan(graph: Graph, strategy: str, hierarchy: Hierarchy, batch: int,
+                    plan_text: str | None = None, word_bytes: int = 4,
+                    options: PlanOptions | None = None) -> GraphPlan:
+    """`make_plan` for a graph: the same options (kinds, search; the layout model only)."""
+    options = options or PlanOptions()
+    if options.traffic_model != "layout":
+        raise InputError("--traffic-model: graph networks are planned with the layout model "
+                         "only (paper's reading covers chains of conv and fc layers)")
+    if plan_text is not None:
+        raise InputError("--plan: explicit plans take chain networks so far")
+    return plan_graph(graph, strategy, hierarchy, batch, options.kinds, options.search,
+                      word_bytes)
+
+
+#: The step each stage of an edge, a gradient or the loss goes into, keyed like a chain's:
+#: an edge's forward reduce by its producer, its forward gather by its consumer, its
+#: backward reduce by the consumer, its backward gather by the producer.
+_EDGE_STAGES = {"forward reduce": (TransferKind.PARTIAL_SUM, True),
+                "forward gather": (TransferKind.RELAYOUT_FEATURE, False),
+                "backward reduce": (TransferKind.ERROR_REDUCE, False),
+                "backward gather": (TransferKind.ERROR_GATHER, True)}
+_OWN_STAGES = {"gradient reduce": TransferKind.GRADIENT, "vector reduce": TransferKind.GRADIENT,
+               "gradient gather": TransferKind.GRADIENT_GATHER,
+               "vector gather": TransferKind.GRADIENT_GATHER,
+               "loss reduce": TransferKind.PARTIAL_SUM, "loss gather": TransferKind.ERROR_GATHER}
+
+StepKey = tuple[int, TransferKind]
+
+
+def graph_steps(graph: Graph, layouts: Sequence[graph_layout.NodeLayout], batch: int,
+                hierarchy: Hierarchy, word_bytes: int) -> dict[StepKey, tuple[Message, ...]]:
+    """Every message of a plan, by step (node index, why): the stages' matrices summed per
+    step and sent by the `ring` collective (the planner's and the simulator's bytes)."""
+    matrices: dict[StepKey, np.ndarray] = {}
+
+    def add(key: StepKey, matrix: np.ndarray) -> None:
+        matrices[key] = matrices[key] + matrix if key in matrices else matrix
+
+    outputs = set(graph.outputs)
+    for i, (node, own) in enumerate(zip(graph.nodes, layouts, strict=True)):
+        for stage, matrix in graph_layout.own_matrices(own, batch, word_bytes,
+                                                       node.name in outputs).items():
+            add((i, _OWN_STAGES[stage]), matrix)
+    for p, c, k in graph_edges(graph):
+        for stage, matrix in graph_layout.edge_matrices(layouts[p], layouts[c], k, batch,
+                                                        word_bytes).items():
+            kind, by_producer = _EDGE_STAGES[stage]
+            add((p if by_producer else c, kind), matrix)
+    order = list(TransferKind)
+    steps = {}
+    for (index, kind), matrix in sorted(matrices.items(),
+                                        key=lambda item: (item[0][0], order.index(item[0][1]))):
+        transfers = COLLECTIVES["ring"](matrix)
+        if transfers:
+            steps[(index, kind)] = tuple(
+                Message(s, d, size, index, hierarchy.meeting_level(s, d), kind, round_)
+                for s, d, size, round_ in transfers)
+    return steps
+
+
+def graph_layouts(graph: Graph, batch: int, hierarchy: Hierarchy,
+                  columns: Sequence[Column]) -> list[graph_layout.NodeLayout]:
+    return [graph_layout.layout(site, batch, column, hierarchy)
+            for site, column in zip(graph_sites(graph), columns, strict=True)]
+
+
 def evaluate_graph_plan(graph: Graph, strategy: str, search: str, batch: int,
                         hierarchy: Hierarchy, columns: Sequence[Column],
                         word_bytes: int = 4) -> GraphPlan:
-    """Bytes per node and per level (the top-most level at which the two members differ)
-    of a fixed plan, from the members' transfer matrices."""
-    layouts = [graph_layout.layout(site, batch, column, hierarchy)
-               for site, column in zip(graph_sites(graph), columns, strict=True)]
-    members = np.arange(hierarchy.members)
-    level_of = np.array([[hierarchy.meeting_level(a, b) if a != b else 0 for b in members]
-                         for a in members])
+    """Bytes per node (the steps keyed to it) and per level (the top-most level at which
+    sender and receiver differ) of a fixed plan, from its messages."""
+    steps = graph_steps(graph, graph_layouts(graph, batch, hierarchy, columns), batch,
+                        hierarchy, word_bytes)
     per_node = [0.0] * len(graph.nodes)
-    per_level = np.zeros(hierarchy.levels)
-    outputs = set(graph.outputs)
-
-    def add(index: int, matrices: dict[str, np.ndarray]) -> None:
-        for matrix in matrices.values():
-            per_node[index] += float(matrix.sum())
-            if hierarchy.levels:
-                per_level[:] += np.bincount(level_of.reshape(-1), matrix.reshape(-1),
-                                            minlength=hierarchy.levels)
-    for i, (node, own) in enumerate(zip(graph.nodes, layouts, strict=True)):
-        add(i, graph_layout.own_matrices(own, batch, word_bytes, node.name in outputs))
-    for p, c, k in _edges(graph):
-        add(c, graph_layout.edge_matrices(layouts[p], layouts[c], k, batch, word_bytes))
+    per_level = [0.0] * hierarchy.levels
+    for messages in steps.values():
+        for message in messages:
+            per_node[message.layer] += message.bytes
+            per_level[message.level] += message.bytes
     return GraphPlan(graph.name, strategy, search, batch, hierarchy,
                      tuple(n.name for n in graph.nodes), tuple(columns), tuple(per_node),
-                     tuple(float(b) for b in per_level))
+                     tuple(per_level))

@@ -114,9 +114,8 @@ def load_network(name_or_path: str) -> Network:
     workload = load_workload(name_or_path)
     if isinstance(workload, Graph):
         raise InputError(
-            f"{name_or_path}: a graph network ({len(workload.nodes)} nodes); `networks` and "
-            "`plan` take it, but run, compare and sweep take chain networks (a 'layers' list) "
-            "until graph simulation lands (issue 'Graph workloads', part 5)")
+            f"{name_or_path}: a graph network ({len(workload.nodes)} nodes); this takes chain "
+            "networks (a 'layers' list); networks, plan, run, compare and sweep take both")
     return workload
 
 

@@ -1,0 +1,190 @@
+"""What one cube spends on one phase of its box of one graph node: cycles and actions.
+
+Convolutions, fc layers and products of two activations are convolution-shaped
+(`pe_array`; an fc layer on a token stream is a 1x1 convolution whose batch is
+samples x positions, a product of activations one whose batch is samples x
+heads x rows). The backward phase of a product of activations computes both
+input errors (two products as large as the forward one); it has no weight
+gradient. Every other operator is an element-wise pass (`pe_array.elementwise_cost`):
+its inputs read from DRAM and its output written back, with this many operations
+per output element (a counting convention, not a measured figure; these
+passes are bound by the buses and DRAM, so the count matters little):
+
+=====================================  ==========================================
+operator                               operations per output element
+=====================================  ==========================================
+act, dropout, mul, add (per input)     1
+batch_norm                             2 (scale and shift; statistics below)
+layer_norm                             4 (mean, variance, normalise, scale-shift)
+softmax                                3 (exponent, sum, divide)
+lrn                                    its window size
+pool                                   its window (kernel rows x columns)
+global_pool                            the map's rows x columns
+reshape, transpose, flatten, concat,   0 (a copy)
+slice, identity, embedding, tensor_op
+=====================================  ==========================================
+
+The backward pass of an element-wise operator moves the same words the other
+way (the output error in, the input errors out); batch norm and layer norm
+statistics and their scale and shift gradients are counted in it. A node
+whose inputs are all graph inputs has no backward pass (nothing needs their
+error). The update is the element-wise update of the node's own parameters.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from functools import lru_cache
+from types import MappingProxyType
+
+from hypar_sim.hardware.config import HardwareConfig
+from hypar_sim.hardware.costs import ZERO_COST, PieceCost, conv_cost, cube_cost, update_piece_cost
+from hypar_sim.hardware.energy import add_counts
+from hypar_sim.hardware.hmc import even_parts, pe_array_spec
+from hypar_sim.hardware.pe_array import (
+    ConvWork,
+    backward_work,
+    elementwise_cost,
+    fc_work,
+    gradient_work,
+)
+from hypar_sim.partition.graph_layout import NodeLayout, node_op
+from hypar_sim.partition.graph_ops import Box, output_box
+from hypar_sim.partition.kinds import Dim
+from hypar_sim.partition.steps import Phase
+
+_CONVOLUTIONS = ("conv", "fc", "matmul")
+
+
+def _volume(boxes) -> int:
+    return sum(math.prod(hi - lo for lo, hi in box) for box in boxes)
+
+
+def _ops_per_element(layout: NodeLayout) -> int:
+    node = layout.site.node
+    a = node.attrs
+    if node.op in ("act", "dropout", "mul"):
+        return 1
+    if node.op == "add":
+        return len(node.inputs) - 1
+    if node.op == "batch_norm":
+        return 2
+    if node.op == "layer_norm":
+        return 4
+    if node.op == "softmax":
+        return 3
+    if node.op == "lrn":
+        return a["size"]
+    if node.op == "pool":
+        kernel = a["kernel"]
+        return kernel * kernel if isinstance(kernel, int) else kernel[0] * kernel[1]
+    if node.op == "global_pool":
+        return node.input_shapes[0][1] * node.input_shapes[0][2]
+    return 0
+
+
+def _work(layout: NodeLayout, box: Box) -> ConvWork | None:
+    """The forward convolution-shaped work of a member's box (None if it has none)."""
+    node, site = layout.site.node, layout.site
+    n = box[Dim.N][1] - box[Dim.N][0]
+    k = box[Dim.K][1] - box[Dim.K][0] if node.op != "matmul" else \
+        box[site.output[-1]][1] - box[site.output[-1]][0]
+    c = box[Dim.C][1] - box[Dim.C][0] if Dim.C in box else 0
+    if min(n, k, c) <= 0:
+        return None
+    if node.op == "conv":
+        a = node.attrs
+        kh, kw = (a["kernel"],) * 2 if isinstance(a["kernel"], int) else a["kernel"]
+        dh, dw = (a["dilation"],) * 2 if isinstance(a["dilation"], int) else a["dilation"]
+        stride = a["stride"] if isinstance(a["stride"], int) else a["stride"][0]
+        rows, cols = box[Dim.P][1] - box[Dim.P][0], box[Dim.Q][1] - box[Dim.Q][0]
+        span_h, span_w = dh * (kh - 1) + 1, dw * (kw - 1) + 1
+        work = ConvWork(n, c, k, (rows - 1) * stride + span_h, (cols - 1) * stride + span_w,
+                        span_h, span_w, stride, rows, cols)
+        return replace(work, density=work.density * kh * kw / (span_h * span_w))
+    lead = [box[d][1] - box[d][0] for d in site.output[:-1]]
+    if node.op == "fc" and len(node.input_shapes[0]) == 3:
+        lead = []
+    return fc_work(n * math.prod(lead), c, k)
+
+
+@lru_cache(maxsize=65536)
+def _elementwise(ops: int, read: int, written: int, streams: int,
+                 config: HardwareConfig) -> PieceCost:
+    """An element-wise pass spread evenly over the cube's PUs."""
+    if read + written <= 0:
+        return ZERO_COST
+    spec = pe_array_spec(config)
+    pus = min(config.pus_per_cube, max(read, written))
+    pieces = []
+    for size, count in even_parts(max(read, written), pus):
+        share = size / max(read, written)
+        pieces.append((elementwise_cost(round(ops * share), round(read * share),
+                                        round(written * share), streams, spec), count))
+    return cube_cost(pieces, ops, config)
+
+
+def _sum(first: PieceCost, second: PieceCost) -> PieceCost:
+    """Two pieces one after the other."""
+    return PieceCost(first.cycles + second.cycles, first.compute_cycles + second.compute_cycles,
+                     first.memory_cycles + second.memory_cycles, first.macs + second.macs,
+                     first.dram_bytes + second.dram_bytes, max(first.pus_used, second.pus_used),
+                     MappingProxyType(add_counts(first.counts, second.counts)))
+
+
+def params(layout: NodeLayout, box: Box) -> int:
+    """The node's parameters a member holds (and updates)."""
+    node = layout.site.node
+    k = box[Dim.K][1] - box[Dim.K][0] if Dim.K in box else 0
+    if node.op == "embedding":
+        return node.attrs["vocab"] * k
+    held = 0
+    if node.op in ("conv", "fc") and not node.attrs.get("tied_to"):
+        a = node.attrs
+        area = 1 if node.op == "fc" else (a["kernel"] ** 2 if isinstance(a["kernel"], int)
+                                          else a["kernel"][0] * a["kernel"][1])
+        held = k * (box[Dim.C][1] - box[Dim.C][0]) * area
+    if node.attrs.get("bias"):
+        held += k
+    if node.op in ("batch_norm", "layer_norm") and node.attrs["affine"]:
+        held += 2 * k
+    return held
+
+
+def node_cost(layout: NodeLayout, member: int, phase: Phase, config: HardwareConfig,
+              needs_input_error: bool) -> PieceCost:
+    """Cost of one phase of a member's box of a node on its cube."""
+    box = layout.box(member)
+    node = layout.site.node
+    if phase is Phase.UPDATE:
+        return update_piece_cost(params(layout, box), config)
+    if node.op in _CONVOLUTIONS:
+        work = _work(layout, box)
+        if work is None:
+            return ZERO_COST
+        if phase is Phase.FORWARD:
+            return conv_cost(work, config)
+        if phase is Phase.BACKWARD:
+            if not needs_input_error:
+                return ZERO_COST
+            back = conv_cost(backward_work(work), config)
+            return _sum(back, conv_cost(gradient_work(work), config)) \
+                if node.op == "matmul" else back
+        return ZERO_COST if node.op == "matmul" else conv_cost(gradient_work(work), config)
+    written = _volume([output_box(layout.site, box)])
+    read = sum(_volume(node_op(layout.site).read(layout.site, box, i))
+               for i in range(len(node.inputs)))
+    if node.op == "embedding":
+        read = written  # the table's rows looked up
+        if phase is Phase.BACKWARD:
+            return ZERO_COST  # token ids have no error
+    elif phase is Phase.GRADIENT:
+        return ZERO_COST
+    if phase is Phase.BACKWARD and not needs_input_error:
+        return ZERO_COST
+    ops = _ops_per_element(layout) * written
+    if phase is Phase.FORWARD:
+        return _elementwise(ops, read, written, len(node.inputs), config)
+    return _elementwise(ops, written, read, 1, config)  # the errors flow the other way
+

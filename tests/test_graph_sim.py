@@ -1,0 +1,113 @@
+"""Simulating graph networks: invariants (bytes sent = received = planner traffic, energy
+parts sum, bit-identical reruns), an ONNX block simulates as its YAML, capacity, the CLI."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections import defaultdict
+
+import pytest
+
+from hypar_sim.errors import InputError
+from hypar_sim.hardware.config import load_hardware
+from hypar_sim.partition.hierarchy import Hierarchy
+from hypar_sim.planner.graph_plan import make_graph_plan
+from hypar_sim.planner.strategies import PlanOptions
+from hypar_sim.runner import SimOptions, simulate_graph, simulate_strategy
+from hypar_sim.sim.graph_schedule import build_graph_schedule
+from hypar_sim.workload.graph import parse_graph
+from hypar_sim.workload.network import load_workload
+from tests.test_graph_plan import attention, inception, residual
+
+
+def config(accelerators, batch, **overrides):
+    return load_hardware(None, {"accelerators": accelerators, "batch": batch, **overrides})
+
+
+CASES = [(residual(), ("batch", "in")), (inception(), ("batch", "in", "out", "spatial")),
+         (attention(), ("batch", "in", "out", "heads"))]
+
+
+@pytest.mark.parametrize("graph, kinds", CASES, ids=["residual", "inception", "attention"])
+@pytest.mark.parametrize("accelerators", [4, 6])
+@pytest.mark.parametrize("topology", ["htree", "torus", "ideal"])
+def test_bytes_sent_equal_received_equal_planner_traffic(graph, kinds, accelerators, topology):
+    hw = config(accelerators, 12)
+    plan = make_graph_plan(graph, "hypar", Hierarchy.for_count(accelerators), 12,
+                           options=PlanOptions(kinds))
+    schedule = build_graph_schedule(graph, plan, hw)
+    sent, received = defaultdict(float), defaultdict(float)
+    for message in schedule.messages:
+        sent[message.src] += message.bytes
+        received[message.dst] += message.bytes
+    assert sum(sent.values()) == sum(received.values()) == pytest.approx(plan.traffic_bytes,
+                                                                         rel=1e-12)
+    result = simulate_graph(graph, plan, hw, SimOptions(topology=topology))
+    assert result.traffic_bytes == pytest.approx(plan.traffic_bytes, rel=1e-12)
+    assert result.traffic_bytes_per_level == pytest.approx(plan.traffic_bytes_per_level,
+                                                           rel=1e-12)
+    assert sum(a.sent_bytes for a in result.per_accelerator) == pytest.approx(
+        plan.traffic_bytes, rel=1e-12)
+    assert sum(result.energy_breakdown_pj.values()) == result.energy_pj
+    assert result.latency_cycles > 0 and len(result.per_layer) == len(graph.nodes)
+
+
+def test_reruns_are_bit_identical_and_engines_agree_roughly():
+    graph = load_workload("resnet18")
+    hw = config(4, 16)
+    first = simulate_strategy(graph, "hypar", hw)
+    second = simulate_strategy(graph, "hypar", hw)
+    assert first.latency_cycles == second.latency_cycles
+    assert first.energy_breakdown_pj == second.energy_breakdown_pj
+    analytic = simulate_strategy(graph, "hypar", hw, SimOptions(engine="analytic"))
+    assert analytic.latency_cycles == pytest.approx(first.latency_cycles, rel=0.1)
+    assert analytic.traffic_bytes == first.traffic_bytes
+
+
+def test_compute_counts_every_mac_of_the_forward_pass():
+    """The forward phase's MACs over all members are the graph's MACs x the batch (every
+    node's box covers its output once; a split reduction's members share its MACs)."""
+    graph = load_workload("mobilenet_v2")
+    hw = config(4, 8)
+    plan = make_graph_plan(graph, "hypar", Hierarchy.binary(2), 8,
+                           options=PlanOptions(("batch", "in", "out")))
+    schedule = build_graph_schedule(graph, plan, hw)
+    forward = sum(cost.macs for task in schedule.tasks
+                  if getattr(task, "phase", None) is not None and task.phase.value == "forward"
+                  and graph.nodes[task.layer].op in ("conv", "fc")
+                  for cost in task.costs)
+    assert forward == graph.macs_per_sample * 8
+
+
+def test_onnx_block_simulates_as_its_yaml(tmp_path):
+    from tests.test_onnx_import import CNN_YAML, cnn_block
+
+    imported = load_workload(str(cnn_block(tmp_path)))
+    written = parse_graph(CNN_YAML, "yaml")
+    hw = config(4, 8)
+    a = simulate_strategy(imported, "hypar", hw)
+    b = simulate_strategy(written, "hypar", hw)
+    assert a.latency_cycles == b.latency_cycles and a.traffic_bytes == b.traffic_bytes
+    assert a.energy_pj == b.energy_pj
+
+
+def test_a_batch_too_large_for_gpt2_is_reported():
+    with pytest.raises(InputError, match="capacity: gpt2_small needs"):
+        simulate_strategy(load_workload("gpt2_small"), "data", config(2, 64))
+
+
+def test_cli_runs_and_compares_a_graph(tmp_path):
+    def cli(*args):
+        return subprocess.run([sys.executable, "-m", "hypar_sim", *args], capture_output=True,
+                              text=True, cwd=tmp_path)
+    run = cli("run", "resnet18", "--accelerators", "4", "--batch", "16", "--json")
+    assert run.returncode == 0, run.stderr
+    result = json.loads(run.stdout)
+    assert result["network"] == "resnet18" and len(result["per_layer"]) == 68
+    compare = cli("compare", "mobilenet_v2", "--accelerators", "4", "--batch", "16",
+                  "--engine", "analytic")
+    assert compare.returncode == 0 and "hypar" in compare.stdout and "model" in compare.stdout
+    bad = cli("run", "resnet18", "--strategy", "trick")
+    assert bad.returncode == 2 and "graph networks take hypar, data, model" in bad.stderr
