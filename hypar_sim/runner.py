@@ -54,10 +54,7 @@ class SimOptions:
 def simulate(network: Network, plan: Plan, config: HardwareConfig,
              options: SimOptions = SimOptions()) -> SimResult:  # noqa: B008 - frozen, immutable
     """Simulate one training step of `network` split by `plan` on the array of `config`."""
-    if plan.accelerators != config.accelerators or plan.batch != config.batch:
-        raise InputError(
-            f"plan: made for {plan.accelerators} accelerators and batch {plan.batch}, but the "
-            f"hardware has {config.accelerators} accelerators and batch {config.batch}")
+    _check_matches(plan, config)
     schedule = build_schedule(network, plan, config, options.overlap_gradients)
     return _run(schedule, plan.hierarchy, config, options, plan.search)
 
@@ -65,12 +62,16 @@ def simulate(network: Network, plan: Plan, config: HardwareConfig,
 def simulate_graph(graph: Graph, plan: GraphPlan, config: HardwareConfig,
                    options: SimOptions = SimOptions()) -> SimResult:  # noqa: B008 - frozen
     """Simulate one training step of a graph network split by `plan`."""
+    _check_matches(plan, config)
+    schedule = build_graph_schedule(graph, plan, config, options.overlap_gradients)
+    return _run(schedule, plan.hierarchy, config, options, plan.search)
+
+
+def _check_matches(plan: Plan | GraphPlan, config: HardwareConfig) -> None:
     if plan.accelerators != config.accelerators or plan.batch != config.batch:
         raise InputError(
             f"plan: made for {plan.accelerators} accelerators and batch {plan.batch}, but the "
             f"hardware has {config.accelerators} accelerators and batch {config.batch}")
-    schedule = build_graph_schedule(graph, plan, config, options.overlap_gradients)
-    return _run(schedule, plan.hierarchy, config, options, plan.search)
 
 
 def _run(schedule: Schedule, hierarchy: Hierarchy, config: HardwareConfig, options: SimOptions,
