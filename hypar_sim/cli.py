@@ -38,6 +38,7 @@ from hypar_sim.report import (
 )
 from hypar_sim.runner import ENGINES, SimOptions, simulate_strategy
 from hypar_sim.sim.accounting import DEFAULT_CHUNK_BYTES, DEFAULT_MAX_CHUNKS
+from hypar_sim.sim.graph_schedule import DEFAULT_BUCKET_MB
 from hypar_sim.workload.graph import Graph
 from hypar_sim.workload.network import (
     available_graphs,
@@ -226,6 +227,10 @@ def _add_simulation_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-overlap", action="store_true",
                         help="wait for each layer's gradient exchange before going on with the "
                              "backward pass (default: overlap it)")
+    parser.add_argument("--bucket-mb", type=float, default=DEFAULT_BUCKET_MB, metavar="MIB",
+                        help="graph networks: fuse gradient all-reduces in buckets of this many "
+                             f"MiB, as PyTorch DDP does (default {DEFAULT_BUCKET_MB}; 0: one per "
+                             "node)")
     _add_plan_arguments(parser)
 
 
@@ -238,7 +243,7 @@ def _simulation_inputs(args: argparse.Namespace):
         raise InputError(f"--max-chunks: must be a positive integer, got {args.max_chunks}")
     options = SimOptions(topology=args.topology, engine=args.engine,
                          chunk_bytes=args.chunk_kib * 1024, max_chunks=args.max_chunks,
-                         overlap_gradients=not args.no_overlap)
+                         overlap_gradients=not args.no_overlap, bucket_mb=args.bucket_mb)
     return network, config, options
 
 

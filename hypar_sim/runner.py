@@ -19,7 +19,7 @@ from hypar_sim.results import SimResult
 from hypar_sim.sim.accounting import DEFAULT_CHUNK_BYTES, DEFAULT_MAX_CHUNKS
 from hypar_sim.sim.analytic import simulate_analytic
 from hypar_sim.sim.engine import simulate_des
-from hypar_sim.sim.graph_schedule import build_graph_schedule
+from hypar_sim.sim.graph_schedule import DEFAULT_BUCKET_MB, build_graph_schedule
 from hypar_sim.sim.schedule import Schedule, build_schedule
 from hypar_sim.workload.graph import Graph
 from hypar_sim.workload.network import Network
@@ -36,6 +36,7 @@ class SimOptions:
     chunk_bytes: int = DEFAULT_CHUNK_BYTES  # a message crosses the network in chunks of this size
     max_chunks: int = DEFAULT_MAX_CHUNKS  # ... or in this many larger chunks, if that is fewer
     overlap_gradients: bool = True  # gradient exchange overlaps the rest of the backward pass
+    bucket_mb: float = DEFAULT_BUCKET_MB  # graph networks: gradients fused in buckets (0: off)
 
     def __post_init__(self) -> None:
         if self.topology not in TOPOLOGIES:
@@ -49,6 +50,10 @@ class SimOptions:
         if isinstance(self.max_chunks, bool) or not isinstance(self.max_chunks, int) \
                 or self.max_chunks < 1:
             raise InputError(f"max_chunks: must be a positive integer, got {self.max_chunks!r}")
+        if isinstance(self.bucket_mb, bool) or not isinstance(self.bucket_mb, int | float) \
+                or not 0 <= self.bucket_mb <= 2**20:
+            raise InputError(f"--bucket-mb: must be a number of MiB from 0 (off) to {2**20}, got "
+                             f"{self.bucket_mb!r}")
 
 
 def simulate(network: Network, plan: Plan, config: HardwareConfig,
@@ -63,7 +68,8 @@ def simulate_graph(graph: Graph, plan: GraphPlan, config: HardwareConfig,
                    options: SimOptions = SimOptions()) -> SimResult:  # noqa: B008 - frozen
     """Simulate one training step of a graph network split by `plan`."""
     _check_matches(plan, config)
-    schedule = build_graph_schedule(graph, plan, config, options.overlap_gradients)
+    schedule = build_graph_schedule(graph, plan, config, options.overlap_gradients,
+                                    options.bucket_mb * 2**20)
     return _run(schedule, plan.hierarchy, config, options, plan.search)
 
 

@@ -15,52 +15,87 @@ and the dependencies differ. Other matrices are sent directly.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
-Transfer = tuple[int, int, float, int]  # src, dst, bytes, round
+from hypar_sim.partition.hierarchy import Hierarchy
+from hypar_sim.partition.steps import Message, TransferKind
 
 
-def direct(matrix: np.ndarray) -> list[Transfer]:
+@dataclass(frozen=True)
+class Transfers:
+    """Messages of one step as arrays (sorted by round, then source, then destination)."""
+
+    src: np.ndarray
+    dst: np.ndarray
+    bytes: np.ndarray
+    round: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.src)
+
+    def messages(self, index: int, kind: TransferKind, hierarchy: Hierarchy) -> tuple[
+            Message, ...]:
+        """The step's messages, each with the level at which its two members meet."""
+        levels = hierarchy.meeting_levels(self.src, self.dst).tolist()
+        return tuple(Message(s, d, size, index, level, kind, round_) for s, d, size, level, round_
+                     in zip(self.src.tolist(), self.dst.tolist(), self.bytes.tolist(), levels,
+                            self.round.tolist(), strict=True))
+
+
+def _sorted(src: np.ndarray, dst: np.ndarray, size: np.ndarray, round_: np.ndarray) -> Transfers:
+    order = np.lexsort((dst, src, round_))
+    return Transfers(src[order], dst[order], size[order].astype(np.float64), round_[order])
+
+
+def direct(matrix: np.ndarray) -> Transfers:
     """Every nonzero entry one message, all in round 0."""
     src, dst = np.nonzero(matrix)
-    return [(int(s), int(d), float(matrix[s, d]), 0) for s, d in zip(src, dst, strict=True)]
+    return _sorted(src, dst, matrix[src, dst], np.zeros(len(src), dtype=np.int64))
 
 
-def _blocks(matrix: np.ndarray) -> list[list[int]]:
+def _blocks(matrix: np.ndarray) -> list[np.ndarray]:
     """Members connected by nonzero entries (either direction), each block sorted."""
-    members = [int(m) for m in np.nonzero(matrix.any(axis=0) | matrix.any(axis=1))[0]]
-    parent = {m: m for m in members}
-
-    def find(m: int) -> int:
-        while parent[m] != m:
-            parent[m] = parent[parent[m]]
-            m = parent[m]
-        return m
-
-    for s, d in zip(*np.nonzero(matrix), strict=True):
-        parent[find(int(s))] = find(int(d))
-    blocks: dict[int, list[int]] = {}
-    for m in members:
-        blocks.setdefault(find(m), []).append(m)
-    return list(blocks.values())
+    linked = (matrix != 0) | (matrix != 0).T
+    active = np.nonzero(linked.any(axis=1))[0]
+    label = np.arange(len(matrix))
+    src, dst = np.nonzero(linked)
+    while True:  # every member takes the smallest label among its neighbours, until stable
+        lowest = label.copy()
+        np.minimum.at(lowest, dst, label[src])
+        if np.array_equal(lowest, label):
+            break
+        label = lowest
+    return [active[label[active] == root] for root in np.unique(label[active])]
 
 
-def ring(matrix: np.ndarray) -> list[Transfer]:
+def ring(matrix: np.ndarray) -> Transfers:
     """Uniform all-to-all blocks of more than two members as rings; the rest direct."""
-    transfers: list[Transfer] = []
+    parts = []
+    rest = np.zeros_like(matrix)
     for block in _blocks(matrix):
         sub = matrix[np.ix_(block, block)]
         off = sub[~np.eye(len(block), dtype=bool)]
         if len(block) > 2 and np.all(off == off[0]) and off[0] > 0:
-            for round_ in range(len(block) - 1):
-                transfers += [(m, block[(i + 1) % len(block)], float(off[0]), round_)
-                              for i, m in enumerate(block)]
+            k = len(block)
+            rounds = np.repeat(np.arange(k - 1), k)
+            src = np.tile(block, k - 1)
+            dst = np.tile(np.roll(block, -1), k - 1)
+            parts.append((src, dst, np.full(len(src), off[0]), rounds))
         else:
-            rows = np.zeros_like(matrix)
-            rows[np.ix_(block, block)] = sub
-            transfers += direct(rows)
-    return sorted(transfers, key=lambda t: (t[3], t[0], t[1]))
+            rest[np.ix_(block, block)] = sub
+    src, dst = np.nonzero(rest)
+    parts.append((src, dst, rest[src, dst], np.zeros(len(src), dtype=np.int64)))
+    return _sorted(*(np.concatenate([p[i] for p in parts]) for i in range(4)))
 
 
-COLLECTIVES: dict[str, Callable[[np.ndarray], list[Transfer]]] = {"ring": ring, "direct": direct}
+COLLECTIVES: dict[str, Callable[[np.ndarray], Transfers]] = {"ring": ring, "direct": direct}
+
+
+def level_bytes(transfers: Transfers, hierarchy: Hierarchy) -> np.ndarray:
+    """Bytes the transfers carry between members that meet at each level."""
+    if not len(transfers):
+        return np.zeros(hierarchy.levels)
+    return np.bincount(hierarchy.meeting_levels(transfers.src, transfers.dst), transfers.bytes,
+                       minlength=hierarchy.levels)

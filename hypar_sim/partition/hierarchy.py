@@ -15,6 +15,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cached_property
 
+import numpy as np
+
 from hypar_sim.errors import InputError
 
 #: Most members accepted (2**20 accelerators).
@@ -122,6 +124,16 @@ class Hierarchy:
             if a // stride != b // stride:
                 return level
         raise ValueError(f"members {a} and {b} are the same member")
+
+    def meeting_levels(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """`meeting_level` of many pairs at once (members a[i] != b[i])."""
+        result = np.full(len(a), -1, dtype=np.int64)
+        for level in reversed(range(self.levels)):
+            stride = self.strides[level]
+            result[a // stride != b // stride] = level
+        if np.any(result < 0):
+            raise ValueError("meeting_levels: a pair of the same member")
+        return result
 
     @cached_property
     def subarray_counts(self) -> tuple[int, ...]:

@@ -20,7 +20,7 @@ import numpy as np
 
 from hypar_sim.errors import InputError
 from hypar_sim.partition import graph_layout
-from hypar_sim.partition.collectives import COLLECTIVES
+from hypar_sim.partition.collectives import COLLECTIVES, Transfers, level_bytes
 from hypar_sim.partition.graph_axes import Site
 from hypar_sim.partition.graph_axes import sites as graph_sites
 from hypar_sim.partition.graph_ops import NODE_OPS
@@ -194,9 +194,23 @@ StepKey = tuple[int, TransferKind]
 
 
 def graph_steps(graph: Graph, layouts: Sequence[graph_layout.NodeLayout], batch: int,
-                hierarchy: Hierarchy, word_bytes: int) -> dict[StepKey, tuple[Message, ...]]:
-    """Every message of a plan, by step (node index, why): the stages' matrices summed per
-    step and sent by the `ring` collective (the planner's and the simulator's bytes)."""
+                hierarchy: Hierarchy, word_bytes: int,
+                bucket_bytes: float = 0.0) -> dict[StepKey, tuple[Message, ...]]:
+    """Every message of a plan, by step (see `graph_transfers`)."""
+    return {key: transfers.messages(key[0], key[1], hierarchy) for key, transfers in
+            graph_transfers(graph, layouts, batch, word_bytes, bucket_bytes).items()}
+
+
+def graph_transfers(graph: Graph, layouts: Sequence[graph_layout.NodeLayout], batch: int,
+                    word_bytes: int, bucket_bytes: float = 0.0) -> dict[StepKey, Transfers]:
+    """Every transfer of a plan, by step (node index, why): the stages' matrices summed per
+    step and sent by the `ring` collective (the planner's and the simulator's bytes).
+
+    With `bucket_bytes` > 0, gradient all-reduces are fused in buckets as data-parallel
+    frameworks do (PyTorch DDP: Li et al., "PyTorch Distributed", VLDB 2020, section 3.2.3,
+    25 MB by default): walking the nodes backwards, gradients join a bucket until it holds
+    `bucket_bytes`; the bucket is keyed by its last node (the one whose gradient completes
+    it). The bytes are the same; fewer, larger messages carry them."""
     matrices: dict[StepKey, np.ndarray] = {}
 
     def add(key: StepKey, matrix: np.ndarray) -> None:
@@ -212,16 +226,44 @@ def graph_steps(graph: Graph, layouts: Sequence[graph_layout.NodeLayout], batch:
                                                         word_bytes).items():
             kind, by_producer = _EDGE_STAGES[stage]
             add((p if by_producer else c, kind), matrix)
+    if bucket_bytes > 0:
+        sizes = [node.params * word_bytes for node in graph.nodes]
+        matrices = _bucketed(matrices, sizes, bucket_bytes)
     order = list(TransferKind)
     steps = {}
-    for (index, kind), matrix in sorted(matrices.items(),
-                                        key=lambda item: (item[0][0], order.index(item[0][1]))):
+    for key, matrix in sorted(matrices.items(),
+                              key=lambda item: (item[0][0], order.index(item[0][1]))):
         transfers = COLLECTIVES["ring"](matrix)
-        if transfers:
-            steps[(index, kind)] = tuple(
-                Message(s, d, size, index, hierarchy.meeting_level(s, d), kind, round_)
-                for s, d, size, round_ in transfers)
+        if len(transfers):
+            steps[key] = transfers
     return steps
+
+
+def _bucketed(matrices: dict[StepKey, np.ndarray], sizes: Sequence[float],
+              bucket_bytes: float) -> dict[StepKey, np.ndarray]:
+    """Gradient steps fused into buckets of `bucket_bytes` of gradients (a node's: `sizes`,
+    bytes; see `graph_steps`)."""
+    result = {key: m for key, m in matrices.items()
+              if key[1] not in (TransferKind.GRADIENT, TransferKind.GRADIENT_GATHER)}
+    pending: list[int] = []
+    held = 0.0
+
+    def close() -> None:
+        for kind in (TransferKind.GRADIENT, TransferKind.GRADIENT_GATHER):
+            parts = [matrices[(i, kind)] for i in pending if (i, kind) in matrices]
+            if parts:
+                result[(pending[-1], kind)] = sum(parts[1:], parts[0])
+    for i in reversed(range(len(sizes))):
+        if (i, TransferKind.GRADIENT) not in matrices:
+            continue
+        pending.append(i)
+        held += sizes[i]
+        if held >= bucket_bytes:
+            close()
+            pending, held = [], 0.0
+    if pending:
+        close()
+    return result
 
 
 def graph_layouts(graph: Graph, batch: int, hierarchy: Hierarchy,
@@ -235,14 +277,13 @@ def evaluate_graph_plan(graph: Graph, strategy: str, search: str, batch: int,
                         word_bytes: int = 4) -> GraphPlan:
     """Bytes per node (the steps keyed to it) and per level (the top-most level at which
     sender and receiver differ) of a fixed plan, from its messages."""
-    steps = graph_steps(graph, graph_layouts(graph, batch, hierarchy, columns), batch,
-                        hierarchy, word_bytes)
+    steps = graph_transfers(graph, graph_layouts(graph, batch, hierarchy, columns), batch,
+                            word_bytes)
     per_node = [0.0] * len(graph.nodes)
-    per_level = [0.0] * hierarchy.levels
-    for messages in steps.values():
-        for message in messages:
-            per_node[message.layer] += message.bytes
-            per_level[message.level] += message.bytes
+    per_level = np.zeros(hierarchy.levels)
+    for (index, _), transfers in steps.items():
+        per_node[index] += float(transfers.bytes.sum())
+        per_level += level_bytes(transfers, hierarchy)
     return GraphPlan(graph.name, strategy, search, batch, hierarchy,
                      tuple(n.name for n in graph.nodes), tuple(columns), tuple(per_node),
-                     tuple(per_level))
+                     tuple(float(b) for b in per_level))

@@ -240,10 +240,8 @@ class LayoutTraffic:
         for (index, kind), matrix in layout.chain_transfers(layers, batch, columns, hierarchy,
                                                             word_bytes).items():
             transfers = COLLECTIVES[self.collective](matrix)
-            if transfers:
-                steps[(index, kind)] = tuple(
-                    Message(s, d, size, index, hierarchy.meeting_level(s, d), kind, round_)
-                    for s, d, size, round_ in transfers)
+            if len(transfers):
+                steps[(index, kind)] = transfers.messages(index, kind, hierarchy)
         return dict(sorted(steps.items(), key=lambda item: (item[0][0], list(TransferKind)
                                                             .index(item[0][1]))))
 

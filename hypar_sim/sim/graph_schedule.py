@@ -35,14 +35,19 @@ from hypar_sim.planner.graph_plan import GraphPlan, graph_edges, graph_layouts, 
 from hypar_sim.sim.schedule import Compute, Schedule, Send, StepKey, Task, Units, Wait
 from hypar_sim.workload.graph import Graph
 
+#: Gradient bucket of a graph's step, MiB: PyTorch DDP's default bucket_cap_mb = 25.
+DEFAULT_BUCKET_MB = 25
+
 
 def build_graph_schedule(graph: Graph, plan: GraphPlan, config: HardwareConfig,
-                         overlap_gradients: bool = True) -> Schedule:
-    """Tasks and messages of one training step of `graph` under `plan`."""
+                         overlap_gradients: bool = True,
+                         bucket_bytes: float = DEFAULT_BUCKET_MB * 2**20) -> Schedule:
+    """Tasks and messages of one training step of `graph` under `plan` (gradients fused in
+    buckets of `bucket_bytes`, 0: one all-reduce per node; see `graph_steps`)."""
     hierarchy, batch = plan.hierarchy, plan.batch
     layouts = graph_layouts(graph, batch, hierarchy, plan.columns)
     members = hierarchy.members
-    steps = graph_steps(graph, layouts, batch, hierarchy, config.word_bytes)
+    steps = graph_steps(graph, layouts, batch, hierarchy, config.word_bytes, bucket_bytes)
     _check_fits(graph, layouts, steps, config)
     predecessors = defaultdict(bool)
     for _, c, _ in graph_edges(graph):
