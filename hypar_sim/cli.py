@@ -41,6 +41,7 @@ from hypar_sim.sim.accounting import DEFAULT_CHUNK_BYTES, DEFAULT_MAX_CHUNKS
 from hypar_sim.sim.graph_schedule import DEFAULT_BUCKET_MB
 from hypar_sim.workload.graph import Graph
 from hypar_sim.workload.network import (
+    Network,
     available_graphs,
     available_networks,
     load_network,
@@ -82,7 +83,21 @@ def plan_options_from_args(args: argparse.Namespace) -> PlanOptions:
                        traffic_model=args.traffic_model)
 
 
+def _add_seq_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--seq", type=int, default=None, metavar="TOKENS",
+                        help="length of an ONNX model's dynamic sequence axis (default 128, or "
+                        "the model's own if fixed)")
+
+
+def _workload(args: argparse.Namespace) -> Network | Graph:
+    """The network named by the command line (an ONNX model's sequence from --seq)."""
+    if args.seq is not None and args.seq < 1:
+        raise InputError(f"--seq: must be a positive number of tokens, got {args.seq}")
+    return load_workload(args.network, args.seq)
+
+
 def _add_plan_arguments(parser: argparse.ArgumentParser) -> None:
+    _add_seq_argument(parser)
     parser.add_argument("--hierarchy", default=None, metavar="SIZES",
                         help="level sizes, top first, e.g. 4x3x2 (product = accelerators; "
                              "default: the accelerator count's prime factors, largest first)")
@@ -119,9 +134,7 @@ def build_parser() -> argparse.ArgumentParser:
     nets = commands.add_parser("networks", help="list the networks, or the layers of one")
     nets.add_argument("network", nargs="?",
                       help="a network name or a path to a .yaml or .onnx file")
-    nets.add_argument("--seq", type=int, default=None, metavar="TOKENS",
-                      help="length of an ONNX model's dynamic sequence axis (default 128, or "
-                      "the model's own if fixed)")
+    _add_seq_argument(nets)
     nets.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
     plan = commands.add_parser("plan", help="the dp/mp plan of a strategy and its traffic")
@@ -235,7 +248,7 @@ def _add_simulation_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _simulation_inputs(args: argparse.Namespace):
-    network = load_workload(args.network)
+    network = _workload(args)
     config = load_hardware(args.config, hardware_overrides(args))
     if args.chunk_kib < 1:
         raise InputError(f"--chunk-kib: must be a positive integer, got {args.chunk_kib}")
@@ -345,9 +358,7 @@ def cmd_hardware(args: argparse.Namespace) -> str:
 
 def cmd_networks(args: argparse.Namespace) -> str:
     if args.network:
-        if args.seq is not None and args.seq < 1:
-            raise InputError(f"--seq: must be a positive number of tokens, got {args.seq}")
-        net = load_workload(args.network, args.seq)
+        net = _workload(args)
         if isinstance(net, Graph):
             return json.dumps(graph_dict(net), indent=2) if args.json else nodes_table(net)
         if args.json:
@@ -385,7 +396,7 @@ def graph_dict(graph: Graph) -> dict:
 
 
 def cmd_plan(args: argparse.Namespace) -> str:
-    workload = load_workload(args.network)
+    workload = _workload(args)
     if isinstance(workload, Graph):
         return _plan_graph(args, workload)
     strategy = "explicit" if args.plan_text is not None else args.strategy

@@ -3,7 +3,8 @@
 Sections: the cost models (layer pieces costed per second); bare SimPy
 (timeout events per second in a tight loop); the simulator on the ten
 networks x {data, model, hypar} x {htree, torus} at 16 accelerators (wall
-time, events, events per second), the 60 runs spread over all cores.
+time, events, events per second), the 60 runs spread over all cores; graph
+networks (ResNet-50 on 64 cubes, BERT-base on 16: plan and simulation times).
 """
 
 from __future__ import annotations
@@ -19,11 +20,13 @@ from hypar_sim.hardware.config import load_hardware
 from hypar_sim.hardware.costs import conv_cost, phase_cost, update_piece_cost
 from hypar_sim.hardware.pe_array import map_conv
 from hypar_sim.paper import PAPER_NETWORKS
+from hypar_sim.partition.hierarchy import Hierarchy
 from hypar_sim.partition.steps import Phase
+from hypar_sim.planner.graph_plan import make_graph_plan
 from hypar_sim.planner.strategies import make_plan
-from hypar_sim.runner import SimOptions, simulate
+from hypar_sim.runner import SimOptions, simulate, simulate_graph
 from hypar_sim.sim.schedule import member_shares
-from hypar_sim.workload.network import load_network
+from hypar_sim.workload.network import load_network, load_workload
 
 PHASES = (Phase.FORWARD, Phase.BACKWARD, Phase.GRADIENT, Phase.UPDATE)
 
@@ -120,17 +123,39 @@ def bench_simulator(workers: int) -> None:
           f"{(events + grants) / busy / bare:.2f} of bare SimPy's event rate")
 
 
+def bench_graphs() -> None:
+    """Issue "Graph workloads": ResNet-50 on 64 cubes and BERT-base on 16 under 2 s each
+    (planning and simulation timed apart; one run each, caches cold)."""
+    print()
+    for name, accelerators, batch, target in (("resnet50", 64, 256, 2.0),
+                                              ("bert_base", 16, 32, 2.0)):
+        graph = load_workload(name)
+        config = load_hardware(None, {"accelerators": accelerators, "batch": batch})
+        start = time.perf_counter()
+        plan = make_graph_plan(graph, "hypar", Hierarchy.for_count(accelerators), batch)
+        planned = time.perf_counter()
+        result = simulate_graph(graph, plan, config)
+        simulated = time.perf_counter()
+        print(f"graph {name} on {accelerators} cubes, batch {batch}: plan "
+              f"{planned - start:.2f} s, simulation {simulated - planned:.2f} s (schedule and "
+              f"DES; {result.events:,} events), together {simulated - start:.2f} s (target "
+              f"< {target:g} s: {'met' if simulated - start < target else 'MISSED'}; "
+              f"simulation alone {'met' if simulated - planned < target else 'MISSED'})")
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1,
                         help="processes for the 60 simulations (default: all cores)")
-    parser.add_argument("--only", choices=("costs", "simulator"), default=None,
+    parser.add_argument("--only", choices=("costs", "simulator", "graphs"), default=None,
                         help="run one section only")
     args = parser.parse_args(argv)
     if args.only in (None, "costs"):
         bench_costs()
     if args.only in (None, "simulator"):
         bench_simulator(args.workers)
+    if args.only in (None, "graphs"):
+        bench_graphs()
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ output projection into the token embedding) before the owner's all-reduce.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -85,8 +86,13 @@ class NodeLayout:
         return len(self.boxes[Dim.N])
 
     def box(self, member: int) -> Box:
-        return {dim: (int(parts[member, 0]), int(parts[member, 1]))
-                for dim, parts in self.boxes.items()}
+        return self._member_boxes[member]
+
+    @cached_property
+    def _member_boxes(self) -> list[Box]:
+        dims = list(self.boxes)
+        columns = [[tuple(pair) for pair in self.boxes[d].tolist()] for d in dims]
+        return [dict(zip(dims, row, strict=True)) for row in zip(*columns, strict=True)]
 
     def outputs(self) -> list[Region]:
         return [(output_box(self.site, self.box(m)),) for m in range(self.members)]

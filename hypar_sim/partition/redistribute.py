@@ -68,13 +68,22 @@ def make_grid(extents: Sequence[int], regions: Sequence[Sequence[Region]]) -> Gr
 
 def masks(grid: Grid, regions: Sequence[Region]) -> np.ndarray:
     """[members, cells] True where the member's region covers the cell."""
-    out = np.zeros((len(regions), *grid.shape), dtype=bool)
     owners, bounds = _bounds(regions, len(grid.edges))
-    index = np.stack([np.searchsorted(e, bounds[:, axis]) for axis, e in enumerate(grid.edges)],
-                     axis=1).tolist()  # [boxes, axes, 2] cell indices
-    for member, box in zip(owners, index, strict=True):
-        out[(member, *(slice(lo, hi) for lo, hi in box))] = True
-    return out.reshape(len(regions), -1)
+    if not owners:
+        return np.zeros((len(regions), int(np.prod(grid.shape))), dtype=bool)
+    covered = None  # [boxes, cells so far]: the cells of the axes done that each box covers
+    for axis, edges in enumerate(grid.edges):
+        lo = np.searchsorted(edges, bounds[:, axis, 0])
+        hi = np.searchsorted(edges, bounds[:, axis, 1])
+        atoms = np.arange(len(edges) - 1)
+        inside = (atoms >= lo[:, None]) & (atoms < hi[:, None])
+        covered = inside if covered is None else \
+            (covered[:, :, None] & inside[:, None, :]).reshape(len(owners), -1)
+    if owners == list(range(len(regions))):  # one box a member
+        return covered
+    out = np.zeros((len(regions), covered.shape[1]), dtype=bool)
+    np.logical_or.at(out, np.array(owners), covered)
+    return out
 
 
 def _without_diagonal(matrix: np.ndarray) -> np.ndarray:
