@@ -25,7 +25,6 @@ from collections import defaultdict
 import numpy as np
 
 from hypar_sim.hardware.config import HardwareConfig
-from hypar_sim.hardware.costs import PieceCost
 from hypar_sim.hardware.graph_costs import node_cost, params
 from hypar_sim.hardware.hmc import Footprint, check_capacity
 from hypar_sim.partition import graph_layout
@@ -46,23 +45,21 @@ def build_graph_schedule(graph: Graph, plan: GraphPlan, config: HardwareConfig,
     buckets of `bucket_bytes`, 0: one all-reduce per node; see `graph_steps`)."""
     hierarchy, batch = plan.hierarchy, plan.batch
     layouts = graph_layouts(graph, batch, hierarchy, plan.columns)
-    members = hierarchy.members
     steps = graph_steps(graph, layouts, batch, hierarchy, config.word_bytes, bucket_bytes)
     _check_fits(graph, layouts, steps, config)
     predecessors = defaultdict(bool)
     for _, c, _ in graph_edges(graph):
         predecessors[c] = True
 
+    shapes = [_box_sizes(own) for own in layouts]
+
     def compute(i: int, phase: Phase) -> Compute:
-        cache: dict[tuple, PieceCost] = {}
-        costs = []
-        for m in range(members):
-            key = tuple(layouts[i].boxes[d][m, 1] - layouts[i].boxes[d][m, 0]
-                        for d in layouts[i].boxes)
-            if key not in cache:
-                cache[key] = node_cost(layouts[i], m, phase, config, predecessors[i])
-            costs.append(cache[key])
-        return Compute(i, phase, tuple(costs))
+        """Members with boxes of the same sizes share one cost."""
+        _, first, inverse = np.unique(shapes[i], axis=0, return_index=True,
+                                      return_inverse=True)
+        distinct = [node_cost(layouts[i], int(m), phase, config, predecessors[i])
+                    for m in first]
+        return Compute(i, phase, tuple(distinct[j] for j in inverse.reshape(-1)))
 
     def exchange(key: StepKey) -> list[Task]:
         return [Send(key), Wait(key)] if key in steps else []
@@ -104,15 +101,20 @@ def _check_fits(graph: Graph, layouts: list[graph_layout.NodeLayout],
         for message in messages:
             received[(key, message.dst)] += message.bytes
     buffers = max(received.values(), default=0.0)
-    seen = set()
-    for m in range(layouts[0].members if layouts else 0):
+    if not layouts:
+        return
+    every = np.concatenate([_box_sizes(own) for own in layouts], axis=1)
+    _, members = np.unique(every, axis=0, return_index=True)
+    for m in members.tolist():  # members whose boxes all have the same sizes: one check
         footprints = []
         for own in layouts:
             box = own.box(m)
             kept = np.prod([hi - lo for lo, hi in output_box(own.site, box)])
             held = params(own, box) * word
             footprints.append(Footprint(own.site.node.name, held, held, float(kept) * word))
-        signature = tuple(f.total_bytes for f in footprints)
-        if signature not in seen:
-            seen.add(signature)
-            check_capacity(footprints, buffers, config, graph.name)
+        check_capacity(footprints, buffers, config, graph.name)
+
+
+def _box_sizes(own: graph_layout.NodeLayout) -> np.ndarray:
+    """[members, dimensions] the length of every member's interval of every loop dimension."""
+    return np.stack([parts[:, 1] - parts[:, 0] for parts in own.boxes.values()], axis=1)
