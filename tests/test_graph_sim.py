@@ -127,3 +127,24 @@ def test_cli_runs_and_compares_a_graph(tmp_path):
     assert compare.returncode == 0 and "hypar" in compare.stdout and "model" in compare.stdout
     bad = cli("run", "resnet18", "--strategy", "trick")
     assert bad.returncode == 2 and "graph networks take hypar, data, model" in bad.stderr
+
+
+def test_inception_branches_run_side_by_side_when_they_fit():
+    """On one cube at batch 1 each 1x1 branch of the block needs a quarter of the PUs: the
+    three run side by side, and the step takes less than its computations one after
+    another."""
+    from hypar_sim.sim.schedule import Parallel
+
+    graph = inception()
+    hw = config(1, 1)
+    plan = make_graph_plan(graph, "data", Hierarchy.for_count(1), 1)
+    schedule = build_graph_schedule(graph, plan, hw)
+    together = [[graph.nodes[c.layer].name for c in task.computes] for task in schedule.tasks
+                if isinstance(task, Parallel) and task.computes[0].phase.value == "forward"]
+    assert ["b1", "b2r", "b3r"] in together
+    for task in schedule.tasks:
+        if isinstance(task, Parallel):
+            assert sum(c.costs[0].pus_used for c in task.computes) <= hw.pus_per_cube
+    alone = sum(c.costs[0].cycles for c in schedule.computes)
+    result = simulate_graph(graph, plan, hw)
+    assert result.latency_cycles < 0.8 * alone

@@ -195,22 +195,39 @@ StepKey = tuple[int, TransferKind]
 
 def graph_steps(graph: Graph, layouts: Sequence[graph_layout.NodeLayout], batch: int,
                 hierarchy: Hierarchy, word_bytes: int,
-                bucket_bytes: float = 0.0) -> dict[StepKey, tuple[Message, ...]]:
+                buckets: Sequence[Sequence[int]] = ()) -> dict[StepKey, tuple[Message, ...]]:
     """Every message of a plan, by step (see `graph_transfers`)."""
     return {key: transfers.messages(key[0], key[1], hierarchy) for key, transfers in
-            graph_transfers(graph, layouts, batch, word_bytes, bucket_bytes).items()}
+            graph_transfers(graph, layouts, batch, word_bytes, buckets).items()}
+
+
+def gradient_buckets(graph: Graph, order: Sequence[int], word_bytes: int,
+                     bucket_bytes: float) -> list[list[int]]:
+    """Gradient buckets as data-parallel frameworks fuse them (PyTorch DDP: Li et al.,
+    "PyTorch Distributed", VLDB 2020, section 3.2.3; 25 MB by default): walking the nodes
+    with parameters in backward `order`, gradients join a bucket until it holds
+    `bucket_bytes`; 0: a bucket per node. A bucket's last node completes it."""
+    buckets: list[list[int]] = []
+    held = 0.0
+    for i in order:
+        size = graph.nodes[i].params * word_bytes
+        if not size:
+            continue
+        if not buckets or held >= bucket_bytes or bucket_bytes <= 0:
+            buckets.append([])
+            held = 0.0
+        buckets[-1].append(i)
+        held += size
+    return buckets
 
 
 def graph_transfers(graph: Graph, layouts: Sequence[graph_layout.NodeLayout], batch: int,
-                    word_bytes: int, bucket_bytes: float = 0.0) -> dict[StepKey, Transfers]:
+                    word_bytes: int, buckets: Sequence[Sequence[int]] = ()) -> dict[
+                        StepKey, Transfers]:
     """Every transfer of a plan, by step (node index, why): the stages' matrices summed per
-    step and sent by the `ring` collective (the planner's and the simulator's bytes).
-
-    With `bucket_bytes` > 0, gradient all-reduces are fused in buckets as data-parallel
-    frameworks do (PyTorch DDP: Li et al., "PyTorch Distributed", VLDB 2020, section 3.2.3,
-    25 MB by default): walking the nodes backwards, gradients join a bucket until it holds
-    `bucket_bytes`; the bucket is keyed by its last node (the one whose gradient completes
-    it). The bytes are the same; fewer, larger messages carry them."""
+    step and sent by the `ring` collective (the planner's and the simulator's bytes). The
+    gradient steps of the nodes of each of `buckets` are fused into one, keyed by the
+    bucket's last node: the same bytes in fewer, larger messages."""
     matrices: dict[StepKey, np.ndarray] = {}
 
     def add(key: StepKey, matrix: np.ndarray) -> None:
@@ -226,9 +243,11 @@ def graph_transfers(graph: Graph, layouts: Sequence[graph_layout.NodeLayout], ba
                                                         word_bytes).items():
             kind, by_producer = _EDGE_STAGES[stage]
             add((p if by_producer else c, kind), matrix)
-    if bucket_bytes > 0:
-        sizes = [node.params * word_bytes for node in graph.nodes]
-        matrices = _bucketed(matrices, sizes, bucket_bytes)
+    for bucket in buckets:
+        for kind in (TransferKind.GRADIENT, TransferKind.GRADIENT_GATHER):
+            parts = [matrices.pop((i, kind)) for i in bucket if (i, kind) in matrices]
+            if parts:
+                matrices[(bucket[-1], kind)] = sum(parts[1:], parts[0])
     order = list(TransferKind)
     steps = {}
     for key, matrix in sorted(matrices.items(),
@@ -237,33 +256,6 @@ def graph_transfers(graph: Graph, layouts: Sequence[graph_layout.NodeLayout], ba
         if len(transfers):
             steps[key] = transfers
     return steps
-
-
-def _bucketed(matrices: dict[StepKey, np.ndarray], sizes: Sequence[float],
-              bucket_bytes: float) -> dict[StepKey, np.ndarray]:
-    """Gradient steps fused into buckets of `bucket_bytes` of gradients (a node's: `sizes`,
-    bytes; see `graph_steps`)."""
-    result = {key: m for key, m in matrices.items()
-              if key[1] not in (TransferKind.GRADIENT, TransferKind.GRADIENT_GATHER)}
-    pending: list[int] = []
-    held = 0.0
-
-    def close() -> None:
-        for kind in (TransferKind.GRADIENT, TransferKind.GRADIENT_GATHER):
-            parts = [matrices[(i, kind)] for i in pending if (i, kind) in matrices]
-            if parts:
-                result[(pending[-1], kind)] = sum(parts[1:], parts[0])
-    for i in reversed(range(len(sizes))):
-        if (i, TransferKind.GRADIENT) not in matrices:
-            continue
-        pending.append(i)
-        held += sizes[i]
-        if held >= bucket_bytes:
-            close()
-            pending, held = [], 0.0
-    if pending:
-        close()
-    return result
 
 
 def graph_layouts(graph: Graph, batch: int, hierarchy: Hierarchy,

@@ -24,7 +24,7 @@ from hypar_sim.hardware.interconnect import switch_latency_cycles
 from hypar_sim.hardware.topology import Route, Topology
 from hypar_sim.partition.steps import Phase
 from hypar_sim.results import AcceleratorResult, LayerResult, LinkResult, SimResult
-from hypar_sim.sim.schedule import Compute, Message, Schedule
+from hypar_sim.sim.schedule import Compute, Message, Parallel, Schedule, task_cycles
 
 #: Default chunk a message is cut into on its way through the network, bytes: the
 #: granularity at which messages sharing a link take turns (a chunk cuts through, so
@@ -120,14 +120,14 @@ def _distinct(task: Compute) -> list[tuple[PieceCost, int]]:
 def compute_counts(schedule: Schedule) -> dict[Action, float]:
     """Energy actions of all computation on all accelerators."""
     return add_counts(*(scale_counts(cost.counts, count)
-                        for task in schedule.tasks if isinstance(task, Compute)
+                        for task in schedule.computes
                         for cost, count in _distinct(task)))
 
 
 def phase_cycles(schedule: Schedule) -> dict[tuple[int, Phase], float]:
     """Compute time of each (layer, phase) on its slowest member, cycles."""
     return {(task.layer, task.phase): max(cost.cycles for cost in task.costs)
-            for task in schedule.tasks if isinstance(task, Compute)}
+            for task in schedule.computes}
 
 
 def per_accelerator(schedule: Schedule, config: HardwareConfig) -> tuple[AcceleratorResult, ...]:
@@ -137,10 +137,12 @@ def per_accelerator(schedule: Schedule, config: HardwareConfig) -> tuple[Acceler
     busy = [0.0] * members
     counts: list[list[Mapping[Action, float]]] = [[] for _ in range(members)]
     for task in schedule.tasks:
-        if isinstance(task, Compute):
-            for member, cost in enumerate(task.costs):
-                busy[member] += cost.cycles
-                counts[member].append(cost.counts)
+        if isinstance(task, Compute | Parallel):
+            for member in range(members):
+                busy[member] += task_cycles(task, member)
+    for task in schedule.computes:
+        for member, cost in enumerate(task.costs):
+            counts[member].append(cost.counts)
     sent = [0.0] * members
     received = [0.0] * members
     for message in schedule.messages:
@@ -175,7 +177,7 @@ def assemble_result(
 
     cycles = phase_cycles(schedule)
     members = schedule.accelerators
-    computes = [task for task in schedule.tasks if isinstance(task, Compute)]
+    computes = schedule.computes
     traffic = defaultdict(float)
     per_level = [0.0] * units.hierarchy.levels
     for message in schedule.messages:

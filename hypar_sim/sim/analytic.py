@@ -30,7 +30,7 @@ from hypar_sim.sim.accounting import (
     link_bytes,
     message_cycles,
 )
-from hypar_sim.sim.schedule import Compute, Schedule, Send, StepKey, Wait
+from hypar_sim.sim.schedule import Compute, Parallel, Schedule, Send, StepKey, Wait, task_cycles
 
 
 def step_cycles(schedule: Schedule, topology: Topology, step: StepKey, chunk_bytes: float,
@@ -69,8 +69,8 @@ def simulate_analytic(schedule: Schedule, topology: Topology,
     arrival: dict[StepKey, float] = {}
     waits: dict[int, float] = defaultdict(float)
     for task in schedule.tasks:
-        if isinstance(task, Compute):
-            now += np.array([cost.cycles for cost in task.costs])
+        if isinstance(task, Compute | Parallel):
+            now += np.array([task_cycles(task, m) for m in range(members)])
         elif isinstance(task, Send):
             start = max(float(now.max()), port_free)
             arrival[task.step] = start + step_cycles(schedule, topology, task.step, chunk_bytes,

@@ -45,7 +45,16 @@ from hypar_sim.sim.accounting import (
     chunk_sizes,
     route_latency_cycles,
 )
-from hypar_sim.sim.schedule import Compute, Message, Schedule, Send, StepKey, Wait
+from hypar_sim.sim.schedule import (
+    Compute,
+    Message,
+    Parallel,
+    Schedule,
+    Send,
+    StepKey,
+    Wait,
+    task_cycles,
+)
 
 
 class Lanes:
@@ -131,8 +140,8 @@ class _Step:
     def accelerator(self, index: int):
         env = self.env
         for task in self.schedule.tasks:
-            if isinstance(task, Compute):
-                cycles = task.costs[index].cycles
+            if isinstance(task, Compute | Parallel):
+                cycles = task_cycles(task, index)
                 if cycles > 0:
                     yield env.timeout(cycles)
             elif isinstance(task, Send):

@@ -8,14 +8,19 @@ the consumer (ERROR_REDUCE), its backward gather by the producer
 (ERROR_GATHER); a node's gradient all-reduce by the node (GRADIENT,
 GRADIENT_GATHER); the loss by the output node (PARTIAL_SUM, ERROR_GATHER).
 
-Every member runs the nodes one after another in topological order (branches
-of a graph do not yet run side by side on a cube's vaults): forward, the
-backward pass in reverse order, then the updates. A node's inputs are
-gathered before it runs; its partial outputs reduced after it; its output
-error gathered before its backward pass, its input errors reduced after it;
-its gradient all-reduce overlaps the rest of the backward pass (waited before
-its update) unless `overlap_gradients` is off. Each member's activations,
-weights and gradients must fit its cube.
+Every member runs the graph generation by generation (a node's generation is
+one more than its latest input's): forward, the backward pass in reverse,
+then the updates. A generation's nodes are independent; those whose busiest
+PU counts fit the cube's PUs together run side by side (`Parallel`: as long
+as the longest; each PU streams from its own vault), the rest one after
+another. A node's inputs are gathered before its generation runs and its
+partial outputs reduced after it; its output error gathered before its
+backward pass, its input errors reduced after it. Gradients are fused in
+buckets (`planner.graph_plan.gradient_buckets`); a bucket's all-reduce is sent
+once its last gradient is computed and overlaps the rest of the backward
+pass (waited before the first update of its nodes) unless
+`overlap_gradients` is off. Each member's activations, weights and gradients
+must fit its cube.
 """
 
 from __future__ import annotations
@@ -30,8 +35,23 @@ from hypar_sim.hardware.hmc import Footprint, check_capacity
 from hypar_sim.partition import graph_layout
 from hypar_sim.partition.graph_ops import output_box
 from hypar_sim.partition.steps import Message, Phase, TransferKind
-from hypar_sim.planner.graph_plan import GraphPlan, graph_edges, graph_layouts, graph_steps
-from hypar_sim.sim.schedule import Compute, Schedule, Send, StepKey, Task, Units, Wait
+from hypar_sim.planner.graph_plan import (
+    GraphPlan,
+    gradient_buckets,
+    graph_edges,
+    graph_layouts,
+    graph_steps,
+)
+from hypar_sim.sim.schedule import (
+    Compute,
+    Parallel,
+    Schedule,
+    Send,
+    StepKey,
+    Task,
+    Units,
+    Wait,
+)
 from hypar_sim.workload.graph import Graph
 
 #: Gradient bucket of a graph's step, MiB: PyTorch DDP's default bucket_cap_mb = 25.
@@ -45,7 +65,10 @@ def build_graph_schedule(graph: Graph, plan: GraphPlan, config: HardwareConfig,
     buckets of `bucket_bytes`, 0: one all-reduce per node; see `graph_steps`)."""
     hierarchy, batch = plan.hierarchy, plan.batch
     layouts = graph_layouts(graph, batch, hierarchy, plan.columns)
-    steps = graph_steps(graph, layouts, batch, hierarchy, config.word_bytes, bucket_bytes)
+    generations = _generations(graph)
+    backward = [i for generation in reversed(generations) for i in reversed(generation)]
+    buckets = gradient_buckets(graph, backward, config.word_bytes, bucket_bytes)
+    steps = graph_steps(graph, layouts, batch, hierarchy, config.word_bytes, buckets)
     _check_fits(graph, layouts, steps, config)
     predecessors = defaultdict(bool)
     for _, c, _ in graph_edges(graph):
@@ -64,31 +87,80 @@ def build_graph_schedule(graph: Graph, plan: GraphPlan, config: HardwareConfig,
     def exchange(key: StepKey) -> list[Task]:
         return [Send(key), Wait(key)] if key in steps else []
 
+    def together(nodes: list[int], phase: Phase) -> list[Task]:
+        return _packed([compute(i, phase) for i in nodes], config.pus_per_cube)
+
+    gradient = {bucket[-1]: bucket for bucket in buckets}
     tasks: list[Task] = []
-    order = range(len(graph.nodes))
-    for i in order:
-        tasks += exchange((i, TransferKind.RELAYOUT_FEATURE))
-        tasks.append(compute(i, Phase.FORWARD))
-        tasks += exchange((i, TransferKind.PARTIAL_SUM))
-    for i in reversed(order):
-        tasks += exchange((i, TransferKind.ERROR_GATHER))
-        tasks.append(compute(i, Phase.BACKWARD))
-        tasks += exchange((i, TransferKind.ERROR_REDUCE))
-        tasks.append(compute(i, Phase.GRADIENT))
-        if (i, TransferKind.GRADIENT) in steps:
-            tasks.append(Send((i, TransferKind.GRADIENT)))
-            if not overlap_gradients:
-                tasks += [Wait((i, TransferKind.GRADIENT))]
-                tasks += exchange((i, TransferKind.GRADIENT_GATHER))
-    for i in order:
-        if overlap_gradients and (i, TransferKind.GRADIENT) in steps:
-            tasks.append(Wait((i, TransferKind.GRADIENT)))
-            tasks += exchange((i, TransferKind.GRADIENT_GATHER))
+    for generation in generations:
+        for i in generation:
+            tasks += exchange((i, TransferKind.RELAYOUT_FEATURE))
+        tasks += together(generation, Phase.FORWARD)
+        for i in generation:
+            tasks += exchange((i, TransferKind.PARTIAL_SUM))
+    for generation in reversed(generations):
+        nodes = generation[::-1]
+        for i in nodes:
+            tasks += exchange((i, TransferKind.ERROR_GATHER))
+        tasks += together(nodes, Phase.BACKWARD)
+        for i in nodes:
+            tasks += exchange((i, TransferKind.ERROR_REDUCE))
+        tasks += together(nodes, Phase.GRADIENT)
+        for i in nodes:
+            if i in gradient and (i, TransferKind.GRADIENT) in steps:
+                tasks.append(Send((i, TransferKind.GRADIENT)))
+                if not overlap_gradients:
+                    tasks.append(Wait((i, TransferKind.GRADIENT)))
+                    tasks += exchange((i, TransferKind.GRADIENT_GATHER))
+    bucket_of = {i: bucket[-1] for bucket in buckets for i in bucket}
+    waited: set[int] = set()
+    for i in range(len(graph.nodes)):
+        key = bucket_of.get(i)
+        if overlap_gradients and key is not None and key not in waited:
+            waited.add(key)
+            if (key, TransferKind.GRADIENT) in steps:
+                tasks.append(Wait((key, TransferKind.GRADIENT)))
+                tasks += exchange((key, TransferKind.GRADIENT_GATHER))
         tasks.append(compute(i, Phase.UPDATE))
     units = Units(graph.name, plan.strategy, batch, hierarchy, plan.node_names,
                   tuple(tuple(column[h] for column in plan.columns)
                         for h in range(hierarchy.levels)), "layout")
     return Schedule(units, config, tuple(tasks), steps, overlap_gradients)
+
+
+def _generations(graph: Graph) -> list[list[int]]:
+    """Nodes by generation: one more than the latest of their inputs (graph inputs: -1)."""
+    index = {node.name: i for i, node in enumerate(graph.nodes)}
+    depth: list[int] = []
+    for node in graph.nodes:
+        depth.append(1 + max((depth[index[s]] for s in node.inputs if s in index), default=-1))
+    generations: list[list[int]] = [[] for _ in range(max(depth, default=-1) + 1)]
+    for i, d in enumerate(depth):
+        generations[d].append(i)
+    return generations
+
+
+def _packed(computes: list[Compute], pus: int) -> list[Task]:
+    """Independent computations side by side while every member's busiest PU counts fit
+    the cube's PUs together; one after another otherwise (greedy, in order)."""
+    tasks: list[Task] = []
+    group: list[Compute] = []
+
+    def close() -> None:
+        if len(group) > 1:
+            tasks.append(Parallel(tuple(group)))
+        else:
+            tasks.extend(group)
+
+    for compute in computes:
+        fits = all(sum(c.costs[m].pus_used for c in (*group, compute)) <= pus
+                   for m in range(len(compute.costs)))
+        if group and not fits:
+            close()
+            group = []
+        group.append(compute)
+    close()
+    return tasks
 
 
 def _check_fits(graph: Graph, layouts: list[graph_layout.NodeLayout],

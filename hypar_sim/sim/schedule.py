@@ -37,8 +37,8 @@ from hypar_sim.workload.network import Network
 
 StepKey = tuple[int, TransferKind]  # (layer index, why)
 
-__all__ = ["Compute", "Message", "Schedule", "Send", "StepKey", "Units", "Wait",
-           "build_schedule"]
+__all__ = ["Compute", "Message", "Parallel", "Schedule", "Send", "StepKey", "Units", "Wait",
+           "build_schedule", "task_cycles"]
 
 
 @dataclass(frozen=True)
@@ -64,7 +64,23 @@ class Wait:
     step: StepKey
 
 
-Task = Compute | Send | Wait
+@dataclass(frozen=True)
+class Parallel:
+    """Computations that run side by side on a member's cube (independent nodes of a graph
+    whose PUs fit the cube together): they take as long as the longest."""
+
+    computes: tuple[Compute, ...]
+
+    def cycles(self, member: int) -> float:
+        return max(compute.costs[member].cycles for compute in self.computes)
+
+
+Task = Compute | Parallel | Send | Wait
+
+
+def task_cycles(task: Compute | Parallel, member: int) -> float:
+    """How long a computation keeps the member's cube busy, cycles."""
+    return task.cycles(member) if isinstance(task, Parallel) else task.costs[member].cycles
 
 
 @dataclass(frozen=True)
@@ -100,6 +116,13 @@ class Schedule:
     @property
     def accelerators(self) -> int:
         return self.units.hierarchy.members
+
+    @property
+    def computes(self) -> tuple[Compute, ...]:
+        """Every computation, those that run side by side one by one."""
+        return tuple(c for task in self.tasks for c in (
+            task.computes if isinstance(task, Parallel) else (task,) if isinstance(task, Compute)
+            else ()))
 
     @property
     def messages(self) -> tuple[Message, ...]:
