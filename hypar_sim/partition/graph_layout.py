@@ -184,10 +184,14 @@ class Costs:
         key = (geometry(producer), geometry(consumer), index, producer_column, column,
                hierarchy)
         if key not in self._edges:
-            matrices = edge_matrices(layout(producer, self.batch, producer_column, hierarchy),
-                                     layout(consumer, self.batch, column, hierarchy), index,
-                                     self.batch, self.word_bytes)
-            self._edges[key] = float(sum(m.sum() for m in matrices.values()))
+            made = layout(producer, self.batch, producer_column, hierarchy)
+            read = layout(consumer, self.batch, column, hierarchy)
+            outputs = made.outputs()
+            if outputs == read.reads(index) and len(set(outputs)) == len(outputs):
+                self._edges[key] = 0.0  # each member reads what it alone made: nothing moves
+            else:
+                matrices = edge_matrices(made, read, index, self.batch, self.word_bytes)
+                self._edges[key] = float(sum(m.sum() for m in matrices.values()))
         return self._edges[key]
 
     def own(self, site: Site, column: Column, hierarchy: Hierarchy, is_output: bool) -> float:
