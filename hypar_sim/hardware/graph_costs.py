@@ -7,8 +7,13 @@ heads x rows). The backward phase of a product of activations computes both
 input errors (two products as large as the forward one); it has no weight
 gradient. Every other operator is an element-wise pass (`pe_array.elementwise_cost`):
 its inputs read from DRAM and its output written back, with this many operations
-per output element (a counting convention, not a measured figure; these
-passes are bound by the buses and DRAM, so the count matters little):
+per output element. The counts are a convention, not a measured figure: these
+operators are bound by data movement (Ivanov et al., "Data Movement Is All You
+Need: A Case Study on Optimizing Transformers", MLSys 2021, section 3: the
+statistical normalizations and element-wise operators of a transformer;
+Kaplan et al., "Scaling Laws for Neural Language Models", 2020, Table 1,
+leave them out of the FLOP count as negligible), so their time here is the
+buses' and DRAM's and the count changes little:
 
 =====================================  ==========================================
 operator                               operations per output element
