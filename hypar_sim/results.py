@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
+if TYPE_CHECKING:
+    import pandas as pd
 
 from hypar_sim.report import GB, table
 
@@ -125,9 +126,13 @@ class SimResult:
         }
 
     def per_layer_frame(self) -> pd.DataFrame:
+        import pandas as pd  # a heavy import, only when a frame is asked for
+
         return pd.DataFrame([asdict(layer) for layer in self.per_layer])
 
     def per_link_frame(self) -> pd.DataFrame:
+        import pandas as pd
+
         return pd.DataFrame([asdict(link) for link in self.per_link],
                             columns=["link", "bytes", "busy_fraction"])
 
