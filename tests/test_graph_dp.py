@@ -59,3 +59,33 @@ def test_too_many_states_is_a_clear_error(monkeypatch):
     factors = [Factor((0, v), np.zeros((3, 3))) for v in (1, 2)]
     with pytest.raises(InputError, match="--search greedy"):
         minimise([3, 3, 3], factors, [0, 1, 2])
+
+
+@settings(max_examples=80, deadline=None)
+@given(problems())
+def test_local_search_is_never_below_the_optimum_and_counts_its_own_cost(problem):
+    domains, factors, order = problem
+    best, _ = minimise(domains, factors, order)
+    cost, assignment = graph_dp.local_search(domains, factors, order)
+    assert cost >= best and cost == total(factors, assignment)
+
+
+def test_a_graph_too_entangled_for_the_exact_plan_gets_a_local_search(monkeypatch):
+    """DenseNet-like: every layer's output feeds every later concatenation."""
+    from hypar_sim.partition.hierarchy import Hierarchy
+    from hypar_sim.planner.graph_plan import plan_graph
+    from hypar_sim.workload.graph import parse_graph
+
+    nodes = [{"name": "c0", "type": "conv", "out_channels": 4, "kernel": 1}]
+    for i in range(1, 6):
+        nodes.append({"name": f"cat{i}", "type": "concat",
+                      "inputs": ["c0", *(f"c{j}" for j in range(1, i))]})
+        nodes.append({"name": f"c{i}", "type": "conv", "out_channels": 4, "kernel": 1})
+    graph = parse_graph({"inputs": {"x": [4, 4, 4]}, "nodes": nodes}, "dense")
+    exact = plan_graph(graph, "hypar", Hierarchy.binary(2), 8)
+    monkeypatch.setattr(graph_dp, "MAX_STATES", 4)
+    local = plan_graph(graph, "hypar", Hierarchy.binary(2), 8)
+    assert "local search" in local.search and "local search" not in exact.search
+    assert local.traffic_bytes >= exact.traffic_bytes
+    with pytest.raises(InputError, match="--search greedy"):
+        plan_graph(graph, "hypar", Hierarchy.binary(2), 8, search="joint")

@@ -271,3 +271,40 @@ def test_full_size_cnns_written_as_onnx_import_with_the_same_totals(tmp_path, na
     assert imported.macs_per_sample == written.macs_per_sample
     assert [n.shape for n in imported.nodes if n.op != "flatten"] == \
         [n.shape for n in written.nodes]
+
+
+def test_shufflenet_block_folds_div_and_cast_shape_arithmetic(tmp_path):
+    """ShuffleNet v2 as torch exports it: a channel split by Slice, a channel shuffle whose
+    Reshape target is Shape/Gather/Div/Cast/Unsqueeze/Concat arithmetic (ONNX's data
+    propagation stops at Div and Cast; the importer folds it), x.mean([2, 3]) as ReduceMean."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 8, 4, 4])
+    out = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    n = helper.make_node
+    inits = [init("w", 4, 4, 1, 1), const("s0", [0]), const("e0", [4]), const("s1", [4]),
+             const("e1", [8]), const("ax", [1]), const("i0", 0), const("i1", 1),
+             const("i2", 2), const("i3", 3), const("two", 2), const("groups", [2]),
+             const("u0", [0])]
+    nodes = [
+        n("Slice", ["x", "s0", "e0", "ax"], ["left"]),
+        n("Slice", ["x", "s1", "e1", "ax"], ["right_in"]),
+        n("Conv", ["right_in", "w"], ["right"]),
+        n("Concat", ["left", "right"], ["cat"], axis=1),
+        n("Shape", ["cat"], ["shape"]),
+        *[n("Gather", ["shape", f"i{k}"], [f"d{k}"], axis=0) for k in range(4)],
+        n("Div", ["d1", "two"], ["half"]), n("Cast", ["half"], ["half64"], to=7),
+        *[n("Unsqueeze", [name, "u0"], [f"u_{name}"]) for name in ("d0", "half64", "d2", "d3")],
+        n("Concat", ["u_d0", "groups", "u_half64", "u_d2", "u_d3"], ["target"], axis=0),
+        n("Reshape", ["cat", "target"], ["split"]),
+        n("Transpose", ["split"], ["shuffled"], perm=[0, 2, 1, 3, 4]),
+        n("Reshape", ["shuffled", "shape"], ["merged"]),
+        n("ReduceMean", ["merged"], ["y"], axes=[2, 3], keepdims=0),
+    ]
+    g = load_workload(str(save(tmp_path, nodes, [x], [out], inits, "shuffle")))
+    assert g.node("left").op == "slice" and g.node("right_in").attrs["start"] == 4
+    assert g.node("split").shape == (2, 4, 4, 4) and g.node("merged").shape == (8, 4, 4)
+    assert g.node("y").op == "flatten" and g.node("y").shape == (8,)
+    assert not any(node.name in ("shape", "target", "half") for node in g.nodes)
+    from hypar_sim.partition.graph_axes import sites
+
+    named = {s.node.name: "".join(s.output) for s in sites(g)}
+    assert named["merged"] == "KPQ"  # the shuffled channels are channels again

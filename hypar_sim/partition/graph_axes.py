@@ -6,7 +6,9 @@ the inputs through the operators, as named tensors do: an image is
 (K channels, P rows, Q columns), a token stream (P positions, K features);
 a convolution makes (K, P, Q); an fc layer keeps its input's leading axes and
 makes K (a feature map is flattened to K); a reshape that splits features
-into (heads, features) names the new outer axis H; a transpose permutes;
+into (heads, features) names the new outer axis H, and one that merges axes
+names the result K if one of them was K (ShuffleNet's channel shuffle puts
+the channels back together), else after the innermost; a transpose permutes;
 a product of two activations keeps A's leading axes and rows and takes B's
 columns (K when that name is taken, as the key positions of attention
 scores are); every other operator keeps its first input's names.
@@ -69,7 +71,8 @@ def reshape_groups(source: Sequence[int], target: Sequence[int]) -> list[tuple[r
 def _reshape(node: Node, dims: Dims) -> Dims:
     out: list[Dim] = []
     for source, target in reshape_groups(node.input_shapes[0], node.shape):
-        inner = dims[source[-1]] if len(source) else Dim.K
+        labels = [dims[i] for i in source]
+        inner = Dim.K if Dim.K in labels or not labels else labels[-1]
         if len(target) == 1:
             out.append(inner)
         elif len(target) > 1:

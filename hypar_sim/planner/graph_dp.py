@@ -25,6 +25,14 @@ from hypar_sim.errors import InputError
 MAX_STATES = 2**24
 
 
+class StateLimit(InputError):
+    """An exact elimination would need more than MAX_STATES cells in one step."""
+
+    def __init__(self, message: str, cells: int) -> None:
+        super().__init__(message)
+        self.cells = cells
+
+
 @dataclass(frozen=True)
 class Factor:
     """A cost table with one axis per variable, in the order of `variables`."""
@@ -59,9 +67,9 @@ def minimise(domains: Sequence[int], factors: Sequence[Factor],
         joined = (var, *others)
         cells = int(np.prod([domains[v] for v in joined]))
         if cells > MAX_STATES:
-            raise InputError(f"--search: an exact plan of this graph needs {cells:,} states in "
+            raise StateLimit(f"--search: an exact plan of this graph needs {cells:,} states in "
                              f"one step (more than {MAX_STATES:,}); use --search greedy, fewer "
-                             "kinds or fewer levels")
+                             "kinds or fewer levels", cells)
         total = np.zeros([domains[v] for v in joined])
         for factor in bucket:
             total = total + _aligned(factor, joined)
@@ -72,4 +80,43 @@ def minimise(domains: Sequence[int], factors: Sequence[Factor],
     assignment = [0] * len(domains)
     for var, others, choice in reversed(steps):
         assignment[var] = int(choice[tuple(assignment[v] for v in others)])
+    return cost, assignment
+
+
+def local_search(domains: Sequence[int], factors: Sequence[Factor],
+                 order: Sequence[int], sweeps: int = 50) -> tuple[float, list[int]]:
+    """A good assignment where the exact elimination is too wide (DenseNet's concatenations
+    join every earlier layer): each variable in `order` takes its best option given those
+    already chosen, then every variable in turn moves to its best option given all the
+    others (iterated conditional modes, Besag, J. R. Stat. Soc. B 48, 1986) until none
+    improves. Not exact; the caller says so."""
+    touching: dict[int, list[Factor]] = {v: [] for v in range(len(domains))}
+    for factor in factors:
+        for v in factor.variables:
+            touching[v].append(factor)
+    assignment = [0] * len(domains)
+    chosen: set[int] = set()
+
+    def options(v: int, known: set[int] | None) -> np.ndarray:
+        totals = np.zeros(domains[v])
+        for factor in touching[v]:
+            if known is not None and any(u not in known for u in factor.variables if u != v):
+                continue
+            index = tuple(slice(None) if u == v else assignment[u] for u in factor.variables)
+            totals = totals + factor.table[index]
+        return totals
+
+    for v in order:
+        assignment[v] = int(np.argmin(options(v, chosen)))
+        chosen.add(v)
+    for _ in range(sweeps):
+        moved = False
+        for v in order:
+            totals = options(v, None)
+            best = int(np.argmin(totals))
+            if totals[best] < totals[assignment[v]]:
+                assignment[v], moved = best, True
+        if not moved:
+            break
+    cost = sum(float(f.table[tuple(assignment[u] for u in f.variables)]) for f in factors)
     return cost, assignment

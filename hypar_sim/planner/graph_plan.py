@@ -27,7 +27,7 @@ from hypar_sim.partition.graph_ops import NODE_OPS
 from hypar_sim.partition.hierarchy import Hierarchy
 from hypar_sim.partition.shares import Column
 from hypar_sim.partition.steps import Message, TransferKind
-from hypar_sim.planner.graph_dp import Factor, minimise
+from hypar_sim.planner.graph_dp import Factor, StateLimit, local_search, minimise
 from hypar_sim.planner.strategies import PlanOptions
 from hypar_sim.workload.graph import Graph, Node
 
@@ -76,8 +76,10 @@ def graph_edges(graph: Graph) -> list[tuple[int, int, int]]:
 
 
 def _solve(graph: Graph, sites: Sequence[Site], options: Sequence[Sequence[Column]],
-           hierarchy: Hierarchy, costs: graph_layout.Costs) -> list[Column]:
-    """The cheapest option of every node (exact over the graph)."""
+           hierarchy: Hierarchy, costs: graph_layout.Costs, notes: list[str],
+           approximate: bool = True) -> list[Column]:
+    """The cheapest option of every node: exact over the graph, or (`approximate`, where
+    the graph is too entangled for that) a local search, noted in `notes`."""
     outputs = set(graph.outputs)
     factors = [Factor((i,), np.array([costs.own(site, column, hierarchy,
                                                 site.node.name in outputs)
@@ -87,7 +89,14 @@ def _solve(graph: Graph, sites: Sequence[Site], options: Sequence[Sequence[Colum
         table = np.array([[costs.edge(sites[p], sites[c], k, a, b, hierarchy)
                            for b in options[c]] for a in options[p]])
         factors.append(Factor((p, c), table))
-    _, choice = minimise([len(o) for o in options], factors, range(len(graph.nodes)))
+    domains = [len(o) for o in options]
+    try:
+        _, choice = minimise(domains, factors, range(len(graph.nodes)))
+    except StateLimit as limit:
+        if not approximate:
+            raise
+        _, choice = local_search(domains, factors, range(len(graph.nodes)))
+        notes.append(f"local search where the exact elimination needed {limit.cells:,} states")
     return [opts[i] for opts, i in zip(options, choice, strict=True)]
 
 
@@ -98,7 +107,7 @@ def _no_option(node: Node, kinds: Sequence[str], hierarchy: Hierarchy) -> InputE
 
 
 def _greedy(graph: Graph, sites: Sequence[Site], batch: int, hierarchy: Hierarchy,
-            kinds: Sequence[str], costs: graph_layout.Costs) -> list[Column]:
+            kinds: Sequence[str], costs: graph_layout.Costs, notes: list[str]) -> list[Column]:
     columns: list[Column] = [() for _ in sites]
     for level in range(hierarchy.levels):
         upper = Hierarchy(hierarchy.sizes[:level + 1])
@@ -109,12 +118,12 @@ def _greedy(graph: Graph, sites: Sequence[Site], batch: int, hierarchy: Hierarch
             if not offered:
                 raise _no_option(site.node, kinds, upper)
             options.append(offered)
-        columns = _solve(graph, sites, options, upper, costs)
+        columns = _solve(graph, sites, options, upper, costs, notes)
     return columns
 
 
 def _joint(graph: Graph, sites: Sequence[Site], batch: int, hierarchy: Hierarchy,
-           kinds: Sequence[str], costs: graph_layout.Costs) -> list[Column]:
+           kinds: Sequence[str], costs: graph_layout.Costs, notes: list[str]) -> list[Column]:
     options = []
     for site in sites:
         offered = [c for c in itertools.product(kinds, repeat=hierarchy.levels)
@@ -122,7 +131,7 @@ def _joint(graph: Graph, sites: Sequence[Site], batch: int, hierarchy: Hierarchy
         if not offered:
             raise _no_option(site.node, kinds, hierarchy)
         options.append(offered)
-    return _solve(graph, sites, options, hierarchy, costs)
+    return _solve(graph, sites, options, hierarchy, costs, notes, approximate=False)
 
 
 def _fixed(sites: Sequence[Site], batch: int, hierarchy: Hierarchy,
@@ -155,9 +164,12 @@ def plan_graph(graph: Graph, strategy: str, hierarchy: Hierarchy, batch: int,
                              f"takes {', '.join(NODE_OPS)}")
     sites = graph_sites(graph)
     costs = graph_layout.Costs(batch, word_bytes)
+    notes: list[str] = []
     if strategy == "hypar":
         columns = (_joint if search == "joint" else _greedy)(graph, sites, batch, hierarchy,
-                                                             kinds, costs)
+                                                             kinds, costs, notes)
+        if notes:
+            search = f"{search} ({notes[0]})"
     else:
         columns = _fixed(sites, batch, hierarchy, "batch" if strategy == "data" else "in")
         search = ""

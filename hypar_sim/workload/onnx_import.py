@@ -53,6 +53,9 @@ SUPPORTED = sorted({"Conv", "Gemm", "MatMul", "MaxPool", "AveragePool", "GlobalA
 def load_onnx(path: Path, seq: int | None = None) -> Graph:
     """The graph of the ONNX model at `path` (per-sample shapes; sequence `seq`)."""
     import onnx  # a heavy import, only when a model is read
+    from onnx import numpy_helper
+
+    from hypar_sim.workload.onnx_fold import MAX_FOLDED, fold_and_infer, skeleton
 
     try:
         model = onnx.load(str(path))
@@ -69,12 +72,16 @@ def load_onnx(path: Path, seq: int | None = None) -> Graph:
     initializers = {t.name: t for t in model.graph.initializer}
     inputs = [i for i in model.graph.input if i.name not in initializers]
     _fix_dims(path, inputs, seq)
+    weights = {name: tuple(t.dims) for name, t in initializers.items()}
+    small = {name: numpy_helper.to_array(t) for name, t in initializers.items()
+             if math.prod(t.dims) <= MAX_FOLDED}
+    skeleton(model)
     try:
-        model = onnx.shape_inference.infer_shapes(model, strict_mode=True, data_prop=True)
+        model = fold_and_infer(model)
     except Exception as exc:
         raise InputError(f"{path}: ONNX shape inference failed: "
                          f"{str(exc).splitlines()[0][:200]}") from None
-    return _Importer(path, model, initializers).graph(inputs)
+    return _Importer(path, model, weights, small).graph(inputs)
 
 
 def _fix_dims(path: Path, inputs: list, seq: int | None) -> None:
@@ -100,13 +107,13 @@ def _fix_dims(path: Path, inputs: list, seq: int | None) -> None:
 class _Importer:
     """Maps the nodes of one inferred model to graph nodes."""
 
-    def __init__(self, path: Path, model: Any, initializers: dict[str, Any]) -> None:
-        from onnx import helper, numpy_helper
+    def __init__(self, path: Path, model: Any, weights: dict[str, tuple[int, ...]],
+                 values: dict[str, Any]) -> None:
+        from onnx import helper
 
         self.path, self.model, self.helper = path, model, helper
-        self.weights = {name: tuple(t.dims) for name, t in initializers.items()}
-        self.values = {name: numpy_helper.to_array(t) for name, t in initializers.items()
-                       if math.prod(t.dims) <= 64}  # small constants: shapes, axes, scalars
+        self.weights = dict(weights)  # every stored tensor's shape
+        self.values = dict(values)  # small constants: shapes, axes, scalars
         self.shapes: dict[str, tuple[int, ...] | None] = {}
         for info in [*model.graph.input, *model.graph.value_info, *model.graph.output]:
             dims = info.type.tensor_type.shape.dim
@@ -133,6 +140,8 @@ class _Importer:
                 "outputs": outputs}
         graph = parse_graph(data, str(self.path), default_name=self.path.stem)
         for node in graph.nodes:
+            if node.name not in self.shapes:
+                continue  # a node the import added (a global pool's flatten)
             expected = self._sample_shape(node.name)
             if node.shape != expected:
                 raise InputError(f"{self.path}: node {node.name} ({node.op}): shape "
@@ -177,6 +186,10 @@ class _Importer:
         const = [i for i in node.input if i and i not in self.active]
         attrs = self._attrs(node)
         shape = list(self._sample_shape(out)) if op != "Split" else []
+        if op == "Slice" and self._slice(node, out, acts, shape):
+            return  # one axis by constant bounds: a slice node
+        if op in ("ReduceMean", "ReduceMax") and self._global_pool(node, out, acts, shape):
+            return  # over a feature map's rows and columns: a global pool
         if op == "Conv":
             self._conv(node, out, acts, attrs)
         elif op == "Gemm":
@@ -238,6 +251,43 @@ class _Importer:
         else:
             raise InputError(f"{self.path}: node {node.name or out}: unsupported operator "
                              f"{op}; supported: {', '.join(SUPPORTED)}")
+
+    def _slice(self, node: Any, out: str, acts: list[str], shape: list[int]) -> bool:
+        """A Slice of one axis of an activation, by constant bounds and step 1, as a `slice`
+        node (ShuffleNet's channel split); False if it is not one."""
+        if acts != [node.input[0]] or any(name not in self.values for name in node.input[1:]
+                                          if name):
+            return False
+        before = self._sample_shape(node.input[0])
+        changed = [axis for axis, (a, b) in enumerate(zip(before, shape, strict=True)) if a != b]
+        bounds = [self.values[name] for name in node.input[1:] if name]
+        steps = bounds[3] if len(bounds) > 3 else [1]
+        if len(changed) != 1 or any(int(step) != 1 for step in steps):
+            return False
+        axes = [int(a) for a in bounds[2]] if len(bounds) > 2 else list(range(len(before) + 1))
+        axis = changed[0]
+        start = int(bounds[0][axes.index(axis + 1)]) if axis + 1 in axes else 0
+        start = min(max(start + before[axis] if start < 0 else start, 0), before[axis])
+        self._emit(out, "slice", acts, axis=axis, start=start, stop=start + shape[axis])
+        return True
+
+    def _global_pool(self, node: Any, out: str, acts: list[str], shape: list[int]) -> bool:
+        """A mean or max over a feature map's rows and columns (ShuffleNet's x.mean([2, 3]))
+        as a global pool, flattened when the reduced axes are dropped; False otherwise."""
+        before = self._sample_shape(node.input[0])
+        attrs = self._attrs(node)
+        axes = attrs.get("axes")
+        if axes is None and len(node.input) > 1 and node.input[1] in self.values:
+            axes = [int(a) for a in self.values[node.input[1]]]
+        if len(before) != 3 or axes is None or sorted(a % 4 for a in axes) != [2, 3]:
+            return False
+        mode = "avg" if node.op_type == "ReduceMean" else "max"
+        if attrs.get("keepdims", 1):
+            self._emit(out, "global_pool", acts, mode=mode)
+        else:
+            self._emit(f"{out}/pool", "global_pool", acts, mode=mode)
+            self._emit(out, "flatten", [f"{out}/pool"])
+        return True
 
     def _conv(self, node: Any, out: str, acts: list[str], attrs: dict[str, Any]) -> None:
         if node.input[1] not in self.weights:

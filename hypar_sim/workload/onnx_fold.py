@@ -1,0 +1,149 @@
+"""Shape arithmetic of an ONNX model folded into constants, then shapes inferred.
+
+Exporters compute Reshape targets from the input's shape at run time (Shape,
+Gather, Div, Cast, Unsqueeze, Concat: ShuffleNet's channel shuffle, a
+transformer's heads). ONNX's data propagation follows only some of those
+operators; once the batch and sequence are fixed, every such value is a
+constant. This evaluates them with numpy (small integer tensors only), turns
+their nodes into Constant nodes, and infers shapes again, until nothing more
+folds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+#: Largest value folded (elements): shapes, axes, indices.
+MAX_FOLDED = 64
+
+
+def _attrs(node: Any) -> dict[str, Any]:
+    from onnx import helper
+
+    return {a.name: helper.get_attribute_value(a) for a in node.attribute}
+
+
+def _axes(node: Any, values: list[np.ndarray]) -> list[int]:
+    given = _attrs(node).get("axes")
+    return list(given) if given is not None else [int(a) for a in values[1]]
+
+
+def _unsqueeze(node: Any, values: list[np.ndarray]) -> np.ndarray:
+    out = values[0]
+    for axis in sorted(a % (out.ndim + len(_axes(node, values))) for a in _axes(node, values)):
+        out = np.expand_dims(out, axis)
+    return out
+
+
+def _slice(node: Any, values: list[np.ndarray]) -> np.ndarray:
+    data, starts, ends = values[:3]
+    axes = values[3] if len(values) > 3 else np.arange(len(starts))
+    steps = values[4] if len(values) > 4 else np.ones(len(starts), dtype=np.int64)
+    index = [slice(None)] * data.ndim
+    for start, end, axis, step in zip(starts, ends, axes, steps, strict=True):
+        index[int(axis)] = slice(int(start), int(end), int(step))
+    return data[tuple(index)]
+
+
+def _divide(node: Any, values: list[np.ndarray]) -> np.ndarray:
+    a, b = values
+    return a // b if np.issubdtype(a.dtype, np.integer) else a / b
+
+
+def _cast(node: Any, values: list[np.ndarray]) -> np.ndarray:
+    from onnx import helper
+
+    return values[0].astype(helper.tensor_dtype_to_np_dtype(_attrs(node)["to"]))
+
+
+_OPS: dict[str, Callable[[Any, list[np.ndarray]], np.ndarray]] = {
+    "Gather": lambda n, v: np.take(v[0], v[1], axis=_attrs(n).get("axis", 0)),
+    "Unsqueeze": _unsqueeze,
+    "Squeeze": lambda n, v: np.squeeze(v[0], axis=tuple(_axes(n, v))) if len(v) > 1 or
+    _attrs(n).get("axes") else np.squeeze(v[0]),
+    "Concat": lambda n, v: np.concatenate(v, axis=_attrs(n)["axis"]),
+    "Cast": _cast,
+    "Div": _divide,
+    "Mul": lambda n, v: v[0] * v[1],
+    "Add": lambda n, v: v[0] + v[1],
+    "Sub": lambda n, v: v[0] - v[1],
+    "Slice": _slice,
+    "Identity": lambda n, v: v[0],
+    "Floor": lambda n, v: np.floor(v[0]),
+    "Ceil": lambda n, v: np.ceil(v[0]),
+    "Range": lambda n, v: np.arange(v[0], v[1], v[2]),
+}
+
+
+def _shape(node: Any, shapes: dict[str, tuple[int, ...]]) -> np.ndarray | None:
+    shape = shapes.get(node.input[0])
+    if shape is None:
+        return None
+    a = _attrs(node)
+    return np.array(shape[a.get("start", 0):a.get("end", len(shape))], dtype=np.int64)
+
+
+def _static_shapes(model: Any) -> dict[str, tuple[int, ...]]:
+    shapes = {}
+    for info in [*model.graph.input, *model.graph.value_info, *model.graph.output]:
+        dims = info.type.tensor_type.shape.dim
+        if info.type.tensor_type.HasField("shape") and all(d.HasField("dim_value") for d in dims):
+            shapes[info.name] = tuple(d.dim_value for d in dims)
+    return shapes
+
+
+def skeleton(model: Any) -> None:
+    """Large initializers become typed graph inputs (in place): shape inference needs their
+    shapes, not their values, and runs much faster without copying them."""
+    from onnx import helper
+
+    listed = {i.name for i in model.graph.input}
+    kept = []
+    for tensor in model.graph.initializer:
+        if np.prod(tensor.dims) <= MAX_FOLDED:
+            kept.append(tensor)
+        elif tensor.name not in listed:
+            model.graph.input.append(helper.make_tensor_value_info(
+                tensor.name, tensor.data_type, list(tensor.dims)))
+    del model.graph.initializer[:]
+    model.graph.initializer.extend(kept)
+
+
+def fold_and_infer(model: Any, rounds: int = 32) -> Any:
+    """The model with its shape arithmetic folded and its shapes inferred."""
+    from onnx import helper, numpy_helper, shape_inference
+
+    values = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer
+              if np.prod(t.dims) <= MAX_FOLDED}
+    for _ in range(rounds):
+        inferred = shape_inference.infer_shapes(model, strict_mode=True, data_prop=True)
+        shapes = _static_shapes(inferred)
+        folded, nodes = False, []
+        for node in inferred.graph.node:
+            value = None
+            if node.op_type == "Constant":
+                attr = _attrs(node).get("value")
+                if attr is not None and np.prod(attr.dims) <= MAX_FOLDED:
+                    values[node.output[0]] = numpy_helper.to_array(attr)
+            elif node.op_type == "Shape":
+                value = _shape(node, shapes)
+            elif node.op_type in _OPS and len(node.output) == 1 and node.input and \
+                    all(name in values for name in node.input if name):
+                value = _OPS[node.op_type](node, [values[name] for name in node.input if name])
+            if value is not None and np.size(value) <= MAX_FOLDED:
+                value = np.asarray(value)
+                values[node.output[0]] = value
+                nodes.append(helper.make_node("Constant", [], [node.output[0]],
+                                              value=numpy_helper.from_array(value)))
+                folded = True
+            else:
+                nodes.append(node)
+        if not folded:
+            return inferred
+        del model.graph.node[:]
+        model.graph.node.extend(nodes)
+        del model.graph.value_info[:]
+    return shape_inference.infer_shapes(model, strict_mode=True, data_prop=True)
