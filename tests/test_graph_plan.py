@@ -244,3 +244,29 @@ def test_transformers_plan_and_data_parallelism_moves_every_parameter(name, acce
                                                rel=1e-9)
     three = plan_graph(graph, "hypar", hierarchy, 32, ("batch", "in", "out"))
     assert three.traffic_bytes < data.traffic_bytes
+
+
+def test_a_grouped_convolution_is_split_by_whole_groups():
+    """groups=4, 8 -> 8 channels on 2 members by `groups`: member 0 makes channels 0-3 from
+    inputs 0-3, member 1 the rest; after a stem and a batch norm split by channels nothing
+    moves at all (no partial sums, no replicated weights)."""
+    graph = parse_graph({"inputs": {"x": [8, 4, 4]}, "nodes": [
+        {"name": "stem", "type": "conv", "out_channels": 8, "kernel": 1},
+        {"name": "bn", "type": "batch_norm"},
+        {"name": "g", "type": "conv", "out_channels": 8, "kernel": 3, "padding": 1,
+         "groups": 4, "bias": True}]}, "grouped")
+    sites = graph_sites(graph)
+    hierarchy = Hierarchy.binary(1)
+    layout = graph_layout.layout(sites[2], 2, ("groups",), hierarchy)
+    assert layout.outputs()[1] == (((0, 2), (4, 8), (0, 4), (0, 4)),)
+    assert layout.reads(0)[0] == (((0, 2), (0, 4), (0, 4), (0, 4)),)
+    plan = evaluate_graph_plan(graph, "x", "", 2, hierarchy, [("out",), ("out",), ("groups",)])
+    assert plan.traffic_bytes == 0
+    by_out = evaluate_graph_plan(graph, "x", "", 2, hierarchy, [("out",), ("out",), ("out",)])
+    assert by_out.traffic_bytes > 0  # within-group output channels: every group's inputs
+    assert not graph_layout.offered(sites[2], 2, ("groups",), Hierarchy((8,)))
+    depthwise = load_workload("mobilenet_v2")
+    kinds = ("batch", "in", "out", "groups")
+    plan = plan_graph(depthwise, "hypar", Hierarchy.binary(2), 8, kinds)
+    dw = [c for n, c in zip(plan.node_names, plan.columns, strict=True) if n.endswith("_dw")]
+    assert any("groups" in c for c in dw)

@@ -93,7 +93,7 @@ def _work(layout: NodeLayout, box: Box) -> ConvWork | None:
     """The forward convolution-shaped work of a member's box (None if it has none)."""
     node, site = layout.site.node, layout.site
     n = box[Dim.N][1] - box[Dim.N][0]
-    k = box[Dim.K][1] - box[Dim.K][0] if node.op != "matmul" else \
+    k = _channels(box) if node.op != "matmul" else \
         box[site.output[-1]][1] - box[site.output[-1]][0]
     c = box[Dim.C][1] - box[Dim.C][0] if Dim.C in box else 0
     if min(n, k, c) <= 0:
@@ -138,10 +138,16 @@ def _sum(first: PieceCost, second: PieceCost) -> PieceCost:
                      MappingProxyType(add_counts(first.counts, second.counts)))
 
 
+def _channels(box: Box) -> int:
+    """Output channels a member's box makes (a grouped convolution's: per group x groups)."""
+    count = box[Dim.K][1] - box[Dim.K][0]
+    return count * (box[Dim.G][1] - box[Dim.G][0]) if Dim.G in box else count
+
+
 def params(layout: NodeLayout, box: Box) -> int:
     """The node's parameters a member holds (and updates)."""
     node = layout.site.node
-    k = box[Dim.K][1] - box[Dim.K][0] if Dim.K in box else 0
+    k = _channels(box) if Dim.K in box else 0
     if node.op == "embedding":
         return node.attrs["vocab"] * k
     held = 0

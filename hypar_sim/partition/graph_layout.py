@@ -32,7 +32,7 @@ import numpy as np
 
 from hypar_sim.errors import InputError
 from hypar_sim.partition.graph_axes import Site
-from hypar_sim.partition.graph_ops import NODE_OPS, Box, NodeOp, output_box, weight_shape
+from hypar_sim.partition.graph_ops import NODE_OPS, Box, NodeOp, weight_shape
 from hypar_sim.partition.hierarchy import Hierarchy
 from hypar_sim.partition.kinds import KINDS, Dim
 from hypar_sim.partition.redistribute import Region, gather_stage, redistribute
@@ -53,7 +53,7 @@ def loops(site: Site, batch: int) -> dict[Dim, int]:
     sizes = {Dim.N: batch, **dict(zip(site.output, site.node.shape, strict=True))}
     if op.reduction is not None:
         sizes[Dim.C] = op.reduction(site.node)
-    return sizes
+    return sizes | op.loops(site.node)
 
 
 def _dim_of(op: NodeOp, kind: str) -> Dim:
@@ -95,7 +95,8 @@ class NodeLayout:
         return [dict(zip(dims, row, strict=True)) for row in zip(*columns, strict=True)]
 
     def outputs(self) -> list[Region]:
-        return [(output_box(self.site, self.box(m)),) for m in range(self.members)]
+        made = node_op(self.site).outputs
+        return [made(self.site, self.box(m)) for m in range(self.members)]
 
     def reads(self, index: int) -> list[Region]:
         read = node_op(self.site).read
@@ -143,18 +144,21 @@ def own_matrices(own: NodeLayout, batch: int, word_bytes: int,
     boxes = [own.box(m) for m in range(own.members)]
     result = {}
     scale = op.weight_scale(node) if op.weight_scale is not None else 0
+    outputs = own.outputs()
+    channel = 1 + own.site.output.index(Dim.K) if Dim.K in own.site.output else None
     if scale:
         rows, columns = weight_shape(node)
         regions = [(((0, rows), b[Dim.K]),) if node.op == "embedding" else
-                   ((b[Dim.K], b[Dim.C]),) for b in boxes]
+                   tuple((made[channel], b[Dim.C]) for made in out)  # its channels' rows
+                   for b, out in zip(boxes, outputs, strict=True)]
         result.update(_all_reduce((rows, columns), regions, word_bytes * scale, "gradient"))
     vectors = op.vectors(node)
     if vectors:  # a bias or a norm's scale and shift: one value per output channel each
-        regions = [((b[Dim.K],),) for b in boxes]
+        regions = [tuple((made[channel],) for made in out) for out in outputs]
         result.update(_all_reduce((dict(zip(own.site.output, node.shape, strict=True))[Dim.K],),
                                   regions, word_bytes * vectors, "vector"))
     if is_output:
-        loss = redistribute(_tensor(own.site, batch), own.outputs(), None)
+        loss = redistribute(_tensor(own.site, batch), outputs, None)
         result.update({"loss reduce": loss.reduce * word_bytes,
                        "loss gather": gather_stage(loss.holders, loss.contrib, loss.volume)
                        * word_bytes})

@@ -5,8 +5,10 @@ output's axes, named by `graph_axes`, the batch N, and the reduction C of a
 convolution, an fc layer or a product of two activations). `read` returns
 the region of input `index` the member needs for it:
 
-- conv: the window's rows and columns (halo), the channels of the groups its
-  output channels belong to; pool: the window; global_pool: the whole map;
+- conv: the window's rows and columns (halo) and its input channels; a grouped
+  convolution has a loop G over its groups (split by `groups`) and K and C
+  within a group, so a member reads its groups' channels; pool: the window;
+  global_pool: the whole map;
 - fc: its input features (a feature map flattened: several boxes);
 - matmul: A's rows and reduction, B's reduction and columns, per head;
 - reshape: the same elements in the input's shape (axis runs of equal size
@@ -62,21 +64,46 @@ def output_box(site: Site, box: Box) -> tuple[Interval, ...]:
     return (box[Dim.N], *(box[d] for d in site.output))
 
 
+def _group_channels(box: Box, per_group: int, own: tuple[int, int]) -> list[Interval]:
+    """Channel ranges of the groups a member's box covers, `own` of each (whole groups:
+    one range)."""
+    first, last = box[Dim.G]
+    lo, hi = own
+    if last <= first or hi <= lo:
+        return []
+    if (lo, hi) == (0, per_group):
+        return [(first * per_group, last * per_group)]
+    return [(g * per_group + lo, g * per_group + hi) for g in range(first, last)]
+
+
 def _read_conv(site: Site, box: Box, index: int) -> Region:
     node, a = site.node, site.node.attrs
     rows, cols = _spatial(node, box, _pair(a["kernel"]), _pair(a["stride"]), _pads(a["padding"]),
                           _pair(a["dilation"]))
-    per_group_out = node.shape[0] // a["groups"]
     per_group_in = node.input_shapes[0][0] // a["groups"]
-    (k0, k1), (c0, c1) = box[Dim.K], box[Dim.C]
-    if k1 <= k0 or c1 <= c0:
-        return ()
-    first, last = k0 // per_group_out, (k1 - 1) // per_group_out
-    if (c0, c1) == (0, per_group_in):
-        channels = [(first * per_group_in, (last + 1) * per_group_in)]
+    if Dim.G in box:
+        channels = _group_channels(box, per_group_in, box[Dim.C])
     else:
-        channels = [(g * per_group_in + c0, g * per_group_in + c1) for g in range(first, last + 1)]
+        channels = [box[Dim.C]] if box[Dim.K][1] > box[Dim.K][0] and \
+            box[Dim.C][1] > box[Dim.C][0] else []
     return tuple((box[Dim.N], ch, rows, cols) for ch in channels)
+
+
+def _conv_outputs(site: Site, box: Box) -> Region:
+    """A grouped convolution's output channels: its groups' ranges of the per-group ones."""
+    if Dim.G not in box:
+        return (output_box(site, box),)
+    per_group = site.node.shape[0] // site.node.attrs["groups"]
+    return tuple((box[Dim.N], ch, box[Dim.P], box[Dim.Q])
+                 for ch in _group_channels(box, per_group, box[Dim.K]))
+
+
+def conv_loops(node: Node) -> dict[Dim, int]:
+    """A grouped convolution's own loops: groups G, and K and C within a group."""
+    groups = node.attrs["groups"]
+    if groups == 1:
+        return {}
+    return {Dim.G: groups, Dim.K: node.shape[0] // groups}
 
 
 def _read_fc(site: Site, box: Box, index: int) -> Region:
@@ -204,14 +231,17 @@ def _read_matmul(site: Site, box: Box, index: int) -> Region:
 class NodeOp:
     """How one operator is split: what it reads, the extent of its reduction C (if it has
     one), its weights' (shape, each member's region, values per entry), its learned values
-    per output channel (`vectors`: a bias, a norm's scale and shift), and whether its one
-    channel dimension takes both `in` and `out` (weightless operators)."""
+    per output channel (`vectors`: a bias, a norm's scale and shift), whether its one
+    channel dimension takes both `in` and `out` (weightless operators), the region of its
+    output a member makes (`outputs`) and loops beside its output's axes (`loops`)."""
 
     read: Reader
     reduction: Callable[[Node], int] | None = None
     weight_scale: Callable[[Node], int] | None = None
     channel_alias: bool = False
     vectors: Callable[[Node], int] = lambda node: 0
+    outputs: Callable[[Site, Box], Region] = lambda site, box: (output_box(site, box),)
+    loops: Callable[[Node], dict[Dim, int]] = lambda node: {}  # loops replaced or added
 
 
 def _bias(node: Node) -> int:
@@ -228,7 +258,8 @@ def _fc_scale(node: Node) -> int:
 
 NODE_OPS: dict[str, NodeOp] = {
     "conv": NodeOp(_read_conv, lambda n: n.input_shapes[0][0] // n.attrs["groups"],
-                   lambda n: math.prod(_pair(n.attrs["kernel"])), vectors=_bias),
+                   lambda n: math.prod(_pair(n.attrs["kernel"])), vectors=_bias,
+                   outputs=_conv_outputs, loops=conv_loops),
     "fc": NodeOp(_read_fc, lambda n: math.prod(n.input_shapes[0]) if len(n.input_shapes[0])
                  == 3 else n.input_shapes[0][-1], _fc_scale, vectors=_bias),
     "matmul": NodeOp(_read_matmul, lambda n: n.input_shapes[0][-1]),

@@ -24,6 +24,7 @@ class Dim(StrEnum):
     P = "P"  # output rows, after pooling (a token stream's positions)
     Q = "Q"  # output columns, after pooling
     H = "H"  # attention heads (graph networks)
+    G = "G"  # groups of a grouped convolution (graph networks)
 
 
 @dataclass(frozen=True)
@@ -66,6 +67,7 @@ for _kind in (
     SplitKind("spatial", Dim.P, "output rows, with a halo of input rows (Tofu); a token "
               "stream's positions"),
     SplitKind("heads", Dim.H, "attention heads (graph networks; Megatron-LM's attention split)"),
+    SplitKind("groups", Dim.G, "groups of a grouped or depthwise convolution (graph networks)"),
 ):
     register_kind(_kind)
 

@@ -33,7 +33,6 @@ from hypar_sim.hardware.config import HardwareConfig
 from hypar_sim.hardware.graph_costs import node_cost, params
 from hypar_sim.hardware.hmc import Footprint, check_capacity
 from hypar_sim.partition import graph_layout
-from hypar_sim.partition.graph_ops import output_box
 from hypar_sim.partition.steps import Message, Phase, TransferKind
 from hypar_sim.planner.graph_plan import (
     GraphPlan,
@@ -177,11 +176,12 @@ def _check_fits(graph: Graph, layouts: list[graph_layout.NodeLayout],
         return
     every = np.concatenate([_box_sizes(own) for own in layouts], axis=1)
     _, members = np.unique(every, axis=0, return_index=True)
+    made_by = [own.outputs() for own in layouts]
     for m in members.tolist():  # members whose boxes all have the same sizes: one check
         footprints = []
-        for own in layouts:
+        for own, made in zip(layouts, made_by, strict=True):
             box = own.box(m)
-            kept = np.prod([hi - lo for lo, hi in output_box(own.site, box)])
+            kept = sum(np.prod([hi - lo for lo, hi in part]) for part in made[m])
             held = params(own, box) * word
             footprints.append(Footprint(own.site.node.name, held, held, float(kept) * word))
         check_capacity(footprints, buffers, config, graph.name)
