@@ -270,3 +270,13 @@ def test_a_grouped_convolution_is_split_by_whole_groups():
     plan = plan_graph(depthwise, "hypar", Hierarchy.binary(2), 8, kinds)
     dw = [c for n, c in zip(plan.node_names, plan.columns, strict=True) if n.endswith("_dw")]
     assert any("groups" in c for c in dw)
+
+
+def test_sequence_parallelism_is_the_spatial_kind_on_token_streams():
+    from hypar_sim.partition.kinds import resolve_kind
+
+    assert resolve_kind("seq") == "spatial"
+    plan = plan_graph(mlp_graph(tokens=4), "hypar", Hierarchy.binary(1), 2, ("spatial",))
+    assert plan.columns == (("spatial",), ("spatial",))  # each member its tokens
+    # nothing moves between the layers; both weight gradients are all-reduced (reduce + gather)
+    assert plan.traffic_bytes == 2 * (4096 * 16384 + 16384 * 4096) * 4

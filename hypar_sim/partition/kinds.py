@@ -65,7 +65,7 @@ for _kind in (
     SplitKind("in", Dim.C, "input channels (model parallelism; HyPar's mp)", ("mp",), "mp"),
     SplitKind("out", Dim.K, "output channels (AccPar's third type)"),
     SplitKind("spatial", Dim.P, "output rows, with a halo of input rows (Tofu); a token "
-              "stream's positions"),
+              "stream's positions (sequence parallelism)", ("seq",)),
     SplitKind("heads", Dim.H, "attention heads (graph networks; Megatron-LM's attention split)"),
     SplitKind("groups", Dim.G, "groups of a grouped or depthwise convolution (graph networks)"),
 ):
