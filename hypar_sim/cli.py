@@ -16,6 +16,7 @@ from hypar_sim.hardware.topology import TOPOLOGIES
 from hypar_sim.partition.hierarchy import MAX_MEMBERS, Hierarchy
 from hypar_sim.partition.kinds import allowed_names as allowed_kind_names
 from hypar_sim.partition.kinds import parse_kinds
+from hypar_sim.planner.bound import layer_bounds
 from hypar_sim.planner.graph_plan import GRAPH_STRATEGIES, make_graph_plan
 from hypar_sim.planner.search import SEARCHES
 from hypar_sim.planner.strategies import (
@@ -27,6 +28,7 @@ from hypar_sim.planner.strategies import (
 )
 from hypar_sim.planner.traffic import DEFAULT_TRAFFIC_MODEL, TRAFFIC_MODELS
 from hypar_sim.report import (
+    bound_summary,
     comparison_table,
     graph_plan_summary,
     graphs_table,
@@ -146,6 +148,9 @@ def build_parser() -> argparse.ArgumentParser:
                            "one row of kinds per level, rows separated by ';' or new lines")
     _add_array_arguments(plan)
     _add_plan_arguments(plan)
+    plan.add_argument("--bound", action="store_true",
+                      help="beside the plan, a lower bound on the bytes any plan of the allowed "
+                           "kinds moves, per layer and in total, and the plan's ratio to it")
     plan.add_argument("--json", action="store_true", help="print one JSON object")
     run = commands.add_parser("run", help="simulate one training step and report latency, "
                                           "energy and traffic")
@@ -398,13 +403,21 @@ def graph_dict(graph: Graph) -> dict:
 def cmd_plan(args: argparse.Namespace) -> str:
     workload = _workload(args)
     if isinstance(workload, Graph):
+        if args.bound:
+            raise InputError("--bound: takes chain networks so far")
         return _plan_graph(args, workload)
     strategy = "explicit" if args.plan_text is not None else args.strategy
+    options = plan_options_from_args(args)
     plan = make_plan(workload, strategy, hierarchy_from_args(args), args.batch, args.plan_text,
-                     options=plan_options_from_args(args))
+                     options=options)
+    bounds = layer_bounds(workload.layers, plan.batch, plan.hierarchy, options.kinds,
+                          plan.word_bytes) if args.bound else None
     if args.json:
-        return json.dumps(plan.to_dict(), indent=2)
-    return plan_summary(plan)
+        data = plan.to_dict()
+        if bounds is not None:
+            data |= {"bound_bytes": sum(bounds), "bound_bytes_per_layer": bounds}
+        return json.dumps(data, indent=2)
+    return plan_summary(plan) + (bound_summary(plan, bounds) if bounds is not None else "")
 
 
 def _plan_graph(args: argparse.Namespace, graph: Graph) -> str:

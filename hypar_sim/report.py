@@ -134,6 +134,21 @@ def graph_plan_summary(plan: GraphPlan, graph: Graph) -> str:
             + (f" ({levels})" if levels else ""))
 
 
+def bound_summary(plan: Plan, bounds: Sequence[float]) -> str:
+    """The lower bound beside a plan: per layer and in total, and the plan's ratio to it."""
+    per_layer = [sum(level[i].total_bytes for level in plan.traffic)
+                 for i in range(len(plan.layer_names))]
+    rows = [(name, f"{moved / 1e6:.4g}", f"{bound / 1e6:.4g}",
+             f"{moved / bound:.2f}" if bound else "-")
+            for name, moved, bound in zip(plan.layer_names, per_layer, bounds, strict=True)]
+    total = sum(bounds)
+    ratio = f"{plan.traffic_bytes / total:.2f}x the bound" if total else "the bound is 0"
+    return ("\n\nlower bound (planner.bound: every weight's replicas and every partial output's "
+            "holders receive one element each):\n"
+            + table(("layer", "plan MB", "bound MB", "ratio"), rows)
+            + f"\n\nbound {total / GB:.4g} GB; the plan moves {ratio}")
+
+
 def plan_summary(plan: Plan) -> str:
     search = f", {plan.search} search" if plan.search else ""
     head = (f"{plan.network}: strategy {plan.strategy}{search}, hierarchy {plan.hierarchy} "

@@ -91,7 +91,8 @@ class Columns:
     def __init__(self, columns: Sequence[Column], levels: int) -> None:
         self.columns = tuple(columns)
         self.dims = np.array([[DIMS.index(KINDS[kind].dim) for kind in column]
-                              for column in self.columns], dtype=np.int64).reshape(-1, levels)
+                              for column in self.columns], dtype=np.int64).reshape(
+            len(self.columns), levels)
 
     def __len__(self) -> int:
         return len(self.columns)

@@ -1,0 +1,66 @@
+"""A lower bound on the bytes any plan of a chain moves between accelerators (`--bound`).
+
+Count in elements (words; a transfer carries whole elements, as the 2D/2.5D/3D
+paper's bounds count words). For one layer split by a column of kinds, let
+R_W be the number of members that hold the same weights (the product of the
+level sizes whose kind splits a dimension the weights are not indexed by: N,
+P, Q) and R_C the number of members whose outputs are partial sums of the same
+elements (the product of the level sizes whose kind splits C).
+
+Weights. With R_W > 1 each weight's gradient is a sum of R_W partial values
+held by R_W different members, and each of them must hold the updated weight
+for the next step. A member cannot know the sum without receiving something
+that depends on the other partials; one element per weight is the least that
+can carry it. So the R_W holders receive at least R_W elements per weight:
+R_W x |W|.
+
+Outputs. With R_C > 1 each output element is a sum of R_C partial values on
+R_C members, and each of them needs the error of the complete output for its
+weight gradient (dW = E_out x F_in over its samples, for all its output
+channels), which depends on the complete value: again each receives at least
+one element per output element: R_C x |F_out| (after pooling, which only
+makes it smaller).
+
+The two counts concern different tensors (a layer's weights, its output), so
+over a chain they add up: the plan's bytes >= word x sum over layers of the
+least, over every column of the allowed kinds, of R_W |W| [R_W > 1] + R_C |F_out|
+[R_C > 1]. It is positive for a layer wherever every allowed kind replicates
+weights or splits C (HyPar's batch and in); a kind that splits K (out) or rows
+(spatial) moves inputs and halos instead, which this bound does not count, so
+with those kinds it may be 0. It is tight on the two fc layers 4096 -> 16384 ->
+4096 of "Partition algebra" with HyPar's kinds on two accelerators (both split
+in: 1,310,720 bytes, plan and bound), and for data parallelism on two
+accelerators (2 |W| per layer).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Sequence
+
+from hypar_sim.partition.hierarchy import Hierarchy
+from hypar_sim.partition.kinds import KINDS, Dim
+from hypar_sim.workload.layers import Layer
+
+_WEIGHT_DIMS = {Dim.K, Dim.C}
+
+
+def column_bound(layer: Layer, batch: int, column: Sequence[str], hierarchy: Hierarchy) -> float:
+    """Elements the layer's members must receive under one column (see the module)."""
+    replicas = math.prod(size for size, kind in zip(hierarchy.sizes, column, strict=True)
+                         if KINDS[kind].dim not in _WEIGHT_DIMS)
+    partial = math.prod(size for size, kind in zip(hierarchy.sizes, column, strict=True)
+                        if KINDS[kind].dim is Dim.C)
+    weights = replicas * layer.weights if replicas > 1 else 0
+    outputs = partial * batch * layer.output.size if partial > 1 else 0
+    return float(weights + outputs)
+
+
+def layer_bounds(layers: Sequence[Layer], batch: int, hierarchy: Hierarchy,
+                 kinds: Sequence[str], word_bytes: int) -> list[float]:
+    """Bytes per layer: the least over every column of `kinds` (those a layer cannot take
+    included: a smaller least, still a bound)."""
+    columns = list(itertools.product(kinds, repeat=hierarchy.levels))
+    return [min(column_bound(layer, batch, c, hierarchy) for c in columns) * word_bytes
+            for layer in layers]
