@@ -16,7 +16,7 @@ from hypar_sim.hardware.topology import TOPOLOGIES
 from hypar_sim.partition.hierarchy import MAX_MEMBERS, Hierarchy
 from hypar_sim.partition.kinds import allowed_names as allowed_kind_names
 from hypar_sim.partition.kinds import parse_kinds
-from hypar_sim.planner.bound import layer_bounds
+from hypar_sim.planner.bound import layer_bounds, node_bounds
 from hypar_sim.planner.graph_plan import GRAPH_STRATEGIES, make_graph_plan
 from hypar_sim.planner.search import SEARCHES
 from hypar_sim.planner.strategies import (
@@ -29,6 +29,7 @@ from hypar_sim.planner.strategies import (
 from hypar_sim.planner.traffic import DEFAULT_TRAFFIC_MODEL, TRAFFIC_MODELS
 from hypar_sim.report import (
     bound_summary,
+    bound_total,
     comparison_table,
     graph_plan_summary,
     graphs_table,
@@ -403,8 +404,6 @@ def graph_dict(graph: Graph) -> dict:
 def cmd_plan(args: argparse.Namespace) -> str:
     workload = _workload(args)
     if isinstance(workload, Graph):
-        if args.bound:
-            raise InputError("--bound: takes chain networks so far")
         return _plan_graph(args, workload)
     strategy = "explicit" if args.plan_text is not None else args.strategy
     options = plan_options_from_args(args)
@@ -422,9 +421,18 @@ def cmd_plan(args: argparse.Namespace) -> str:
 
 def _plan_graph(args: argparse.Namespace, graph: Graph) -> str:
     """`plan` of a graph network (strategies hypar, data, model; the layout model)."""
+    options = plan_options_from_args(args)
     plan = make_graph_plan(graph, args.strategy, hierarchy_from_args(args), args.batch,
-                           args.plan_text, options=plan_options_from_args(args))
-    return json.dumps(plan.to_dict(), indent=2) if args.json else graph_plan_summary(plan, graph)
+                           args.plan_text, options=options)
+    bounds = node_bounds(graph, plan.batch, plan.hierarchy, options.kinds, 4) \
+        if args.bound else None
+    if args.json:
+        data = plan.to_dict()
+        if bounds is not None:
+            data |= {"bound_bytes": sum(bounds), "bound_bytes_per_node": bounds}
+        return json.dumps(data, indent=2)
+    return graph_plan_summary(plan, graph) + (
+        bound_total(plan.traffic_bytes, sum(bounds)) if bounds is not None else "")
 
 
 COMMANDS = {"networks": cmd_networks, "plan": cmd_plan, "hardware": cmd_hardware,

@@ -141,12 +141,17 @@ def bound_summary(plan: Plan, bounds: Sequence[float]) -> str:
     rows = [(name, f"{moved / 1e6:.4g}", f"{bound / 1e6:.4g}",
              f"{moved / bound:.2f}" if bound else "-")
             for name, moved, bound in zip(plan.layer_names, per_layer, bounds, strict=True)]
-    total = sum(bounds)
-    ratio = f"{plan.traffic_bytes / total:.2f}x the bound" if total else "the bound is 0"
     return ("\n\nlower bound (planner.bound: every weight's replicas and every partial output's "
             "holders receive one element each):\n"
             + table(("layer", "plan MB", "bound MB", "ratio"), rows)
-            + f"\n\nbound {total / GB:.4g} GB; the plan moves {ratio}")
+            + bound_total(plan.traffic_bytes, sum(bounds)))
+
+
+def bound_total(moved: float, bound: float) -> str:
+    """The bound in total and the plan's ratio to it."""
+    ratio = f"the plan moves {moved / bound:.2f}x the bound" if bound else \
+        "0 with these kinds: one of them (out, spatial) moves only inputs, which it does not count"
+    return f"\n\nlower bound {bound / GB:.4g} GB (planner.bound); {ratio}"
 
 
 def plan_summary(plan: Plan) -> str:

@@ -79,6 +79,37 @@ def test_cli_prints_the_bound_and_the_ratio(tmp_path):
     data = json.loads(cli("plan", "sfc", "--bound", "--json").stdout)
     assert len(data["bound_bytes_per_layer"]) == len(data["layers"])
     assert data["traffic_bytes"] >= data["bound_bytes"] > 0
-    graph = cli("plan", "resnet18", "--bound")
-    assert graph.returncode == 2 and "--bound: takes chain networks" in graph.stderr
+    graph = json.loads(cli("plan", "resnet18", "--bound", "--json", "--accelerators", "4").stdout)
+    assert graph["traffic_bytes"] >= graph["bound_bytes"] > 0
+    assert len(graph["bound_bytes_per_node"]) == len(graph["nodes"])
     assert pytest.approx(data["bound_bytes"]) == sum(data["bound_bytes_per_layer"])
+
+
+@pytest.mark.parametrize("name", ["residual", "inception", "attention", "mlp"])
+@pytest.mark.parametrize("kinds", [("batch", "in"), ("batch", "in", "out", "heads", "groups")])
+def test_graph_plans_are_never_below_the_bound(name, kinds):
+    from hypar_sim.planner.bound import node_bounds
+    from hypar_sim.planner.graph_plan import plan_graph
+    from tests import test_graph_plan as graphs
+
+    graph = {"residual": graphs.residual, "inception": graphs.inception,
+             "attention": graphs.attention, "mlp": graphs.mlp_graph}[name]()
+    for hierarchy in (Hierarchy.binary(1), Hierarchy.binary(2), Hierarchy((3,))):
+        for search in ("greedy", "joint"):
+            try:
+                plan = plan_graph(graph, "hypar", hierarchy, 6, kinds, search)
+            except InputError:
+                continue
+            assert plan.traffic_bytes >= sum(node_bounds(graph, 6, hierarchy, kinds, 4)) * (
+                1 - 1e-12)
+
+
+def test_graph_bound_is_tight_on_the_token_mlp():
+    from hypar_sim.planner.bound import node_bounds
+    from hypar_sim.planner.graph_plan import plan_graph
+    from tests.test_graph_plan import mlp_graph
+
+    graph, hierarchy = mlp_graph(), Hierarchy.binary(1)
+    plan = plan_graph(graph, "hypar", hierarchy, 8, ("batch", "in"), "joint")
+    assert plan.traffic_bytes == sum(node_bounds(graph, 8, hierarchy, ("batch", "in"), 4)) \
+        == 1_310_720

@@ -56,7 +56,9 @@ def loops(site: Site, batch: int) -> dict[Dim, int]:
     return sizes | op.loops(site.node)
 
 
-def _dim_of(op: NodeOp, kind: str) -> Dim:
+def dim_of(op: NodeOp, kind: str) -> Dim:
+    """The dimension `kind` splits in a node of `op` (its one channel dimension for both
+    in and out where it has no reduction)."""
     dim = KINDS[kind].dim
     return Dim.K if op.channel_alias and dim is Dim.C else dim
 
@@ -67,7 +69,7 @@ def offered(site: Site, batch: int, column: Column, hierarchy: Hierarchy) -> boo
     op, sizes = node_op(site), loops(site, batch)
     parts = dict.fromkeys(sizes, 1)
     for size, kind in zip(hierarchy.sizes, column, strict=True):
-        dim = _dim_of(op, kind)
+        dim = dim_of(op, kind)
         if dim not in sizes or sizes[dim] // parts[dim] < size:
             return False
         parts[dim] *= size
@@ -107,7 +109,7 @@ def layout(site: Site, batch: int, column: Column, hierarchy: Hierarchy) -> Node
     op = node_op(site)
     boxes = {}
     for dim, extent in loops(site, batch).items():
-        levels = tuple(h for h, kind in enumerate(column) if _dim_of(op, kind) is dim)
+        levels = tuple(h for h, kind in enumerate(column) if dim_of(op, kind) is dim)
         boxes[dim] = level_intervals(extent, levels, hierarchy)
     return NodeLayout(site, boxes)
 

@@ -27,7 +27,10 @@ least, over every column of the allowed kinds, of R_W |W| [R_W > 1] + R_C |F_out
 [R_C > 1]. It is positive for a layer wherever every allowed kind replicates
 weights or splits C (HyPar's batch and in); a kind that splits K (out) or rows
 (spatial) moves inputs and halos instead, which this bound does not count, so
-with those kinds it may be 0. It is tight on the two fc layers 4096 -> 16384 ->
+with those kinds it may be 0. On a graph the same holds node by node (a node's
+own column; weights of convolutions, fc layers and embeddings, partial outputs
+of every node with a reduction C; a tied projection's weights are its
+owner's and count once). It is tight on the two fc layers 4096 -> 16384 ->
 4096 of "Partition algebra" with HyPar's kinds on two accelerators (both split
 in: 1,310,720 bytes, plan and bound), and for data parallelism on two
 accelerators (2 |W| per layer).
@@ -39,8 +42,12 @@ import itertools
 import math
 from collections.abc import Sequence
 
+from hypar_sim.partition import graph_layout
+from hypar_sim.partition.graph_axes import sites as graph_sites
+from hypar_sim.partition.graph_ops import NODE_OPS, weight_shape
 from hypar_sim.partition.hierarchy import Hierarchy
 from hypar_sim.partition.kinds import KINDS, Dim
+from hypar_sim.workload.graph import Graph
 from hypar_sim.workload.layers import Layer
 
 _WEIGHT_DIMS = {Dim.K, Dim.C}
@@ -64,3 +71,28 @@ def layer_bounds(layers: Sequence[Layer], batch: int, hierarchy: Hierarchy,
     columns = list(itertools.product(kinds, repeat=hierarchy.levels))
     return [min(column_bound(layer, batch, c, hierarchy) for c in columns) * word_bytes
             for layer in layers]
+
+
+def node_bounds(graph: Graph, batch: int, hierarchy: Hierarchy, kinds: Sequence[str],
+                word_bytes: int) -> list[float]:
+    """Bytes per node of a graph (the module's two counts, node by node)."""
+    columns = list(itertools.product(kinds, repeat=hierarchy.levels))
+    bounds = []
+    for site in graph_sites(graph):
+        node, op = site.node, NODE_OPS[site.node.op]
+        has_weights = op.weight_scale is not None and op.weight_scale(node) > 0
+        weight_dims = {Dim.K} if node.op == "embedding" else {Dim.K, Dim.C, Dim.G}
+        weights = math.prod(weight_shape(node)) if has_weights else 0
+        outputs = batch * math.prod(node.shape)
+        least = math.inf
+        for column in columns:
+            dims = [graph_layout.dim_of(op, kind) for kind in column]
+            replicas = math.prod(size for size, dim in zip(hierarchy.sizes, dims, strict=True)
+                                 if dim not in weight_dims)
+            partial = math.prod(size for size, dim in zip(hierarchy.sizes, dims, strict=True)
+                                if dim is Dim.C and op.reduction is not None)
+            count = (replicas * weights if replicas > 1 else 0) + \
+                (partial * outputs if partial > 1 else 0)
+            least = min(least, count)
+        bounds.append(float(least) * word_bytes)
+    return bounds
