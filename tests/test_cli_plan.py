@@ -124,3 +124,22 @@ def test_bad_network_file(cli, tmp_path, body, fragment):
     assert result.returncode == 2
     assert str(path) in result.stderr and fragment in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_plan_json_is_accepted_back_by_plan_file(tmp_path):
+    """`plan --json` output saved to a file is a plan `--plan FILE` takes; a plan for other
+    layers is refused in one line."""
+    import subprocess
+    import sys
+
+    def cli(*args):
+        return subprocess.run([sys.executable, "-m", "hypar_sim", *args], capture_output=True,
+                              text=True, cwd=tmp_path)
+    saved = tmp_path / "plan.json"
+    saved.write_text(cli("plan", "vgg_a", "--kinds", "batch,in,out", "--json").stdout)
+    again = json.loads(cli("plan", "vgg_a", "--plan", str(saved), "--json").stdout)
+    assert again["plan"] == json.loads(saved.read_text())["plan"]
+    assert again["traffic_bytes"] == json.loads(saved.read_text())["traffic_bytes"]
+    other = cli("plan", "vgg_b", "--plan", str(saved))
+    assert other.returncode == 2 and "the plan is for layers" in other.stderr
+    assert other.stderr.count("\n") == 1

@@ -96,3 +96,15 @@ def test_interconnect_parameters():
     # 1.6 Gb/s at 250 MHz is 0.8 raw bytes per cycle; 256 of every 272 bytes are data.
     assert base.bandwidth_bytes_per_cycle == pytest.approx(0.8 * 256 / 272)
     assert base.latency_cycles == pytest.approx(11 / 4)
+
+
+def test_yaml_numbers_with_exponents_are_numbers(tmp_path):
+    """YAML 1.1 reads 2e1 and 1.6e9 as strings; here they are numbers (an integral float
+    for an integer key is that integer)."""
+    from hypar_sim.hardware.config import load_hardware
+
+    path = tmp_path / "hw.yaml"
+    path.write_text("clock_mhz: 2.5e2\nlink_bandwidth_gbps: 16e-1\naccelerators: 1.6e1\n")
+    config = load_hardware(str(path))
+    assert config.clock_mhz == 250 and config.link_bandwidth_gbps == 1.6
+    assert config.accelerators == 16 and isinstance(config.accelerators, int)

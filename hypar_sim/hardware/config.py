@@ -182,6 +182,8 @@ def coerce_overrides(overrides: Mapping[str, Any], where: str) -> dict[str, Any]
         item = _FIELDS[key]
         if item.type in ("float", float) and isinstance(value, int) and not isinstance(value, bool):
             value = float(value)
+        elif item.type in ("int", int) and isinstance(value, float) and value.is_integer():
+            value = int(value)  # 2e1 in a YAML file: an integer written as a float
         _check_value(item, value, where)
         result[key] = value
     return result

@@ -16,6 +16,7 @@ channel) is replaced there by batch.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -190,8 +191,25 @@ def read_plan_argument(value: str, network: Network, levels: int) -> Choices:
             text = path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
             raise InputError(f"{path}: cannot read the plan file ({exc})") from None
+        if text.lstrip().startswith("{"):
+            text = _plan_json(text, network, str(path))
         return parse_plan_text(text, network, levels, str(path))
     return parse_plan_text(value, network, levels)
+
+
+def _plan_json(text: str, network: Network, where: str) -> str:
+    """The rows of kinds of a `plan --json` file, as plan text (its layers must be the
+    network's)."""
+    try:
+        data = json.loads(text)
+        rows, layers = data["plan"], data["layers"]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise InputError(f"{where}: not a plan file (JSON of `plan --json` with 'plan' and "
+                         f"'layers', or rows of kinds): {exc}") from None
+    if list(layers) != list(network.layer_names):
+        raise InputError(f"{where}: the plan is for layers {' '.join(map(str, layers))}, not "
+                         f"{network.name}'s ({' '.join(network.layer_names)})")
+    return ";".join(" ".join(map(str, row)) for row in rows)
 
 
 def as_hierarchy(levels_or_hierarchy: int | Hierarchy) -> Hierarchy:
