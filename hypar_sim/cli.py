@@ -9,6 +9,7 @@ import sys
 from collections.abc import Sequence
 
 from hypar_sim import __version__
+from hypar_sim.api import CHAIN_STRATEGIES, GRAPH_COMPARED
 from hypar_sim.atomic import atomic_write_text, check_writable
 from hypar_sim.errors import InputError
 from hypar_sim.hardware.config import derived, describe, load_hardware
@@ -17,7 +18,7 @@ from hypar_sim.partition.hierarchy import MAX_MEMBERS, Hierarchy
 from hypar_sim.partition.kinds import allowed_names as allowed_kind_names
 from hypar_sim.partition.kinds import parse_kinds
 from hypar_sim.planner.bound import layer_bounds, node_bounds
-from hypar_sim.planner.graph_plan import GRAPH_STRATEGIES, make_graph_plan
+from hypar_sim.planner.graph_plan import make_graph_plan
 from hypar_sim.planner.search import SEARCHES
 from hypar_sim.planner.strategies import (
     DEFAULT_KINDS,
@@ -50,8 +51,6 @@ from hypar_sim.workload.network import (
     load_network,
     load_workload,
 )
-
-COMPARED_STRATEGIES = ("data", "model", "trick", "hypar")
 
 PROG = "hypar-sim"
 DEFAULT_LEVELS = 4
@@ -287,7 +286,7 @@ def cmd_compare(args: argparse.Namespace) -> str:
     network, config, options = _simulation_inputs(args)
     plan_options = plan_options_from_args(args)
     hierarchy = hierarchy_from_args(args, config.accelerators)
-    strategies = GRAPH_STRATEGIES if isinstance(network, Graph) else COMPARED_STRATEGIES
+    strategies = GRAPH_COMPARED if isinstance(network, Graph) else CHAIN_STRATEGIES
     results = [simulate_strategy(network, strategy, config, options, None, plan_options,
                                  hierarchy)
                for strategy in strategies]

@@ -7,6 +7,7 @@ a summary a person reads at a glance.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
@@ -48,6 +49,20 @@ class AcceleratorResult:
     sent_bytes: float
     received_bytes: float
     energy_pj: float  # its computations and the DRAM accesses of its messages
+
+
+def flatten(data: Mapping[str, Any]) -> dict[str, Any]:
+    """`run --json` as one row: dicts become `name.key` columns, lists become JSON text."""
+    row: dict[str, Any] = {}
+    for key, value in data.items():
+        if isinstance(value, Mapping):
+            for inner, item in value.items():
+                row[f"{key}.{inner}"] = json.dumps(item) if isinstance(item, list | dict) else item
+        elif isinstance(value, list | tuple):
+            row[key] = json.dumps(value, separators=(",", ":"))
+        else:
+            row[key] = value
+    return row
 
 
 @dataclass(frozen=True)
@@ -124,6 +139,13 @@ class SimResult:
             "version": self.version,
             "config": dict(self.config or {}),
         }
+
+    def to_frame(self) -> pd.DataFrame:
+        """One row: every number of `to_dict` (dicts as `name.key` columns, lists as JSON
+        text, as sweep CSVs have them); concatenate many runs' frames to compare them."""
+        import pandas as pd
+
+        return pd.DataFrame([flatten(self.to_dict())])
 
     def per_layer_frame(self) -> pd.DataFrame:
         import pandas as pd  # a heavy import, only when a frame is asked for

@@ -44,6 +44,7 @@ from hypar_sim.hardware.config import HardwareConfig, coerce_overrides, load_har
 from hypar_sim.partition.hierarchy import Hierarchy
 from hypar_sim.partition.kinds import parse_kinds
 from hypar_sim.planner.strategies import STRATEGIES, PlanOptions
+from hypar_sim.results import flatten
 from hypar_sim.runner import ENGINES, SimOptions, simulate_strategy
 from hypar_sim.workload.network import available_networks, load_workload
 
@@ -189,20 +190,6 @@ def parse_overrides(items: Iterable[str]) -> tuple[tuple[str, tuple[Any, ...]], 
             coerce_overrides({key: value}, "--set")
         result.append((key, values))
     return tuple(result)
-
-
-def flatten(data: Mapping[str, Any]) -> dict[str, Any]:
-    """`run --json` as one row: dicts become `name.key` columns, lists become JSON text."""
-    row: dict[str, Any] = {}
-    for key, value in data.items():
-        if isinstance(value, Mapping):
-            for inner, item in value.items():
-                row[f"{key}.{inner}"] = json.dumps(item) if isinstance(item, list | dict) else item
-        elif isinstance(value, list | tuple):
-            row[key] = json.dumps(value, separators=(",", ":"))
-        else:
-            row[key] = value
-    return row
 
 
 def case_config(case: Case) -> HardwareConfig:

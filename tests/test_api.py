@@ -1,0 +1,39 @@
+"""The Python API (`hypar_sim.simulate`, `plan`, `compare`, `hardware`)."""
+
+from __future__ import annotations
+
+import pytest
+
+import hypar_sim
+from hypar_sim.errors import InputError
+from hypar_sim.planner.graph_plan import GraphPlan
+from hypar_sim.planner.plan import Plan
+
+
+def test_simulate_is_the_command_lines_run_and_takes_config_keys():
+    result = hypar_sim.simulate("sfc", accelerators=4, batch=64, engine="analytic")
+    faster = hypar_sim.simulate("sfc", accelerators=4, batch=64, engine="analytic",
+                                link_bandwidth_gbps=16.0)
+    assert result.config["link_bandwidth_gbps"] != faster.config["link_bandwidth_gbps"] == 16.0
+    assert faster.latency_s < result.latency_s and faster.traffic_bytes == result.traffic_bytes
+    row = result.to_frame()
+    assert row.shape[0] == 1 and row["latency_s"].iloc[0] == result.latency_s
+    assert row["config.accelerators"].iloc[0] == 4
+
+
+def test_plan_and_compare_take_chains_and_graphs():
+    assert isinstance(hypar_sim.plan("vgg_a"), Plan)
+    assert isinstance(hypar_sim.plan("resnet18", accelerators=4, batch=16), GraphPlan)
+    runs = hypar_sim.compare("lenet_c", accelerators=4, batch=64, engine="analytic")
+    assert [r.strategy for r in runs] == ["data", "model", "trick", "hypar"]
+    graphs = hypar_sim.compare("resnet18", accelerators=4, batch=16, engine="analytic")
+    assert [r.strategy for r in graphs] == ["data", "model", "hypar"]
+
+
+def test_bad_input_raises_the_command_lines_message():
+    with pytest.raises(InputError, match="unknown network 'vgg_z'"):
+        hypar_sim.simulate("vgg_z")
+    with pytest.raises(InputError, match="unknown key 'clock'"):
+        hypar_sim.simulate("sfc", clock=1)
+    with pytest.raises(AttributeError):
+        hypar_sim.simulat  # noqa: B018 - a typo is an AttributeError, as for any module
