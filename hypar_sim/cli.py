@@ -273,13 +273,20 @@ def cmd_run(args: argparse.Namespace) -> str:
     result = simulate_strategy(network, strategy, config, options, args.plan_text,
                                plan_options_from_args(args),
                                hierarchy_from_args(args, config.accelerators))
-    if args.csv:
-        table = result.per_layer_frame().assign(
-            hypar_sim_version=result.version, config=json.dumps(dict(result.config or {})))
+    written = ""
+    if args.csv:  # the layers, and the configuration once beside them (not on every row)
+        table = result.per_layer_frame().assign(hypar_sim_version=result.version)
+        settings = f"{args.csv}.config.json"
+        atomic_write_text(settings, json.dumps(
+            {"hypar_sim_version": result.version, "network": result.network,
+             "strategy": result.strategy, "topology": result.topology, "engine": result.engine,
+             "plan": [list(level) for level in result.plan],
+             "config": dict(result.config or {})}, indent=2) + "\n")
         atomic_write_text(args.csv, table.to_csv(index=False))
+        written = f"\nper-layer table written to {args.csv}, its configuration to {settings}"
     if args.json:
         return json.dumps(result.to_dict(), indent=2)
-    return result.summary() + (f"\nper-layer table written to {args.csv}" if args.csv else "")
+    return result.summary() + written
 
 
 def cmd_compare(args: argparse.Namespace) -> str:

@@ -171,7 +171,9 @@ def test_version_and_config_are_recorded(cli, tmp_path):
     assert data["config"]["accelerators"] == 4 and "chunk_bytes" in data["config"]
     layers = pd.read_csv(cli("run", "lenet_c", "--csv", str(tmp_path / "l.csv")) and
                          tmp_path / "l.csv")
-    assert layers.hypar_sim_version.iloc[0] == data["version"]
+    assert layers.hypar_sim_version.iloc[0] == data["version"] and "config" not in layers
+    settings = json.loads((tmp_path / "l.csv.config.json").read_text())
+    assert settings["config"]["accelerators"] == 16 and settings["network"] == "lenet_c"
     figure = pd.read_csv(REPO / "results" / "fig06_performance.csv")
     assert figure.hypar_sim_version.iloc[0] and json.loads(figure.base_config.iloc[0])["batch"] == 256
 
