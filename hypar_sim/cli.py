@@ -35,6 +35,7 @@ from hypar_sim.report import (
     graph_plan_summary,
     graphs_table,
     hardware_table,
+    hardware_yaml,
     layers_table,
     networks_table,
     nodes_table,
@@ -220,7 +221,12 @@ def build_parser() -> argparse.ArgumentParser:
                           help="a YAML file whose keys change the defaults (configs/hypar_paper.yaml)")
     hardware.add_argument("--accelerators", type=int, default=None, help="override accelerators")
     hardware.add_argument("--batch", type=int, default=None, help="override batch")
-    hardware.add_argument("--json", action="store_true", help="print one JSON object")
+    output = hardware.add_mutually_exclusive_group()
+    output.add_argument("--json", action="store_true", help="print one JSON object")
+    output.add_argument("--yaml", action="store_true",
+                        help="print the configuration as a YAML file with comments (units, "
+                             "meaning, source): `hardware --yaml > my_hw.yaml`, edit, then "
+                             "--config my_hw.yaml")
     return parser
 
 
@@ -365,6 +371,8 @@ def cmd_hardware(args: argparse.Namespace) -> str:
     rows = describe(config, args.config)
     if args.json:
         return json.dumps({row["key"]: row["value"] for row in rows}, indent=2)
+    if args.yaml:
+        return hardware_yaml(rows)
     return hardware_table(rows, derived(config))
 
 

@@ -86,6 +86,20 @@ def hardware_table(rows: Sequence[dict], derived: Sequence[tuple[str, str, str]]
     return main + "\n\n" + extra
 
 
+def hardware_yaml(rows: Sequence[dict]) -> str:
+    """The effective configuration as a YAML file `--config` reads back: one key a line,
+    its unit, meaning and source as comments."""
+    lines = ["# hypar-sim hardware configuration (`hypar-sim hardware --yaml`); every key may",
+             "# be removed (its default is then used). Units and sources in the comments."]
+    for row in rows:
+        value = row["value"]
+        text = repr(value) if isinstance(value, float) else str(value)
+        unit = f" [{row['unit']}]" if row["unit"] else ""
+        lines.append(f"# {row['meaning']}{unit}; {row['source'] or 'default'}")
+        lines.append(f"{row['key']}: {text}")
+    return "\n".join(lines)
+
+
 def comparison_table(results: Sequence) -> str:
     """Strategies side by side, normalized to Data Parallelism (the first `data` result)."""
     base = next(r for r in results if r.strategy == "data")

@@ -108,3 +108,22 @@ def test_yaml_numbers_with_exponents_are_numbers(tmp_path):
     config = load_hardware(str(path))
     assert config.clock_mhz == 250 and config.link_bandwidth_gbps == 1.6
     assert config.accelerators == 16 and isinstance(config.accelerators, int)
+
+
+def test_hardware_yaml_is_a_config_file_that_reads_back(tmp_path):
+    """`hardware --yaml > my_hw.yaml` then the README's `--config my_hw.yaml` example, as
+    written; the file gives the same configuration as the defaults."""
+    import subprocess
+    import sys
+
+    from hypar_sim.hardware.config import load_hardware
+
+    def cli(*args):
+        return subprocess.run([sys.executable, "-m", "hypar_sim", *args], capture_output=True,
+                              text=True, cwd=tmp_path)
+    (tmp_path / "my_hw.yaml").write_text(cli("hardware", "--yaml").stdout)
+    assert load_hardware(str(tmp_path / "my_hw.yaml")) == load_hardware()
+    run = cli("run", "lenet_c", "--accelerators", "64", "--batch", "512", "--config",
+              "my_hw.yaml", "--csv", "layers.csv")
+    assert run.returncode == 0, run.stderr
+    assert (tmp_path / "layers.csv").is_file() and (tmp_path / "layers.csv.config.json").is_file()
