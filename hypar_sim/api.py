@@ -81,14 +81,15 @@ def simulate(network: str | Network | Graph, strategy: str = "hypar", topology: 
              traffic_model: str = DEFAULT_TRAFFIC_MODEL,
              hierarchy: str | Sequence[int] | None = None, plan_text: str | None = None,
              overlap_gradients: bool = True, seq: int | None = None, config: str | None = None,
-             **config_overrides: Any) -> SimResult:
-    """One training step of `network` split by `strategy`, simulated (see the module)."""
+             trace: bool = False, **config_overrides: Any) -> SimResult:
+    """One training step of `network` split by `strategy`, simulated (see the module; with
+    `trace`, `result.trace_events` holds its Chrome/Perfetto trace)."""
     workload = _workload(network, seq)
     hw = hardware(accelerators, batch, config, **config_overrides)
     strategy = "explicit" if plan_text is not None else strategy
     return simulate_strategy(workload, strategy, hw,
                              SimOptions(topology=topology, engine=engine,
-                                        overlap_gradients=overlap_gradients),
+                                        overlap_gradients=overlap_gradients, trace=trace),
                              plan_text, _options(kinds, search, traffic_model),
                              _hierarchy(hierarchy, hw.accelerators))
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -162,6 +163,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="an explicit plan (file or string, one row of kinds per level)")
     run.add_argument("--json", action="store_true", help="print one JSON object")
     run.add_argument("--csv", default=None, metavar="FILE", help="write the per-layer table as CSV")
+    run.add_argument("--trace", default=None, metavar="FILE",
+                     help="write the step as a Chrome/Perfetto trace (JSON; open it in "
+                          "ui.perfetto.dev): a track per accelerator and per link")
 
     compare = commands.add_parser("compare", help="data, model, trick and hypar side by side, "
                                                   "normalized to data parallelism")
@@ -272,9 +276,12 @@ def _simulation_inputs(args: argparse.Namespace):
 
 
 def cmd_run(args: argparse.Namespace) -> str:
-    if args.csv:
-        check_writable(args.csv, "--csv")
+    for path, flag in ((args.csv, "--csv"), (args.trace, "--trace")):
+        if path:
+            check_writable(path, flag)
     network, config, options = _simulation_inputs(args)
+    if args.trace:
+        options = dataclasses.replace(options, trace=True)
     strategy = "explicit" if args.plan_text is not None else args.strategy
     result = simulate_strategy(network, strategy, config, options, args.plan_text,
                                plan_options_from_args(args),
@@ -290,6 +297,10 @@ def cmd_run(args: argparse.Namespace) -> str:
              "config": dict(result.config or {})}, indent=2) + "\n")
         atomic_write_text(args.csv, table.to_csv(index=False))
         written = f"\nper-layer table written to {args.csv}, its configuration to {settings}"
+    if args.trace:
+        atomic_write_text(args.trace, json.dumps(
+            {"traceEvents": list(result.trace_events), "displayTimeUnit": "ms"}))
+        written += f"\ntrace written to {args.trace} (open it in ui.perfetto.dev)"
     if args.json:
         return json.dumps(result.to_dict(), indent=2)
     return result.summary() + written

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -94,6 +94,7 @@ class SimResult:
     traffic_model: str = ""
     version: str = ""
     config: Mapping[str, Any] | None = None  # the full effective hardware configuration
+    trace_events: tuple[Mapping[str, Any], ...] = field(default=(), repr=False, compare=False)
 
     @property
     def latency_s(self) -> float:

@@ -37,6 +37,7 @@ class SimOptions:
     max_chunks: int = DEFAULT_MAX_CHUNKS  # ... or in this many larger chunks, if that is fewer
     overlap_gradients: bool = True  # gradient exchange overlaps the rest of the backward pass
     bucket_mb: float = DEFAULT_BUCKET_MB  # graph networks: gradients fused in buckets (0: off)
+    trace: bool = False  # the result carries a Chrome/Perfetto trace of the step (des only)
 
     def __post_init__(self) -> None:
         if self.topology not in TOPOLOGIES:
@@ -86,8 +87,13 @@ def _run(schedule: Schedule, hierarchy: Hierarchy, config: HardwareConfig, optio
     config_dict = dataclasses.asdict(config) | dataclasses.asdict(options) | {
         "hierarchy": str(hierarchy), "traffic_model": schedule.units.traffic_model,
         "search": search}
-    engine = simulate_des if options.engine == "des" else simulate_analytic
-    return engine(schedule, topology, options.chunk_bytes, options.max_chunks, config_dict)
+    if options.engine == "des":
+        return simulate_des(schedule, topology, options.chunk_bytes, options.max_chunks,
+                            config_dict, options.trace)
+    if options.trace:
+        raise InputError("--trace: needs --engine des (the analytic engine has no events)")
+    return simulate_analytic(schedule, topology, options.chunk_bytes, options.max_chunks,
+                             config_dict)
 
 
 def simulate_strategy(network: Network | Graph, strategy: str, config: HardwareConfig,

@@ -55,6 +55,7 @@ from hypar_sim.sim.schedule import (
     Wait,
     task_cycles,
 )
+from hypar_sim.sim.trace import trace_events
 
 
 class Lanes:
@@ -92,7 +93,7 @@ class _Step:
     """The SimPy state of one training step."""
 
     def __init__(self, schedule: Schedule, topology: Topology, chunk_bytes: float,
-                 max_chunks: int) -> None:
+                 max_chunks: int, trace: bool = False) -> None:
         config: HardwareConfig = schedule.config
         self.schedule = schedule
         self.topology = topology
@@ -111,6 +112,11 @@ class _Step:
                 self.pending[(message.dst, step)] += 1
         self.arrived = {key: self.env.event() for key in self.pending}
         self.wait_cycles: dict[int, float] = defaultdict(float)
+        # with `trace`: every computation (member, start, end, task) and every message's
+        # span on every link ((message id, link) -> [start, finish, bytes])
+        self.computations: list[tuple[int, float, float, Compute | Parallel]] | None = \
+            [] if trace else None
+        self.spans: dict[tuple[int, int], list[float]] | None = {} if trace else None
         # messages per (sender, step, round), and per (receiver, step, round) still expected
         self.outbox: dict[tuple[int, StepKey, int], list[Message]] = defaultdict(list)
         self.round_pending: dict[tuple[int, StepKey, int], int] = defaultdict(int)
@@ -143,6 +149,8 @@ class _Step:
             if isinstance(task, Compute | Parallel):
                 cycles = task_cycles(task, index)
                 if cycles > 0:
+                    if self.computations is not None:
+                        self.computations.append((index, env.now, env.now + cycles, task))
                     yield env.timeout(cycles)
             elif isinstance(task, Send):
                 self.started.add((index, task.step))
@@ -172,6 +180,7 @@ class _Step:
                 first = links[0].index
                 start, finish = self.links[first].reserve(env.now, size / self.link_rate[first],
                                                           finish)
+                self._span(message, first, start, finish, size)
                 if start > env.now:
                     yield env.timeout(start - env.now)
             self.forward(state, size, 1, finish)
@@ -185,6 +194,7 @@ class _Step:
             index = links[hop].index
             start, upstream_finish = self.links[index].reserve(now, size / self.link_rate[index],
                                                                upstream_finish)
+            self._span(state.message, index, start, upstream_finish, size)
             hop += 1
             if start > now:
                 self.env.process(self.resume(state, size, hop, upstream_finish, start - now))
@@ -195,6 +205,15 @@ class _Step:
         state.chunks_left -= 1
         if state.chunks_left == 0:
             self.env.process(self.deliver(state))
+
+    def _span(self, message: Message, link: int, start: float, finish: float,
+              size: float) -> None:
+        """With a trace: widen the message's span on the link by one chunk."""
+        if self.spans is None:
+            return
+        span = self.spans.setdefault((id(message), link), [start, finish, 0.0, message])
+        span[0], span[1] = min(span[0], start), max(span[1], finish)
+        span[2] += size
 
     def resume(self, state: _InFlight, size: float, hop: int, upstream_finish: float, wait: float):
         yield self.env.timeout(wait)
@@ -230,10 +249,11 @@ class _Step:
 
 def simulate_des(schedule: Schedule, topology: Topology,
                  chunk_bytes: float = DEFAULT_CHUNK_BYTES, max_chunks: int = DEFAULT_MAX_CHUNKS,
-                 config_dict=None) -> SimResult:
-    """Simulate one training step event by event."""
+                 config_dict=None, trace: bool = False) -> SimResult:
+    """Simulate one training step event by event (with `trace`, the result carries its
+    trace events: `sim.trace`)."""
     started = time.perf_counter()
-    state = _Step(schedule, topology, chunk_bytes, max_chunks)
+    state = _Step(schedule, topology, chunk_bytes, max_chunks, trace)
     latency, events = state.run()
     unfinished = [key for key, count in state.pending.items() if count]
     if unfinished:
@@ -245,4 +265,6 @@ def simulate_des(schedule: Schedule, topology: Topology,
     grants = sum(lanes.grants for lanes in (*state.links, *state.vaults))
     result = assemble_result(schedule, topology, "des", latency, waits, busy, events,
                              time.perf_counter() - started, config_dict)
-    return dataclasses.replace(result, lane_grants=grants)
+    traced = tuple(trace_events(schedule, topology, state.computations, state.spans,
+                                schedule.config.clock_hz)) if trace else ()
+    return dataclasses.replace(result, lane_grants=grants, trace_events=traced)
