@@ -8,11 +8,12 @@ import json
 import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from hypar_sim import __version__
 from hypar_sim.api import CHAIN_STRATEGIES, GRAPH_COMPARED
 from hypar_sim.atomic import atomic_write_text, check_writable
-from hypar_sim.errors import InputError
+from hypar_sim.errors import InputError, Unfinished
 from hypar_sim.hardware.config import derived, describe, load_hardware
 from hypar_sim.hardware.topology import TOPOLOGIES
 from hypar_sim.partition.hierarchy import MAX_MEMBERS, Hierarchy
@@ -347,15 +348,25 @@ def cmd_sweep(args: argparse.Namespace) -> str:
                                         "--traffic-models"),
     )
     sweep.check_axes(spec)
-    rows = sweep.run_sweep(spec.cases(), args.out, args.executor, args.workers, args.scheduler,
-                           progress=not args.no_progress)
-    failed = sum(1 for row in rows if row.get("error"))
-    return f"{len(rows)} rows in {args.out} ({failed} failed)"
+    cases = spec.cases()
+    try:
+        rows = sweep.run_sweep(cases, args.out, args.executor, args.workers, args.scheduler,
+                               progress=not args.no_progress)
+    except KeyboardInterrupt:
+        saved = len(sweep.CsvJournal(Path(args.out)).rows)
+        raise Unfinished(f"interrupted; {saved} of {len(cases)} rows saved in {args.out}, "
+                         "rerun to resume", 130) from None
+    failed = [row for row in rows if row.get("error")]
+    summary = f"{len(rows)} rows in {args.out} ({len(failed)} failed)"
+    if failed:
+        first = failed[0]
+        raise Unfinished(f"{len(failed)} of {len(rows)} runs failed, e.g. {first['network']} "
+                         f"{first['strategy']} on {first['accelerators']}: {first['error']}",
+                         1, summary)
+    return summary
 
 
 def cmd_reproduce(args: argparse.Namespace) -> str:
-    from pathlib import Path
-
     from hypar_sim.experiments import FIGURES
     from hypar_sim.experiments.common import RESULTS
     from hypar_sim.experiments.reproduce import reproduce
@@ -471,6 +482,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except InputError as exc:
         print(f"{PROG} {args.command}: error: {exc}", file=sys.stderr)
         return 2
+    except Unfinished as exc:
+        if exc.output:
+            print(exc.output)
+        print(f"{PROG} {args.command}: {exc}", file=sys.stderr)
+        return exc.code
+    except KeyboardInterrupt:
+        print(f"{PROG} {args.command}: interrupted", file=sys.stderr)
+        return 130
     try:
         print(output)
     except BrokenPipeError:  # e.g. piped into `head`: not an error

@@ -14,6 +14,16 @@ class InputError(ValueError):
     """
 
 
+class Unfinished(Exception):  # noqa: N818 - a command's outcome, not a bug
+    """A command that did its work only in part (a sweep with failed rows, or interrupted):
+    `output` for stdout, `message` (one line) for stderr, the exit `code`."""
+
+    def __init__(self, message: str, code: int, output: str = "") -> None:
+        super().__init__(message)
+        self.code = code
+        self.output = output
+
+
 def closest(word: str, allowed: Iterable[str]) -> str:
     """' (did you mean X?)' when a close match of `word` exists in `allowed`, else ''."""
     match = difflib.get_close_matches(word, list(allowed), n=1, cutoff=0.6)

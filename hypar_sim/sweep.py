@@ -29,6 +29,7 @@ import io
 import itertools
 import json
 import os
+import signal
 import traceback
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
@@ -313,10 +314,15 @@ def _run_isolated(case: Case, options, runner: Runner, attempts: int = 2) -> dic
                             "version": __version__}
 
 
+def _leave_interrupts_to_the_parent() -> None:
+    """Ctrl-C reaches a whole process group: workers ignore it, the sweep itself stops."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def _run_pool(cases: list[Case], workers: int, options, on_row, runner: Runner) -> list[Case]:
     """Run `cases` in one process pool; returns the cases lost when a worker died."""
     lost = []
-    pool = ProcessPoolExecutor(workers)
+    pool = ProcessPoolExecutor(workers, initializer=_leave_interrupts_to_the_parent)
     try:
         futures: dict[Future, Case] = {pool.submit(runner, c, options): c for c in cases}
         pending = set(futures)
@@ -346,14 +352,16 @@ def _run_local(todo: list[Case], workers: int, options, on_row: Callable[[dict],
         on_row(_run_isolated(case, options, runner))
 
 
-def _run_dask(todo: list[Case], scheduler: str | None, options, on_row, runner: Runner) -> None:
+def _run_dask(todo: list[Case], scheduler: str | None, options, on_row, runner: Runner,
+              workers: int | None = None) -> None:
     try:
         from dask.distributed import Client, LocalCluster, as_completed
     except ImportError:
         raise InputError("--executor dask: dask.distributed is not installed; "
                          "pip install -e '.[dask]'") from None
-    cluster = None if scheduler else LocalCluster(n_workers=2, threads_per_worker=1,
-                                                  processes=True, dashboard_address=None)
+    cluster = None if scheduler else LocalCluster(
+        n_workers=workers or os.cpu_count() or 1, threads_per_worker=1, processes=True,
+        dashboard_address=None)
     try:
         try:
             client = Client(scheduler or cluster, timeout=30)
@@ -387,7 +395,7 @@ def execute(todo: Sequence[Case], on_row: Callable[[dict], None], executor: str 
     elif executor == "process":
         _run_local(todo, workers or os.cpu_count() or 1, options, on_row, runner)
     else:
-        _run_dask(todo, scheduler, options, on_row, runner)
+        _run_dask(todo, scheduler, options, on_row, runner, workers)
 
 
 def run_cases(cases: Sequence[Case], workers: int | None = None, progress: bool = False,

@@ -5,12 +5,15 @@ Run `python scripts/api_example.py` (writes nothing; prints tables).
 
 from __future__ import annotations
 
+import argparse
+
 import pandas as pd
 
 import hypar_sim
 
 
 def main() -> None:
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
     # one training step of VGG-A on 16 cubes, HyPar's plan, a torus with faster links
     result = hypar_sim.simulate("vgg_a", topology="torus", link_bandwidth_gbps=3.2)
     print(f"VGG-A, torus at 3.2 Gb/s: {result.latency_s * 1e3:.1f} ms, "

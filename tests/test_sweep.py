@@ -206,3 +206,37 @@ def test_partition_axes_are_swept_and_resumed(tmp_path, cli):
     bad = cli("sweep", "--networks", "lenet_c", "--accelerators", "12", "--hierarchies", "4x4",
               "--out", str(tmp_path / "bad.csv"))
     assert bad.returncode == 2 and "--hierarchies: 4x4 has 16 members" in bad.stderr
+
+
+def test_sweep_exits_1_when_a_row_failed_and_130_when_interrupted(tmp_path):
+    """Failed rows: the others written, a one-line summary, exit 1. Ctrl-C (SIGINT to the
+    process group, as a terminal sends it): one line, exit 130, no traceback, whole rows."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import pandas as pd
+
+    out = tmp_path / "bad.csv"
+    done = subprocess.run([sys.executable, "-m", "hypar_sim", "sweep", "--networks", "lenet_c",
+                           "--strategies", "data,hypar", "--accelerators", "4", "--batch", "2,8",
+                           "--out", str(out), "--no-progress"], capture_output=True, text=True)
+    assert done.returncode == 1 and "rows in" in done.stdout
+    assert done.stderr.count("\n") == 1 and "runs failed" in done.stderr
+    assert len(pd.read_csv(out)) == 4
+    out = tmp_path / "long.csv"
+    sweep = subprocess.Popen(
+        [sys.executable, "-m", "hypar_sim", "sweep", "--networks", "vgg_d,vgg_e",
+         "--strategies", "data,model,hypar", "--accelerators", "32,64", "--out", str(out),
+         "--no-progress"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True)
+    time.sleep(4)
+    os.killpg(sweep.pid, signal.SIGINT)
+    stdout, stderr = sweep.communicate(timeout=120)
+    assert sweep.returncode == 130, stderr
+    assert "Traceback" not in stderr and stderr.strip().count("\n") == 0
+    assert "interrupted;" in stderr and "rerun to resume" in stderr
+    if out.exists():
+        assert pd.read_csv(out).shape[0] < 12
