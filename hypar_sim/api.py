@@ -6,6 +6,7 @@
     result.latency_s, result.energy_j, result.traffic_bytes
     result.to_frame()                      # one row: every number of the result
     result.per_layer_frame()               # one row per layer (or graph node)
+    result.per_link_frame()                # one row per directed link: bytes, busy share
     hypar_sim.plan("resnet50", accelerators=64, kinds=("batch", "in", "out"))
     hypar_sim.compare("vgg_a")             # data, model, trick, hypar (graphs: data, model, hypar)
 

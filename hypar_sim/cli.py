@@ -9,6 +9,7 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from hypar_sim import __version__
 from hypar_sim.api import CHAIN_STRATEGIES, GRAPH_COMPARED
@@ -226,6 +227,8 @@ def build_parser() -> argparse.ArgumentParser:
                           help="a YAML file whose keys change the defaults (configs/hypar_paper.yaml)")
     hardware.add_argument("--accelerators", type=int, default=None, help="override accelerators")
     hardware.add_argument("--batch", type=int, default=None, help="override batch")
+    hardware.add_argument("--set", dest="overrides", action="append", default=[],
+                          metavar="KEY=VALUE", help="set any hardware key; repeatable")
     output = hardware.add_mutually_exclusive_group()
     output.add_argument("--json", action="store_true", help="print one JSON object")
     output.add_argument("--yaml", action="store_true",
@@ -256,6 +259,10 @@ def _add_simulation_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-overlap", action="store_true",
                         help="wait for each layer's gradient exchange before going on with the "
                              "backward pass (default: overlap it)")
+    parser.add_argument("--set", dest="overrides", action="append", default=[],
+                        metavar="KEY=VALUE",
+                        help="set any hardware key (see `hardware`), e.g. --set "
+                             "link_bandwidth_gbps=3.2; repeatable")
     parser.add_argument("--bucket-mb", type=float, default=DEFAULT_BUCKET_MB, metavar="MIB",
                         help="graph networks: fuse gradient all-reduces in buckets of this many "
                              f"MiB, as PyTorch DDP does (default {DEFAULT_BUCKET_MB}; 0: one per "
@@ -382,10 +389,18 @@ def cmd_reproduce(args: argparse.Namespace) -> str:
     return f"wrote {len(names)} figures and {path}"
 
 
-def hardware_overrides(args: argparse.Namespace) -> dict[str, int]:
-    """The common parameters given on the command line."""
-    return {key: getattr(args, key) for key in ("accelerators", "batch")
-            if getattr(args, key, None) is not None}
+def hardware_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """The hardware keys given on the command line (--accelerators, --batch, --set)."""
+    from hypar_sim.sweep import parse_overrides
+
+    given = {key: getattr(args, key) for key in ("accelerators", "batch")
+             if getattr(args, key, None) is not None}
+    for key, values in parse_overrides(getattr(args, "overrides", None) or ()):
+        if len(values) != 1:
+            raise InputError(f"--set: {key} takes one value here (several make a sweep: "
+                             "`sweep --set`)")
+        given[key] = values[0]
+    return given
 
 
 def cmd_hardware(args: argparse.Namespace) -> str:

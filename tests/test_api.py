@@ -37,3 +37,11 @@ def test_bad_input_raises_the_command_lines_message():
         hypar_sim.simulate("sfc", clock=1)
     with pytest.raises(AttributeError):
         hypar_sim.simulat  # noqa: B018 - a typo is an AttributeError, as for any module
+
+
+def test_frames_of_a_result():
+    result = hypar_sim.simulate("lenet_c", accelerators=4, batch=64, engine="analytic")
+    links = result.per_link_frame()
+    assert list(links.columns) == ["link", "bytes", "busy_fraction"]
+    assert links.bytes.sum() == sum(link.bytes for link in result.per_link)
+    assert len(result.per_layer_frame()) == len(result.per_layer)

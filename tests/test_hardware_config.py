@@ -127,3 +127,21 @@ def test_hardware_yaml_is_a_config_file_that_reads_back(tmp_path):
               "my_hw.yaml", "--csv", "layers.csv")
     assert run.returncode == 0, run.stderr
     assert (tmp_path / "layers.csv").is_file() and (tmp_path / "layers.csv.config.json").is_file()
+
+
+def test_run_set_takes_any_hardware_key(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    def cli(*args):
+        return subprocess.run([sys.executable, "-m", "hypar_sim", *args], capture_output=True,
+                              text=True, cwd=tmp_path)
+    done = cli("run", "lenet_c", "--accelerators", "4", "--engine", "analytic", "--set",
+               "link_bandwidth_gbps=3.2", "--set", "clock_mhz=500", "--json")
+    config = json.loads(done.stdout)["config"]
+    assert config["link_bandwidth_gbps"] == 3.2 and config["clock_mhz"] == 500
+    for bad, fragment in (("clock_mhz=1,2", "takes one value here"), ("clockk=2", "unknown key"),
+                          ("clock_mhz", "is not key=value")):
+        refused = cli("run", "lenet_c", "--set", bad)
+        assert refused.returncode == 2 and fragment in refused.stderr

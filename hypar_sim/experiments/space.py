@@ -20,8 +20,6 @@ from hypar_sim.planner.strategies import make_plan
 from hypar_sim.sweep import Case
 from hypar_sim.workload.network import load_network
 
-PATTERNS = [tuple(p) for p in itertools.product(("dp", "mp"), repeat=4)]
-
 
 def pattern_label(pattern) -> str:
     return "".join("d" if c == "dp" else "m" for c in pattern)
