@@ -165,6 +165,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="an explicit plan (file or string, one row of kinds per level)")
     run.add_argument("--json", action="store_true", help="print one JSON object")
     run.add_argument("--csv", default=None, metavar="FILE", help="write the per-layer table as CSV")
+    run.add_argument("--plot", default=None, metavar="FILE",
+                     help="draw the step: time per layer by phase, and every link's busy "
+                          "share by tier (PNG, PDF or SVG by the suffix)")
     run.add_argument("--trace", default=None, metavar="FILE",
                      help="write the step as a Chrome/Perfetto trace (JSON; open it in "
                           "ui.perfetto.dev): a track per accelerator and per link")
@@ -284,9 +287,11 @@ def _simulation_inputs(args: argparse.Namespace):
 
 
 def cmd_run(args: argparse.Namespace) -> str:
-    for path, flag in ((args.csv, "--csv"), (args.trace, "--trace")):
+    for path, flag in ((args.csv, "--csv"), (args.trace, "--trace"), (args.plot, "--plot")):
         if path:
             check_writable(path, flag)
+    if args.plot and Path(args.plot).suffix.lstrip(".").lower() not in ("png", "pdf", "svg"):
+        raise InputError(f"--plot: {args.plot}: the file name must end in .png, .pdf or .svg")
     network, config, options = _simulation_inputs(args)
     if args.trace:
         options = dataclasses.replace(options, trace=True)
@@ -305,6 +310,11 @@ def cmd_run(args: argparse.Namespace) -> str:
              "config": dict(result.config or {})}, indent=2) + "\n")
         atomic_write_text(args.csv, table.to_csv(index=False))
         written = f"\nper-layer table written to {args.csv}, its configuration to {settings}"
+    if args.plot:
+        from hypar_sim.plots import save_step_figure
+
+        save_step_figure(result, args.plot)
+        written += f"\nfigure written to {args.plot}"
     if args.trace:
         atomic_write_text(args.trace, json.dumps(
             {"traceEvents": list(result.trace_events), "displayTimeUnit": "ms"}))
