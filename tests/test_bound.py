@@ -4,8 +4,7 @@ tight on named cases."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
+from functools import partial
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -17,6 +16,7 @@ from hypar_sim.planner.bound import layer_bounds
 from hypar_sim.planner.strategies import PlanOptions, make_plan
 from hypar_sim.workload.layers import FeatureShape, make_conv
 from hypar_sim.workload.network import Network
+from tests.conftest import run_cli
 from tests.test_partition import mlp
 from tests.test_planner_properties import networks
 
@@ -71,9 +71,7 @@ def test_no_plan_moves_less_than_the_bound(net, levels, batch, kinds, search):
 
 
 def test_cli_prints_the_bound_and_the_ratio(tmp_path):
-    def cli(*args):
-        return subprocess.run([sys.executable, "-m", "hypar_sim", *args], capture_output=True,
-                              text=True, cwd=tmp_path)
+    cli = partial(run_cli, cwd=tmp_path)
     text = cli("plan", "vgg_a", "--bound")
     assert text.returncode == 0 and "the plan moves 2.01x the bound" in text.stdout
     data = json.loads(cli("plan", "sfc", "--bound", "--json").stdout)

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+from functools import partial
 
 import pytest
+
+from tests.conftest import run_cli
 
 
 def test_networks_lists_all(cli):
@@ -129,12 +132,8 @@ def test_bad_network_file(cli, tmp_path, body, fragment):
 def test_plan_json_is_accepted_back_by_plan_file(tmp_path):
     """`plan --json` output saved to a file is a plan `--plan FILE` takes; a plan for other
     layers is refused in one line."""
-    import subprocess
-    import sys
 
-    def cli(*args):
-        return subprocess.run([sys.executable, "-m", "hypar_sim", *args], capture_output=True,
-                              text=True, cwd=tmp_path)
+    cli = partial(run_cli, cwd=tmp_path)
     saved = tmp_path / "plan.json"
     saved.write_text(cli("plan", "vgg_a", "--kinds", "batch,in,out", "--json").stdout)
     again = json.loads(cli("plan", "vgg_a", "--plan", str(saved), "--json").stdout)

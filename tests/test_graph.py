@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ from hypar_sim.errors import InputError
 from hypar_sim.workload.graph import parse_graph
 from hypar_sim.workload.network import available_graphs, available_networks, load_workload
 from hypar_sim.workload.ops import OPS
+from tests.conftest import run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -168,9 +170,7 @@ def test_every_operator_is_listed_in_the_unknown_operator_message():
 
 
 def test_cli_lists_graphs_and_refuses_the_paper_model_for_them(tmp_path):
-    def cli(*args):
-        return subprocess.run([sys.executable, "-m", "hypar_sim", *args], capture_output=True,
-                              text=True, cwd=tmp_path)
+    cli = partial(run_cli, cwd=tmp_path)
     listing = cli("networks", "--json")
     assert listing.returncode == 0
     names = {row["network"]: row for row in json.loads(listing.stdout)}

@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import itertools
 import json
-import subprocess
-import sys
+from functools import partial
 
 import numpy as np
 import pytest
@@ -21,6 +20,7 @@ from hypar_sim.planner.traffic import TRAFFIC_MODELS
 from hypar_sim.workload.graph import parse_graph
 from hypar_sim.workload.layers import FeatureShape, make_conv, make_fc
 from hypar_sim.workload.network import load_workload
+from tests.conftest import run_cli
 
 
 def residual(channels=8, size=2, kernel=1, out=10):
@@ -165,9 +165,7 @@ def test_graph_plan_errors_name_the_node_or_flag():
 
 
 def test_cli_plans_a_graph(tmp_path):
-    def cli(*args):
-        return subprocess.run([sys.executable, "-m", "hypar_sim", *args], capture_output=True,
-                              text=True, cwd=tmp_path)
+    cli = partial(run_cli, cwd=tmp_path)
     done = cli("plan", "resnet18", "--accelerators", "4", "--batch", "32", "--json")
     assert done.returncode == 0, done.stderr
     plan = json.loads(done.stdout)

@@ -4,9 +4,8 @@ parts sum, bit-identical reruns), an ONNX block simulates as its YAML, capacity,
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from collections import defaultdict
+from functools import partial
 
 import pytest
 
@@ -19,6 +18,7 @@ from hypar_sim.runner import SimOptions, simulate_graph, simulate_strategy
 from hypar_sim.sim.graph_schedule import build_graph_schedule
 from hypar_sim.workload.graph import parse_graph
 from hypar_sim.workload.network import load_workload
+from tests.conftest import run_cli
 from tests.test_graph_plan import attention, inception, residual
 
 
@@ -115,9 +115,7 @@ def test_a_batch_too_large_for_gpt2_is_reported():
 
 
 def test_cli_runs_and_compares_a_graph(tmp_path):
-    def cli(*args):
-        return subprocess.run([sys.executable, "-m", "hypar_sim", *args], capture_output=True,
-                              text=True, cwd=tmp_path)
+    cli = partial(run_cli, cwd=tmp_path)
     run = cli("run", "resnet18", "--accelerators", "4", "--batch", "16", "--json")
     assert run.returncode == 0, run.stderr
     result = json.loads(run.stdout)

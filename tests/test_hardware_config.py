@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from functools import partial
 
 import pytest
 
@@ -10,6 +11,7 @@ from hypar_sim.errors import InputError
 from hypar_sim.hardware.config import DEFAULT_CONFIG, HardwareConfig, default_sources, load_hardware
 from hypar_sim.hardware.interconnect import link_spec
 from hypar_sim.partition.hierarchy import Hierarchy
+from tests.conftest import run_cli
 
 
 def test_default_is_the_papers_setup():
@@ -113,14 +115,10 @@ def test_yaml_numbers_with_exponents_are_numbers(tmp_path):
 def test_hardware_yaml_is_a_config_file_that_reads_back(tmp_path):
     """`hardware --yaml > my_hw.yaml` then the README's `--config my_hw.yaml` example, as
     written; the file gives the same configuration as the defaults."""
-    import subprocess
-    import sys
 
     from hypar_sim.hardware.config import load_hardware
 
-    def cli(*args):
-        return subprocess.run([sys.executable, "-m", "hypar_sim", *args], capture_output=True,
-                              text=True, cwd=tmp_path)
+    cli = partial(run_cli, cwd=tmp_path)
     (tmp_path / "my_hw.yaml").write_text(cli("hardware", "--yaml").stdout)
     assert load_hardware(str(tmp_path / "my_hw.yaml")) == load_hardware()
     run = cli("run", "lenet_c", "--accelerators", "64", "--batch", "512", "--config",
@@ -131,12 +129,8 @@ def test_hardware_yaml_is_a_config_file_that_reads_back(tmp_path):
 
 def test_run_set_takes_any_hardware_key(tmp_path):
     import json
-    import subprocess
-    import sys
 
-    def cli(*args):
-        return subprocess.run([sys.executable, "-m", "hypar_sim", *args], capture_output=True,
-                              text=True, cwd=tmp_path)
+    cli = partial(run_cli, cwd=tmp_path)
     done = cli("run", "lenet_c", "--accelerators", "4", "--engine", "analytic", "--set",
                "link_bandwidth_gbps=3.2", "--set", "clock_mhz=500", "--json")
     config = json.loads(done.stdout)["config"]
