@@ -3,61 +3,23 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import json
 import os
 import sys
 from collections.abc import Sequence
-from pathlib import Path
-from typing import Any
 
 from hypar_sim import __version__
-from hypar_sim.api import CHAIN_STRATEGIES, GRAPH_COMPARED
-from hypar_sim.atomic import atomic_write_text, check_writable
+from hypar_sim.commands import COMMANDS, DEFAULT_LEVELS
 from hypar_sim.errors import InputError, Unfinished
-from hypar_sim.hardware.config import derived, describe, load_hardware
 from hypar_sim.hardware.topology import TOPOLOGIES
-from hypar_sim.partition.hierarchy import MAX_MEMBERS, Hierarchy
 from hypar_sim.partition.kinds import allowed_names as allowed_kind_names
-from hypar_sim.partition.kinds import parse_kinds
-from hypar_sim.planner.bound import layer_bounds, node_bounds
-from hypar_sim.planner.graph_plan import make_graph_plan
 from hypar_sim.planner.search import SEARCHES
-from hypar_sim.planner.strategies import (
-    DEFAULT_KINDS,
-    STRATEGIES,
-    PlanOptions,
-    as_hierarchy,
-    make_plan,
-)
+from hypar_sim.planner.strategies import DEFAULT_KINDS, STRATEGIES
 from hypar_sim.planner.traffic import DEFAULT_TRAFFIC_MODEL, TRAFFIC_MODELS
-from hypar_sim.report import (
-    bound_summary,
-    bound_total,
-    comparison_table,
-    graph_plan_summary,
-    graphs_table,
-    hardware_table,
-    hardware_yaml,
-    layers_table,
-    networks_table,
-    nodes_table,
-    plan_summary,
-)
-from hypar_sim.runner import ENGINES, SimOptions, simulate_strategy
+from hypar_sim.runner import ENGINES
 from hypar_sim.sim.accounting import DEFAULT_CHUNK_BYTES, DEFAULT_MAX_CHUNKS
 from hypar_sim.sim.graph_schedule import DEFAULT_BUCKET_MB
-from hypar_sim.workload.graph import Graph
-from hypar_sim.workload.network import (
-    Network,
-    available_graphs,
-    available_networks,
-    load_network,
-    load_workload,
-)
 
 PROG = "hypar-sim"
-DEFAULT_LEVELS = 4
 DEFAULT_BATCH = 256
 
 
@@ -68,38 +30,10 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 
-def hierarchy_from_args(args: argparse.Namespace, accelerators: int | None = None) -> Hierarchy:
-    """The hierarchy from --hierarchy, --levels (two-way levels) or the accelerator count
-    (its prime factors, largest first: 12 -> 3x2x2)."""
-    count = accelerators if accelerators is not None else getattr(args, "accelerators", None)
-    if getattr(args, "levels", None) is not None:
-        if args.hierarchy:
-            raise InputError("--levels: give --levels or --hierarchy, not both")
-        return as_hierarchy(args.levels)
-    if count is not None and (count < 1 or count > MAX_MEMBERS):
-        raise InputError(f"--accelerators: must be an integer from 1 to {MAX_MEMBERS}, "
-                         f"got {count}")
-    if args.hierarchy:
-        return Hierarchy.parse(args.hierarchy, count)
-    return Hierarchy.for_count(count if count is not None else 2**DEFAULT_LEVELS)
-
-
-def plan_options_from_args(args: argparse.Namespace) -> PlanOptions:
-    return PlanOptions(kinds=parse_kinds(args.kinds), search=args.search,
-                       traffic_model=args.traffic_model)
-
-
 def _add_seq_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seq", type=int, default=None, metavar="TOKENS",
                         help="length of an ONNX model's dynamic sequence axis (default 128, or "
                         "the model's own if fixed)")
-
-
-def _workload(args: argparse.Namespace) -> Network | Graph:
-    """The network named by the command line (an ONNX model's sequence from --seq)."""
-    if args.seq is not None and args.seq < 1:
-        raise InputError(f"--seq: must be a positive number of tokens, got {args.seq}")
-    return load_workload(args.network, args.seq)
 
 
 def _add_plan_arguments(parser: argparse.ArgumentParser) -> None:
@@ -273,231 +207,6 @@ def _add_simulation_arguments(parser: argparse.ArgumentParser) -> None:
     _add_plan_arguments(parser)
 
 
-def _simulation_inputs(args: argparse.Namespace):
-    network = _workload(args)
-    config = load_hardware(args.config, hardware_overrides(args))
-    if args.chunk_kib < 1:
-        raise InputError(f"--chunk-kib: must be a positive integer, got {args.chunk_kib}")
-    if args.max_chunks < 1:
-        raise InputError(f"--max-chunks: must be a positive integer, got {args.max_chunks}")
-    options = SimOptions(topology=args.topology, engine=args.engine,
-                         chunk_bytes=args.chunk_kib * 1024, max_chunks=args.max_chunks,
-                         overlap_gradients=not args.no_overlap, bucket_mb=args.bucket_mb)
-    return network, config, options
-
-
-def cmd_run(args: argparse.Namespace) -> str:
-    for path, flag in ((args.csv, "--csv"), (args.trace, "--trace"), (args.plot, "--plot")):
-        if path:
-            check_writable(path, flag)
-    if args.plot and Path(args.plot).suffix.lstrip(".").lower() not in ("png", "pdf", "svg"):
-        raise InputError(f"--plot: {args.plot}: the file name must end in .png, .pdf or .svg")
-    network, config, options = _simulation_inputs(args)
-    if args.trace:
-        options = dataclasses.replace(options, trace=True)
-    strategy = "explicit" if args.plan_text is not None else args.strategy
-    result = simulate_strategy(network, strategy, config, options, args.plan_text,
-                               plan_options_from_args(args),
-                               hierarchy_from_args(args, config.accelerators))
-    written = ""
-    if args.csv:  # the layers, and the configuration once beside them (not on every row)
-        table = result.per_layer_frame().assign(hypar_sim_version=result.version)
-        settings = f"{args.csv}.config.json"
-        atomic_write_text(settings, json.dumps(
-            {"hypar_sim_version": result.version, "network": result.network,
-             "strategy": result.strategy, "topology": result.topology, "engine": result.engine,
-             "plan": [list(level) for level in result.plan],
-             "config": dict(result.config or {})}, indent=2) + "\n")
-        atomic_write_text(args.csv, table.to_csv(index=False))
-        written = f"\nper-layer table written to {args.csv}, its configuration to {settings}"
-    if args.plot:
-        from hypar_sim.plots import save_step_figure
-
-        save_step_figure(result, args.plot)
-        written += f"\nfigure written to {args.plot}"
-    if args.trace:
-        atomic_write_text(args.trace, json.dumps(
-            {"traceEvents": list(result.trace_events), "displayTimeUnit": "ms"}))
-        written += f"\ntrace written to {args.trace} (open it in ui.perfetto.dev)"
-    if args.json:
-        return json.dumps(result.to_dict(), indent=2)
-    return result.summary() + written
-
-
-def cmd_compare(args: argparse.Namespace) -> str:
-    network, config, options = _simulation_inputs(args)
-    plan_options = plan_options_from_args(args)
-    hierarchy = hierarchy_from_args(args, config.accelerators)
-    strategies = GRAPH_COMPARED if isinstance(network, Graph) else CHAIN_STRATEGIES
-    results = [simulate_strategy(network, strategy, config, options, None, plan_options,
-                                 hierarchy)
-               for strategy in strategies]
-    if args.json:
-        return json.dumps([result.to_dict() for result in results], indent=2)
-    return comparison_table(results)
-
-
-def cmd_sweep(args: argparse.Namespace) -> str:
-    from hypar_sim import sweep
-
-    networks = sweep.parse_list(args.networks, None, "--networks")
-    if networks == ("all",):
-        networks = sweep.all_networks()
-    for network in networks:
-        load_workload(network)  # a bad name or file stops the sweep before it starts
-    if args.config:
-        load_hardware(args.config)
-    if args.workers is not None and args.workers < 1:
-        raise InputError(f"--workers: must be a positive integer, got {args.workers}")
-    spec = sweep.SweepSpec(
-        networks=networks,
-        strategies=sweep.parse_list(args.strategies, None, "--strategies"),
-        topologies=sweep.parse_list(args.topologies, TOPOLOGIES, "--topologies"),
-        accelerators=sweep.parse_ints(args.accelerators, "--accelerators"),
-        batches=sweep.parse_ints(args.batch, "--batch"),
-        overrides=sweep.parse_overrides(args.overrides),
-        engine=args.engine,
-        config_file=args.config,
-        hierarchies=tuple(h.strip() for h in args.hierarchies.split(",") if h.strip()) or ("",),
-        kinds=tuple(",".join(parse_kinds(k)) for k in args.kinds.split(";") if k.strip()),
-        searches=sweep.parse_list(args.searches, SEARCHES, "--searches"),
-        traffic_models=sweep.parse_list(args.traffic_models, tuple(TRAFFIC_MODELS),
-                                        "--traffic-models"),
-    )
-    sweep.check_axes(spec)
-    cases = spec.cases()
-    try:
-        rows = sweep.run_sweep(cases, args.out, args.executor, args.workers, args.scheduler,
-                               progress=not args.no_progress)
-    except KeyboardInterrupt:
-        saved = len(sweep.CsvJournal(Path(args.out)).rows)
-        raise Unfinished(f"interrupted; {saved} of {len(cases)} rows saved in {args.out}, "
-                         "rerun to resume", 130) from None
-    failed = [row for row in rows if row.get("error")]
-    summary = f"{len(rows)} rows in {args.out} ({len(failed)} failed)"
-    if failed:
-        first = failed[0]
-        raise Unfinished(f"{len(failed)} of {len(rows)} runs failed, e.g. {first['network']} "
-                         f"{first['strategy']} on {first['accelerators']}: {first['error']}",
-                         1, summary)
-    return summary
-
-
-def cmd_reproduce(args: argparse.Namespace) -> str:
-    from hypar_sim.experiments import FIGURES
-    from hypar_sim.experiments.common import RESULTS
-    from hypar_sim.experiments.reproduce import reproduce
-
-    names = FIGURES
-    if args.only:
-        names = tuple(n.strip() for n in args.only.split(",") if n.strip())
-        for name in names:
-            if name not in FIGURES:
-                raise InputError(f"--only: unknown figure '{name}'; allowed: {', '.join(FIGURES)}")
-    out = Path(args.out) if args.out else RESULTS
-    path = reproduce(out, args.quick, args.workers, names, progress=not args.no_progress)
-    return f"wrote {len(names)} figures and {path}"
-
-
-def hardware_overrides(args: argparse.Namespace) -> dict[str, Any]:
-    """The hardware keys given on the command line (--accelerators, --batch, --set)."""
-    from hypar_sim.sweep import parse_overrides
-
-    given = {key: getattr(args, key) for key in ("accelerators", "batch")
-             if getattr(args, key, None) is not None}
-    for key, values in parse_overrides(getattr(args, "overrides", None) or ()):
-        if len(values) != 1:
-            raise InputError(f"--set: {key} takes one value here (several make a sweep: "
-                             "`sweep --set`)")
-        given[key] = values[0]
-    return given
-
-
-def cmd_hardware(args: argparse.Namespace) -> str:
-    config = load_hardware(args.config, hardware_overrides(args))
-    rows = describe(config, args.config)
-    if args.json:
-        return json.dumps({row["key"]: row["value"] for row in rows}, indent=2)
-    if args.yaml:
-        return hardware_yaml(rows)
-    return hardware_table(rows, derived(config))
-
-
-def cmd_networks(args: argparse.Namespace) -> str:
-    if args.network:
-        net = _workload(args)
-        if isinstance(net, Graph):
-            return json.dumps(graph_dict(net), indent=2) if args.json else nodes_table(net)
-        if args.json:
-            return json.dumps({
-                "network": net.name, "weights": net.weights,
-                "macs_per_sample": net.macs_per_sample,
-                "layers": [{
-                    "name": layer.name, "kind": layer.kind.value, "input": list(layer.input),
-                    "conv_output": list(layer.conv_output), "output": list(layer.output),
-                    "kernel": layer.kernel, "stride": layer.stride, "padding": layer.padding,
-                    "weights": layer.weights, "macs_per_sample": layer.macs_per_sample,
-                } for layer in net.layers],
-            }, indent=2)
-        return layers_table(net)
-    nets = [load_network(name) for name in available_networks()]
-    graphs = [load_workload(name) for name in available_graphs()]
-    if args.json:
-        return json.dumps([{"network": n.name, "layers": len(n.layers), "weights": n.weights,
-                            "macs_per_sample": n.macs_per_sample} for n in nets]
-                          + [{"network": g.name, "nodes": len(g.nodes), "parameters": g.params,
-                              "macs_per_sample": g.macs_per_sample} for g in graphs], indent=2)
-    return (f"Chain networks (HyPar's ten; plan, run, compare, sweep):\n{networks_table(nets)}"
-            f"\n\nGraph networks (listed; planning graphs is to come):\n{graphs_table(graphs)}")
-
-
-def graph_dict(graph: Graph) -> dict:
-    """A graph as plain data: totals and every node."""
-    return {"network": graph.name, "parameters": graph.params,
-            "macs_per_sample": graph.macs_per_sample, "inputs": {k: list(v) for k, v in
-                                                                 graph.inputs.items()},
-            "outputs": list(graph.outputs),
-            "nodes": [{"name": n.name, "op": n.op, "inputs": list(n.inputs),
-                       "output": list(n.shape), "parameters": n.params,
-                       "macs_per_sample": n.macs} for n in graph.nodes]}
-
-
-def cmd_plan(args: argparse.Namespace) -> str:
-    workload = _workload(args)
-    if isinstance(workload, Graph):
-        return _plan_graph(args, workload)
-    strategy = "explicit" if args.plan_text is not None else args.strategy
-    options = plan_options_from_args(args)
-    plan = make_plan(workload, strategy, hierarchy_from_args(args), args.batch, args.plan_text,
-                     options=options)
-    bounds = layer_bounds(workload.layers, plan.batch, plan.hierarchy, options.kinds,
-                          plan.word_bytes) if args.bound else None
-    if args.json:
-        data = plan.to_dict()
-        if bounds is not None:
-            data |= {"bound_bytes": sum(bounds), "bound_bytes_per_layer": bounds}
-        return json.dumps(data, indent=2)
-    return plan_summary(plan) + (bound_summary(plan, bounds) if bounds is not None else "")
-
-
-def _plan_graph(args: argparse.Namespace, graph: Graph) -> str:
-    """`plan` of a graph network (strategies hypar, data, model; the layout model)."""
-    options = plan_options_from_args(args)
-    plan = make_graph_plan(graph, args.strategy, hierarchy_from_args(args), args.batch,
-                           args.plan_text, options=options)
-    bounds = node_bounds(graph, plan.batch, plan.hierarchy, options.kinds, 4) \
-        if args.bound else None
-    if args.json:
-        data = plan.to_dict()
-        if bounds is not None:
-            data |= {"bound_bytes": sum(bounds), "bound_bytes_per_node": bounds}
-        return json.dumps(data, indent=2)
-    return graph_plan_summary(plan, graph) + (
-        bound_total(plan.traffic_bytes, sum(bounds)) if bounds is not None else "")
-
-
-COMMANDS = {"networks": cmd_networks, "plan": cmd_plan, "hardware": cmd_hardware,
-            "run": cmd_run, "compare": cmd_compare, "sweep": cmd_sweep, "reproduce": cmd_reproduce}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
