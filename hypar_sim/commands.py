@@ -1,7 +1,6 @@
 """The commands of the command line: each takes the parsed arguments, does the work and
 returns the text to print (bad input raises InputError; `cli` prints it and exits 2)."""
 
-
 from __future__ import annotations
 
 import argparse
