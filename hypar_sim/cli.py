@@ -15,9 +15,12 @@ from hypar_sim.partition.kinds import allowed_names as allowed_kind_names
 from hypar_sim.planner.search import SEARCHES
 from hypar_sim.planner.strategies import DEFAULT_KINDS, STRATEGIES
 from hypar_sim.planner.traffic import DEFAULT_TRAFFIC_MODEL, TRAFFIC_MODELS
-from hypar_sim.runner import ENGINES
-from hypar_sim.sim.accounting import DEFAULT_CHUNK_BYTES, DEFAULT_MAX_CHUNKS
-from hypar_sim.sim.graph_schedule import DEFAULT_BUCKET_MB
+from hypar_sim.sim.defaults import (
+    DEFAULT_BUCKET_MB,
+    DEFAULT_CHUNK_BYTES,
+    DEFAULT_MAX_CHUNKS,
+    ENGINES,
+)
 
 PROG = "hypar-sim"
 DEFAULT_BATCH = 256

@@ -9,7 +9,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-from hypar_sim.api import CHAIN_STRATEGIES, GRAPH_COMPARED
 from hypar_sim.atomic import atomic_write_text, check_writable
 from hypar_sim.errors import InputError, Unfinished
 from hypar_sim.hardware.config import derived, describe, load_hardware
@@ -38,7 +37,6 @@ from hypar_sim.report import (
     nodes_table,
     plan_summary,
 )
-from hypar_sim.runner import SimOptions, simulate_strategy
 from hypar_sim.workload.graph import Graph
 from hypar_sim.workload.network import (
     Network,
@@ -80,6 +78,8 @@ def _workload(args: argparse.Namespace) -> Network | Graph:
 
 
 def _simulation_inputs(args: argparse.Namespace):
+    from hypar_sim.runner import SimOptions  # the simulator loads only for commands that run it
+
     network = _workload(args)
     config = load_hardware(args.config, hardware_overrides(args))
     if args.chunk_kib < 1:
@@ -93,6 +93,8 @@ def _simulation_inputs(args: argparse.Namespace):
 
 
 def cmd_run(args: argparse.Namespace) -> str:
+    from hypar_sim.runner import simulate_strategy
+
     for path, flag in ((args.csv, "--csv"), (args.trace, "--trace"), (args.plot, "--plot")):
         if path:
             check_writable(path, flag)
@@ -131,6 +133,9 @@ def cmd_run(args: argparse.Namespace) -> str:
 
 
 def cmd_compare(args: argparse.Namespace) -> str:
+    from hypar_sim.api import CHAIN_STRATEGIES, GRAPH_COMPARED
+    from hypar_sim.runner import simulate_strategy
+
     network, config, options = _simulation_inputs(args)
     plan_options = plan_options_from_args(args)
     hierarchy = hierarchy_from_args(args, config.accelerators)

@@ -16,15 +16,18 @@ from hypar_sim.planner.graph_plan import GraphPlan, make_graph_plan
 from hypar_sim.planner.plan import Plan
 from hypar_sim.planner.strategies import PlanOptions, make_plan
 from hypar_sim.results import SimResult
-from hypar_sim.sim.accounting import DEFAULT_CHUNK_BYTES, DEFAULT_MAX_CHUNKS
 from hypar_sim.sim.analytic import simulate_analytic
+from hypar_sim.sim.defaults import (
+    DEFAULT_BUCKET_MB,
+    DEFAULT_CHUNK_BYTES,
+    DEFAULT_MAX_CHUNKS,
+    ENGINES,
+)
 from hypar_sim.sim.engine import simulate_des
-from hypar_sim.sim.graph_schedule import DEFAULT_BUCKET_MB, build_graph_schedule
+from hypar_sim.sim.graph_schedule import build_graph_schedule
 from hypar_sim.sim.schedule import Schedule, build_schedule
 from hypar_sim.workload.graph import Graph
 from hypar_sim.workload.network import Network
-
-ENGINES = ("des", "analytic")
 
 
 @dataclass(frozen=True)

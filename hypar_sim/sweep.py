@@ -46,7 +46,8 @@ from hypar_sim.partition.hierarchy import Hierarchy
 from hypar_sim.partition.kinds import parse_kinds
 from hypar_sim.planner.strategies import STRATEGIES, PlanOptions
 from hypar_sim.results import flatten
-from hypar_sim.runner import ENGINES, SimOptions, simulate_strategy
+from hypar_sim.runner import SimOptions, simulate_strategy
+from hypar_sim.sim.defaults import ENGINES
 from hypar_sim.workload.network import available_networks, load_workload
 
 EXECUTORS = ("process", "serial", "dask")

@@ -24,16 +24,8 @@ from hypar_sim.hardware.interconnect import switch_latency_cycles
 from hypar_sim.hardware.topology import Route, Topology
 from hypar_sim.partition.steps import Phase
 from hypar_sim.results import AcceleratorResult, LayerResult, LinkResult, SimResult
+from hypar_sim.sim.defaults import DEFAULT_MAX_CHUNKS
 from hypar_sim.sim.schedule import Compute, Message, Parallel, Schedule, task_cycles
-
-#: Default chunk a message is cut into on its way through the network, bytes: the
-#: granularity at which messages sharing a link take turns (a chunk cuts through, so
-#: its size does not change the time of a message alone). Smaller chunks share links
-#: more finely, at more events; 1 MiB keeps a VGG-E step well under a second.
-DEFAULT_CHUNK_BYTES = 1024 * 1024
-#: Most chunks per message: larger messages get larger chunks, which bounds the events
-#: of the heaviest plans (model parallelism moves 315 GB for VGG-E).
-DEFAULT_MAX_CHUNKS = 32
 
 
 def chunk_sizes(total_bytes: float, chunk_bytes: float,

@@ -24,12 +24,11 @@ import numpy as np
 from hypar_sim.hardware.topology import Topology
 from hypar_sim.results import SimResult
 from hypar_sim.sim.accounting import (
-    DEFAULT_CHUNK_BYTES,
-    DEFAULT_MAX_CHUNKS,
     assemble_result,
     link_bytes,
     message_cycles,
 )
+from hypar_sim.sim.defaults import DEFAULT_CHUNK_BYTES, DEFAULT_MAX_CHUNKS
 from hypar_sim.sim.schedule import Compute, Parallel, Schedule, Send, StepKey, Wait, task_cycles
 
 

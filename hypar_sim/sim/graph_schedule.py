@@ -41,6 +41,7 @@ from hypar_sim.planner.graph_plan import (
     graph_layouts,
     graph_steps,
 )
+from hypar_sim.sim.defaults import DEFAULT_BUCKET_MB
 from hypar_sim.sim.schedule import (
     Compute,
     Parallel,
@@ -52,9 +53,6 @@ from hypar_sim.sim.schedule import (
     Wait,
 )
 from hypar_sim.workload.graph import Graph
-
-#: Gradient bucket of a graph's step, MiB: PyTorch DDP's default bucket_cap_mb = 25.
-DEFAULT_BUCKET_MB = 25
 
 
 def build_graph_schedule(graph: Graph, plan: GraphPlan, config: HardwareConfig,
