@@ -29,11 +29,8 @@ import io
 import itertools
 import json
 import os
-import signal
 import traceback
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
-from concurrent.futures.process import BrokenProcessPool
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,6 +38,7 @@ from typing import Any
 from hypar_sim import __version__
 from hypar_sim.atomic import atomic_write_text, check_writable
 from hypar_sim.errors import InputError
+from hypar_sim.executors import Runner, execute
 from hypar_sim.hardware.config import HardwareConfig, coerce_overrides, load_hardware
 from hypar_sim.partition.hierarchy import Hierarchy
 from hypar_sim.partition.kinds import parse_kinds
@@ -300,105 +298,6 @@ def _progress(total: int, initial: int, enabled: bool):
                 desc="sweep", smoothing=0.1)
 
 
-Runner = Callable[[Case, Any], dict[str, Any]]
-
-
-def _run_isolated(case: Case, options, runner: Runner, attempts: int = 2) -> dict[str, Any]:
-    """Run one case in a process of its own; a dying worker is retried, then recorded."""
-    for _ in range(attempts):
-        with ProcessPoolExecutor(1) as pool:
-            try:
-                return pool.submit(runner, case, options).result()
-            except BrokenProcessPool:
-                continue
-    return case.inputs() | {"error": f"worker process died {attempts} times",
-                            "version": __version__}
-
-
-def _leave_interrupts_to_the_parent() -> None:
-    """Ctrl-C reaches a whole process group: workers ignore it, the sweep itself stops."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-
-
-def _run_pool(cases: list[Case], workers: int, options, on_row, runner: Runner) -> list[Case]:
-    """Run `cases` in one process pool; returns the cases lost when a worker died."""
-    lost = []
-    pool = ProcessPoolExecutor(workers, initializer=_leave_interrupts_to_the_parent)
-    try:
-        futures: dict[Future, Case] = {pool.submit(runner, c, options): c for c in cases}
-        pending = set(futures)
-        while pending:
-            done, pending = wait(pending, return_when=FIRST_COMPLETED)
-            for future in done:
-                try:
-                    row = future.result()
-                except BrokenProcessPool:
-                    lost.append(futures[future])
-                    continue
-                on_row(row)
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)  # an error in on_row stops the sweep now
-    return lost
-
-
-def _run_local(todo: list[Case], workers: int, options, on_row: Callable[[dict], None],
-               runner: Runner) -> None:
-    """Run cases in a process pool. A worker that dies takes the pool and every case not yet
-    finished with it: those get a second pool; what that one loses too is rerun one process
-    each, so only the culprit fails (after one retry)."""
-    lost = _run_pool(todo, workers, options, on_row, runner)
-    if lost:
-        lost = _run_pool(sorted(lost, key=todo.index), workers, options, on_row, runner)
-    for case in sorted(lost, key=todo.index):
-        on_row(_run_isolated(case, options, runner))
-
-
-def _run_dask(todo: list[Case], scheduler: str | None, options, on_row, runner: Runner,
-              workers: int | None = None) -> None:
-    try:
-        from dask.distributed import Client, LocalCluster, as_completed
-    except ImportError:
-        raise InputError("--executor dask: dask.distributed is not installed; "
-                         "pip install -e '.[dask]'") from None
-    cluster = None if scheduler else LocalCluster(
-        n_workers=workers or os.cpu_count() or 1, threads_per_worker=1, processes=True,
-        dashboard_address=None)
-    try:
-        try:
-            client = Client(scheduler or cluster, timeout=30)
-        except OSError as exc:
-            raise InputError(f"--scheduler: cannot reach the Dask scheduler at {scheduler} "
-                             f"({exc})") from None
-        with client:
-            futures = [client.submit(runner, case, options, pure=False, retries=1)
-                       for case in todo]
-            for future in as_completed(futures):
-                try:
-                    on_row(future.result())
-                except Exception as exc:  # noqa: BLE001 - e.g. the worker died twice
-                    case = todo[futures.index(future)]
-                    on_row(case.inputs() | {"error": f"{type(exc).__name__}: {exc}",
-                                            "version": __version__})
-    finally:
-        if cluster is not None:
-            cluster.close()
-
-
-def execute(todo: Sequence[Case], on_row: Callable[[dict], None], executor: str = "process",
-            workers: int | None = None, scheduler: str | None = None,
-            options: Mapping[str, Any] | None = None, runner: Runner = run_case) -> None:
-    """Run `todo` with `runner` (run_case; a picklable stand-in in tests), handing each
-    finished row to `on_row` in the order they finish."""
-    todo = list(todo)
-    if executor == "serial" or (executor == "process" and (workers == 1 or len(todo) <= 1)):
-        for case in todo:
-            on_row(runner(case, options))
-    elif executor == "process":
-        _run_local(todo, workers or os.cpu_count() or 1, options, on_row, runner)
-    else:
-        _run_dask(todo, scheduler, options, on_row, runner, workers)
-
-
 def run_cases(cases: Sequence[Case], workers: int | None = None, progress: bool = False,
               options: Mapping[str, Any] | None = None,
               cache: dict[str, dict[str, Any]] | None = None) -> list[dict[str, Any]]:
@@ -412,7 +311,7 @@ def run_cases(cases: Sequence[Case], workers: int | None = None, progress: bool 
         bar.update(1)
 
     try:
-        execute(todo, on_row, "process", workers, None, options)
+        execute(todo, on_row, run_case, "process", workers, None, options)
     finally:
         bar.close()
     return [cache[case.key()] for case in cases]
@@ -442,7 +341,7 @@ def run_sweep(
         bar.update(1)
 
     try:
-        execute(todo, on_row, executor, workers, scheduler, options, runner)
+        execute(todo, on_row, runner, executor, workers, scheduler, options)
     finally:
         bar.close()
     keys = [case.key() for case in cases]
