@@ -51,6 +51,7 @@ from hypar_sim.sim.schedule import (
     Task,
     Units,
     Wait,
+    largest_receive,
 )
 from hypar_sim.workload.graph import Graph
 
@@ -165,11 +166,7 @@ def _check_fits(graph: Graph, layouts: list[graph_layout.NodeLayout],
     """Every member's parameters, gradients and kept activations (every node's output box:
     what the backward pass reads), plus the most it receives in one step, fit its cube."""
     word = config.word_bytes
-    received: dict[tuple[StepKey, int], float] = defaultdict(float)
-    for key, messages in steps.items():
-        for message in messages:
-            received[(key, message.dst)] += message.bytes
-    buffers = max(received.values(), default=0.0)
+    buffers = largest_receive(steps)
     if not layouts:
         return
     every = np.concatenate([_box_sizes(own) for own in layouts], axis=1)

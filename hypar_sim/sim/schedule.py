@@ -157,16 +157,22 @@ def _step_tasks(steps: dict[StepKey, tuple[Message, ...]], overlap: bool) -> dic
             for slot, tasks in placed.items()}
 
 
+def largest_receive(steps: dict[StepKey, tuple[Message, ...]]) -> float:
+    """The most bytes one member receives in one step: the communication buffer a cube
+    must hold."""
+    received: dict[tuple[StepKey, int], float] = defaultdict(float)
+    for key, messages in steps.items():
+        for message in messages:
+            received[(key, message.dst)] += message.bytes
+    return max(received.values(), default=0.0)
+
+
 def build_schedule(network: Network, plan: Plan, config: HardwareConfig,
                    overlap_gradients: bool = True) -> Schedule:
     """Tasks and messages of one training step; refuses a plan that does not fit a cube."""
     shares = member_shares(network, plan)
     steps = plan_messages(network, plan)
-    received: dict[tuple[StepKey, int], float] = defaultdict(float)
-    for key, messages in steps.items():
-        for message in messages:
-            received[(key, message.dst)] += message.bytes
-    buffers = max(received.values(), default=0.0)
+    buffers = largest_receive(steps)
     for member_footprints in {tuple(layer[m] for layer in shares)
                               for m in range(plan.accelerators)}:
         check_capacity([footprint(share, config.word_bytes) for share in member_footprints],
