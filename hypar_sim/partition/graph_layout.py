@@ -120,9 +120,15 @@ def _tensor(site: Site, batch: int) -> tuple[int, ...]:
 
 def edge_matrices(producer: NodeLayout, consumer: NodeLayout, index: int, batch: int,
                   word_bytes: int) -> dict[str, np.ndarray]:
-    """Bytes [src, dst] of the four stages of the edge into the consumer's input `index`."""
+    """Bytes [src, dst] of the four stages of the edge into the consumer's input `index`
+    (where every member reads exactly what it alone made, nothing moves: zeros, without
+    running the cell rule)."""
     shape = _tensor(producer.site, batch)
     made, read = producer.outputs(), consumer.reads(index)
+    if made == read and len(set(made)) == len(made):
+        zero = np.zeros((len(made), len(made)))
+        return dict.fromkeys(("forward reduce", "forward gather", "backward reduce",
+                              "backward gather"), zero)
     forward = redistribute(shape, made, read)
     backward = redistribute(shape, read, made)
     return {"forward reduce": forward.reduce * word_bytes,
@@ -190,14 +196,10 @@ class Costs:
         key = (geometry(producer), geometry(consumer), index, producer_column, column,
                hierarchy)
         if key not in self._edges:
-            made = layout(producer, self.batch, producer_column, hierarchy)
-            read = layout(consumer, self.batch, column, hierarchy)
-            outputs = made.outputs()
-            if outputs == read.reads(index) and len(set(outputs)) == len(outputs):
-                self._edges[key] = 0.0  # each member reads what it alone made: nothing moves
-            else:
-                matrices = edge_matrices(made, read, index, self.batch, self.word_bytes)
-                self._edges[key] = float(sum(m.sum() for m in matrices.values()))
+            matrices = edge_matrices(layout(producer, self.batch, producer_column, hierarchy),
+                                     layout(consumer, self.batch, column, hierarchy), index,
+                                     self.batch, self.word_bytes)
+            self._edges[key] = float(sum(m.sum() for m in matrices.values()))
         return self._edges[key]
 
     def own(self, site: Site, column: Column, hierarchy: Hierarchy, is_output: bool) -> float:
