@@ -20,14 +20,14 @@ import numpy as np
 MAX_FOLDED = 64
 
 
-def _attrs(node: Any) -> dict[str, Any]:
+def attributes(node: Any) -> dict[str, Any]:
     from onnx import helper
 
     return {a.name: helper.get_attribute_value(a) for a in node.attribute}
 
 
 def _axes(node: Any, values: list[np.ndarray]) -> list[int]:
-    given = _attrs(node).get("axes")
+    given = attributes(node).get("axes")
     return list(given) if given is not None else [int(a) for a in values[1]]
 
 
@@ -56,15 +56,15 @@ def _divide(node: Any, values: list[np.ndarray]) -> np.ndarray:
 def _cast(node: Any, values: list[np.ndarray]) -> np.ndarray:
     from onnx import helper
 
-    return values[0].astype(helper.tensor_dtype_to_np_dtype(_attrs(node)["to"]))
+    return values[0].astype(helper.tensor_dtype_to_np_dtype(attributes(node)["to"]))
 
 
 _OPS: dict[str, Callable[[Any, list[np.ndarray]], np.ndarray]] = {
-    "Gather": lambda n, v: np.take(v[0], v[1], axis=_attrs(n).get("axis", 0)),
+    "Gather": lambda n, v: np.take(v[0], v[1], axis=attributes(n).get("axis", 0)),
     "Unsqueeze": _unsqueeze,
     "Squeeze": lambda n, v: np.squeeze(v[0], axis=tuple(_axes(n, v))) if len(v) > 1 or
-    _attrs(n).get("axes") else np.squeeze(v[0]),
-    "Concat": lambda n, v: np.concatenate(v, axis=_attrs(n)["axis"]),
+    attributes(n).get("axes") else np.squeeze(v[0]),
+    "Concat": lambda n, v: np.concatenate(v, axis=attributes(n)["axis"]),
     "Cast": _cast,
     "Div": _divide,
     "Mul": lambda n, v: v[0] * v[1],
@@ -82,11 +82,11 @@ def _shape(node: Any, shapes: dict[str, tuple[int, ...]]) -> np.ndarray | None:
     shape = shapes.get(node.input[0])
     if shape is None:
         return None
-    a = _attrs(node)
+    a = attributes(node)
     return np.array(shape[a.get("start", 0):a.get("end", len(shape))], dtype=np.int64)
 
 
-def _static_shapes(model: Any) -> dict[str, tuple[int, ...]]:
+def static_shapes(model: Any) -> dict[str, tuple[int, ...]]:
     shapes = {}
     for info in [*model.graph.input, *model.graph.value_info, *model.graph.output]:
         dims = info.type.tensor_type.shape.dim
@@ -112,20 +112,21 @@ def skeleton(model: Any) -> None:
     model.graph.initializer.extend(kept)
 
 
-def fold_and_infer(model: Any, rounds: int = 32) -> Any:
-    """The model with its shape arithmetic folded and its shapes inferred."""
+def fold_and_infer(model: Any, rounds: int = 32) -> tuple[Any, dict[str, np.ndarray]]:
+    """The model with its shape arithmetic folded and its shapes inferred, and the small
+    constant values it knows (initializers, Constant nodes, what it folded)."""
     from onnx import helper, numpy_helper, shape_inference
 
     values = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer
               if np.prod(t.dims) <= MAX_FOLDED}
     for _ in range(rounds):
         inferred = shape_inference.infer_shapes(model, strict_mode=True, data_prop=True)
-        shapes = _static_shapes(inferred)
+        shapes = static_shapes(inferred)
         folded, nodes = False, []
         for node in inferred.graph.node:
             value = None
             if node.op_type == "Constant":
-                attr = _attrs(node).get("value")
+                attr = attributes(node).get("value")
                 if attr is not None and np.prod(attr.dims) <= MAX_FOLDED:
                     values[node.output[0]] = numpy_helper.to_array(attr)
             elif node.op_type == "Shape":
@@ -142,8 +143,8 @@ def fold_and_infer(model: Any, rounds: int = 32) -> Any:
             else:
                 nodes.append(node)
         if not folded:
-            return inferred
+            return inferred, values
         del model.graph.node[:]
         model.graph.node.extend(nodes)
         del model.graph.value_info[:]
-    return shape_inference.infer_shapes(model, strict_mode=True, data_prop=True)
+    return shape_inference.infer_shapes(model, strict_mode=True, data_prop=True), values

@@ -27,6 +27,7 @@ from typing import Any
 
 from hypar_sim.errors import InputError
 from hypar_sim.workload.graph import Graph, parse_graph
+from hypar_sim.workload.onnx_fold import attributes, static_shapes
 
 #: Default length of a dynamic sequence dimension (tokens).
 DEFAULT_SEQ = 128
@@ -53,9 +54,8 @@ SUPPORTED = sorted({"Conv", "Gemm", "MatMul", "MaxPool", "AveragePool", "GlobalA
 def load_onnx(path: Path, seq: int | None = None) -> Graph:
     """The graph of the ONNX model at `path` (per-sample shapes; sequence `seq`)."""
     import onnx  # a heavy import, only when a model is read
-    from onnx import numpy_helper
 
-    from hypar_sim.workload.onnx_fold import MAX_FOLDED, fold_and_infer, skeleton
+    from hypar_sim.workload.onnx_fold import fold_and_infer, skeleton
 
     try:
         model = onnx.load(str(path))
@@ -73,11 +73,9 @@ def load_onnx(path: Path, seq: int | None = None) -> Graph:
     inputs = [i for i in model.graph.input if i.name not in initializers]
     _fix_dims(path, inputs, seq)
     weights = {name: tuple(t.dims) for name, t in initializers.items()}
-    small = {name: numpy_helper.to_array(t) for name, t in initializers.items()
-             if math.prod(t.dims) <= MAX_FOLDED}
     skeleton(model)
     try:
-        model = fold_and_infer(model)
+        model, small = fold_and_infer(model)
     except Exception as exc:
         raise InputError(f"{path}: ONNX shape inference failed: "
                          f"{str(exc).splitlines()[0][:200]}") from None
@@ -109,16 +107,10 @@ class _Importer:
 
     def __init__(self, path: Path, model: Any, weights: dict[str, tuple[int, ...]],
                  values: dict[str, Any]) -> None:
-        from onnx import helper
-
-        self.path, self.model, self.helper = path, model, helper
+        self.path, self.model = path, model
         self.weights = dict(weights)  # every stored tensor's shape
         self.values = dict(values)  # small constants: shapes, axes, scalars
-        self.shapes: dict[str, tuple[int, ...] | None] = {}
-        for info in [*model.graph.input, *model.graph.value_info, *model.graph.output]:
-            dims = info.type.tensor_type.shape.dim
-            known = all(d.HasField("dim_value") for d in dims)
-            self.shapes[info.name] = tuple(d.dim_value for d in dims) if known else None
+        self.shapes = static_shapes(model)  # every tensor whose shape inference knows
         self.active: set[str] = set()
         self.nodes: list[dict[str, Any]] = []
 
@@ -149,19 +141,11 @@ class _Importer:
         return graph
 
     def _constant(self, node: Any) -> None:
-        """A node on constants or shapes only: folded (the shapes of its outputs, and the
-        small values of Constant nodes, kept for the nodes that read them)."""
+        """A node on constants or shapes only: folded (the shapes of its outputs kept for
+        the nodes that read them; its small values are the folding's)."""
         for out in node.output:
-            if self.shapes.get(out) is not None:
+            if out in self.shapes:
                 self.weights[out] = self.shapes[out]
-        if node.op_type == "Constant":
-            from onnx import numpy_helper
-
-            for attr in node.attribute:
-                if attr.name == "value":
-                    self.weights[node.output[0]] = tuple(attr.t.dims)
-                    if math.prod(attr.t.dims) <= 64:
-                        self.values[node.output[0]] = numpy_helper.to_array(attr.t)
 
     def _sample_shape(self, name: str) -> tuple[int, ...]:
         shape = self.shapes.get(name)
@@ -173,9 +157,6 @@ class _Importer:
                              "the batch on axis 0; such models are not supported")
         return shape[1:]
 
-    def _attrs(self, node: Any) -> dict[str, Any]:
-        return {a.name: self.helper.get_attribute_value(a) for a in node.attribute}
-
     def _emit(self, name: str, op: str, inputs: list[str], **attrs: Any) -> None:
         self.nodes.append({"name": name, "type": op, "inputs": inputs, **attrs})
         self.active.add(name)
@@ -184,7 +165,7 @@ class _Importer:
         op, out = node.op_type, node.output[0]
         acts = [i for i in node.input if i in self.active]
         const = [i for i in node.input if i and i not in self.active]
-        attrs = self._attrs(node)
+        attrs = attributes(node)
         shape = list(self._sample_shape(out)) if op != "Split" else []
         if op == "Slice" and self._slice(node, out, acts, shape):
             return  # one axis by constant bounds: a slice node
@@ -275,7 +256,7 @@ class _Importer:
         """A mean or max over a feature map's rows and columns (ShuffleNet's x.mean([2, 3]))
         as a global pool, flattened when the reduced axes are dropped; False otherwise."""
         before = self._sample_shape(node.input[0])
-        attrs = self._attrs(node)
+        attrs = attributes(node)
         axes = attrs.get("axes")
         if axes is None and len(node.input) > 1 and node.input[1] in self.values:
             axes = [int(a) for a in self.values[node.input[1]]]
