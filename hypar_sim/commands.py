@@ -11,7 +11,7 @@ from typing import Any
 
 from hypar_sim.atomic import atomic_write_text, check_writable
 from hypar_sim.errors import InputError, Unfinished
-from hypar_sim.hardware.config import derived, describe, load_hardware
+from hypar_sim.hardware.config import derived, describe, load_hardware, parse_overrides
 from hypar_sim.hardware.topology import TOPOLOGIES
 from hypar_sim.partition.hierarchy import MAX_MEMBERS, Hierarchy
 from hypar_sim.partition.kinds import parse_kinds
@@ -166,7 +166,7 @@ def cmd_sweep(args: argparse.Namespace) -> str:
         topologies=sweep.parse_list(args.topologies, TOPOLOGIES, "--topologies"),
         accelerators=sweep.parse_ints(args.accelerators, "--accelerators"),
         batches=sweep.parse_ints(args.batch, "--batch"),
-        overrides=sweep.parse_overrides(args.overrides),
+        overrides=parse_overrides(args.overrides),
         engine=args.engine,
         config_file=args.config,
         hierarchies=tuple(h.strip() for h in args.hierarchies.split(",") if h.strip()) or ("",),
@@ -212,8 +212,6 @@ def cmd_reproduce(args: argparse.Namespace) -> str:
 
 def hardware_overrides(args: argparse.Namespace) -> dict[str, Any]:
     """The hardware keys given on the command line (--accelerators, --batch, --set)."""
-    from hypar_sim.sweep import parse_overrides
-
     given = {key: getattr(args, key) for key in ("accelerators", "batch")
              if getattr(args, key, None) is not None}
     for key, values in parse_overrides(getattr(args, "overrides", None) or ()):

@@ -39,7 +39,7 @@ from hypar_sim import __version__
 from hypar_sim.atomic import atomic_write_text, check_writable
 from hypar_sim.errors import InputError
 from hypar_sim.executors import Runner, execute
-from hypar_sim.hardware.config import HardwareConfig, coerce_overrides, load_hardware
+from hypar_sim.hardware.config import HardwareConfig, load_hardware
 from hypar_sim.partition.hierarchy import Hierarchy
 from hypar_sim.partition.kinds import parse_kinds
 from hypar_sim.planner.strategies import STRATEGIES, PlanOptions
@@ -162,34 +162,6 @@ def parse_ints(text: str, what: str) -> tuple[int, ...]:
     except ValueError:
         raise InputError(f"{what}: must be comma-separated integers, got '{text}'") from None
     return values
-
-
-def _scalar(text: str) -> Any:
-    for kind in (int, float):
-        try:
-            return kind(text)
-        except ValueError:
-            pass
-    return text
-
-
-def parse_overrides(items: Iterable[str]) -> tuple[tuple[str, tuple[Any, ...]], ...]:
-    """`key=value` or `key=v1,v2,...` items, checked against the hardware keys."""
-    result = []
-    for item in items:
-        if "=" not in item:
-            raise InputError(f"--set: '{item}' is not key=value (e.g. link_bandwidth_gbps=3.2)")
-        key, text = item.split("=", 1)
-        key = key.strip()
-        if key in ("accelerators", "batch"):
-            raise InputError(f"--set: {key} is an axis of the sweep; use --{key} {text} instead")
-        values = tuple(dict.fromkeys(_scalar(v.strip()) for v in text.split(",") if v.strip()))
-        if not values:
-            raise InputError(f"--set: '{item}' gives no value for {key}; e.g. {key}=1,2")
-        for value in values:
-            coerce_overrides({key: value}, "--set")
-        result.append((key, values))
-    return tuple(result)
 
 
 def case_config(case: Case) -> HardwareConfig:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -187,6 +187,35 @@ def coerce_overrides(overrides: Mapping[str, Any], where: str) -> dict[str, Any]
         _check_value(item, value, where)
         result[key] = value
     return result
+
+
+def _scalar(text: str) -> Any:
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def parse_overrides(items: Iterable[str]) -> tuple[tuple[str, tuple[Any, ...]], ...]:
+    """`--set` items: `key=value` or `key=v1,v2,...` (a sweep's axis), checked against the
+    hardware keys."""
+    result = []
+    for item in items:
+        if "=" not in item:
+            raise InputError(f"--set: '{item}' is not key=value (e.g. link_bandwidth_gbps=3.2)")
+        key, text = item.split("=", 1)
+        key = key.strip()
+        if key in ("accelerators", "batch"):
+            raise InputError(f"--set: {key} is an axis of the sweep; use --{key} {text} instead")
+        values = tuple(dict.fromkeys(_scalar(v.strip()) for v in text.split(",") if v.strip()))
+        if not values:
+            raise InputError(f"--set: '{item}' gives no value for {key}; e.g. {key}=1,2")
+        for value in values:
+            coerce_overrides({key: value}, "--set")
+        result.append((key, values))
+    return tuple(result)
 
 
 def _read_mapping(path: Path) -> dict[str, Any]:
