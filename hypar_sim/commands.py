@@ -294,8 +294,8 @@ def _plan_graph(args: argparse.Namespace, graph: Graph) -> str:
     options = plan_options_from_args(args)
     plan = make_graph_plan(graph, args.strategy, hierarchy_from_args(args), args.batch,
                            args.plan_text, options=options)
-    bounds = node_bounds(graph, plan.batch, plan.hierarchy, options.kinds, 4) \
-        if args.bound else None
+    bounds = (node_bounds(graph, plan.batch, plan.hierarchy, options.kinds, plan.word_bytes)
+              if args.bound else None)
     if args.json:
         data = plan.to_dict()
         if bounds is not None:

@@ -48,6 +48,7 @@ class GraphPlan:
     columns: tuple[Column, ...]
     node_bytes: tuple[float, ...]  # the steps keyed to it (see `graph_steps`)
     traffic_bytes_per_level: tuple[float, ...]
+    word_bytes: int = 4
 
     @property
     def traffic_bytes(self) -> float:
@@ -290,4 +291,4 @@ def evaluate_graph_plan(graph: Graph, strategy: str, search: str, batch: int,
         per_level += level_bytes(transfers, hierarchy)
     return GraphPlan(graph.name, strategy, search, batch, hierarchy,
                      tuple(n.name for n in graph.nodes), tuple(columns), tuple(per_node),
-                     tuple(float(b) for b in per_level))
+                     tuple(float(b) for b in per_level), word_bytes)
