@@ -46,16 +46,6 @@ class Node:
     macs: int  # forward multiply-accumulates per sample
     attrs: Mapping[str, Any] = field(default_factory=dict, compare=False)
 
-    @property
-    def read_elements(self) -> int:
-        """Elements of its inputs the node reads, per sample."""
-        return sum(math.prod(s) for s in self.input_shapes)
-
-    @property
-    def written_elements(self) -> int:
-        """Elements of its output, per sample."""
-        return math.prod(self.shape)
-
 
 @dataclass(frozen=True)
 class Graph:
@@ -75,12 +65,6 @@ class Graph:
     @property
     def macs_per_sample(self) -> int:
         return sum(node.macs for node in self.nodes)
-
-    @property
-    def activations_per_sample(self) -> int:
-        """Elements of every node's output (what training keeps for the backward pass,
-        before any recomputation)."""
-        return sum(node.written_elements for node in self.nodes)
 
     def node(self, name: str) -> Node:
         for node in self.nodes:

@@ -18,8 +18,7 @@ Counting conventions (stated once, used everywhere):
   product of two activations m x k x n per head). Weightless operators
   (pooling, normalisation, activations, softmax, additions) have no MACs;
   what they cost in memory traffic and vector work is the hardware model's
-  business (issue "Graph workloads", part 1), from the elements they read
-  and write (`Node.read_elements`, `Node.written_elements`).
+  business (`hardware.graph_costs`: the elements each member reads and writes).
 """
 
 from __future__ import annotations
