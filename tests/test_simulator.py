@@ -261,7 +261,7 @@ def test_run_and_compare_commands(cli, tmp_path):
 @pytest.mark.parametrize("chunk", [1024, 4096, 2**20])
 @pytest.mark.parametrize("most", [1, 2, 31, 32, 33])
 def test_chunk_sizes(total, chunk, most):
-    from hypar_sim.sim.accounting import chunk_sizes
+    from hypar_sim.hardware.transfer import chunk_sizes
 
     sizes = chunk_sizes(total, chunk, most)
     assert 1 <= len(sizes) <= most and min(sizes) > 0

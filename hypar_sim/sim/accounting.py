@@ -1,18 +1,8 @@
-"""What both engines count the same way: chunks, cut-through timing, traffic, energy, results.
-
-A message is read from DRAM at its source, crosses its route's links and is
-written to DRAM at its destination, in chunks. A chunk moves cut-through: it
-holds one lane of a link for its serialization time (chunk / lane bandwidth),
-its head goes on to the next link at once, and it cannot finish on a link
-before it has finished arriving from the one before. The next chunk of a
-message is issued once the previous one holds its first link, so messages
-sharing a link take turns chunk by chunk. The route latency (links and
-switches) is added once, when the last chunk has arrived.
-"""
+"""What both engines count the same way: traffic, energy, results (message timing alone in
+the array is `hardware.transfer`'s)."""
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 
@@ -20,61 +10,10 @@ from hypar_sim import __version__
 from hypar_sim.hardware.config import HardwareConfig
 from hypar_sim.hardware.costs import PieceCost
 from hypar_sim.hardware.energy import Action, EnergyTable, add_counts, scale_counts
-from hypar_sim.hardware.interconnect import switch_latency_cycles
-from hypar_sim.hardware.topology import Route, Topology
+from hypar_sim.hardware.topology import Topology
 from hypar_sim.partition.steps import Phase
 from hypar_sim.results import AcceleratorResult, LayerResult, LinkResult, SimResult
-from hypar_sim.sim.defaults import DEFAULT_MAX_CHUNKS
-from hypar_sim.sim.schedule import Compute, Message, Parallel, Schedule, task_cycles
-
-
-def chunk_sizes(total_bytes: float, chunk_bytes: float,
-                max_chunks: int = DEFAULT_MAX_CHUNKS) -> list[float]:
-    """`total_bytes` cut into equal chunks of at least `chunk_bytes`, at most `max_chunks`
-    of them, and one last, smaller chunk."""
-    if total_bytes <= 0:
-        return []
-    count = min(max_chunks, math.ceil(total_bytes / chunk_bytes))
-    size = max(chunk_bytes, total_bytes / count)
-    count = min(count, math.ceil(total_bytes / size))
-    return [size] * (count - 1) + [total_bytes - size * (count - 1)]
-
-
-def route_latency_cycles(route: Route, config: HardwareConfig) -> float:
-    """Fixed latency of a route: its links and its switches, cycles."""
-    links = sum(link.spec.latency_cycles for link in route.links)
-    return links + route.switches * switch_latency_cycles(config)
-
-
-def cut_through_cycles(chunks: Sequence[float], route: Route, config: HardwareConfig) -> float:
-    """Cycles for a message's chunks to reach DRAM at its destination, alone in the array.
-
-    The same rules as the event-driven engine (see the module docstring), with
-    every link and vault channel free when a chunk asks for it.
-    """
-    dram = config.vault_bandwidth_bytes_per_cycle
-    lanes = [[0.0] * link.lanes for link in route.links]  # when each lane is next free
-    issue = arrived = 0.0
-    for chunk in chunks:
-        start, finish = issue, issue + chunk / dram  # read at the source
-        for hop, link in enumerate(route.links):
-            free = lanes[hop]
-            lane = free.index(min(free))
-            start = max(start, free[lane])
-            finish = max(start + chunk / link.spec.bandwidth_bytes_per_cycle, finish)
-            free[lane] = finish
-            if hop == 0:
-                issue = start
-        arrived = max(arrived, max(start + chunk / dram, finish))  # written at the destination
-    return arrived
-
-
-def message_cycles(message: Message, topology: Topology, config: HardwareConfig,
-                   chunk_bytes: float, max_chunks: int = DEFAULT_MAX_CHUNKS) -> float:
-    """Time of a message alone in the array (no contention), cycles."""
-    route = topology.route(message.src, message.dst)
-    chunks = chunk_sizes(message.bytes, chunk_bytes, max_chunks)
-    return cut_through_cycles(chunks, route, config) + route_latency_cycles(route, config)
+from hypar_sim.sim.schedule import Compute, Parallel, Schedule, task_cycles
 
 
 def link_bytes(schedule: Schedule, topology: Topology) -> list[float]:

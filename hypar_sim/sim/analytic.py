@@ -22,39 +22,11 @@ from collections import defaultdict
 import numpy as np
 
 from hypar_sim.hardware.topology import Topology
+from hypar_sim.hardware.transfer import step_cycles
 from hypar_sim.results import SimResult
-from hypar_sim.sim.accounting import (
-    assemble_result,
-    link_bytes,
-    message_cycles,
-)
+from hypar_sim.sim.accounting import assemble_result, link_bytes
 from hypar_sim.sim.defaults import DEFAULT_CHUNK_BYTES, DEFAULT_MAX_CHUNKS
 from hypar_sim.sim.schedule import Compute, Parallel, Schedule, Send, StepKey, Wait, task_cycles
-
-
-def step_cycles(schedule: Schedule, topology: Topology, step: StepKey, chunk_bytes: float,
-                max_chunks: int = DEFAULT_MAX_CHUNKS) -> float:
-    """Cycles for all messages of one communication step to arrive."""
-    config = schedule.config
-    slowest = 0.0
-    per_link: dict[int, float] = defaultdict(float)
-    per_cube: dict[int, float] = defaultdict(float)
-    seen: dict[tuple, float] = {}  # many messages share a route shape and a size
-    for message in schedule.steps[step]:
-        route = topology.route(message.src, message.dst)
-        key = (tuple((link.lanes, link.spec) for link in route.links), route.switches, message.bytes)
-        if key not in seen:
-            seen[key] = message_cycles(message, topology, config, chunk_bytes, max_chunks)
-        slowest = max(slowest, seen[key] * (message.round + 1))  # rounds follow each other
-        for link in route.links:
-            per_link[link.index] += message.bytes
-        per_cube[message.src] += message.bytes  # read at the source
-        per_cube[message.dst] += message.bytes  # written at the destination
-    busiest = max((carried / topology.links[index].bandwidth_bytes_per_cycle
-                   for index, carried in per_link.items()), default=0.0)
-    dram = config.vault_bandwidth_bytes_per_cycle * config.vaults_per_cube
-    busiest_cube = max(per_cube.values(), default=0.0) / dram
-    return max(slowest, busiest, busiest_cube)
 
 
 def simulate_analytic(schedule: Schedule, topology: Topology,
@@ -72,8 +44,8 @@ def simulate_analytic(schedule: Schedule, topology: Topology,
             now += np.array([task_cycles(task, m) for m in range(members)])
         elif isinstance(task, Send):
             start = max(float(now.max()), port_free)
-            arrival[task.step] = start + step_cycles(schedule, topology, task.step, chunk_bytes,
-                                                     max_chunks)
+            arrival[task.step] = start + step_cycles(schedule.steps[task.step], topology,
+                                                     schedule.config, chunk_bytes, max_chunks)
             port_free = arrival[task.step]
         elif isinstance(task, Wait):
             late = np.maximum(arrival[task.step] - now, 0.0)

@@ -37,12 +37,9 @@ from simpy.core import EmptySchedule
 
 from hypar_sim.hardware.config import HardwareConfig
 from hypar_sim.hardware.topology import Route, Topology
+from hypar_sim.hardware.transfer import chunk_sizes, route_latency_cycles
 from hypar_sim.results import SimResult
-from hypar_sim.sim.accounting import (
-    assemble_result,
-    chunk_sizes,
-    route_latency_cycles,
-)
+from hypar_sim.sim.accounting import assemble_result
 from hypar_sim.sim.defaults import DEFAULT_CHUNK_BYTES, DEFAULT_MAX_CHUNKS
 from hypar_sim.sim.schedule import (
     Compute,

@@ -1,0 +1,101 @@
+"""How long messages take on a topology: alone (chunks cutting through DRAM, links and
+DRAM) and as one communication step (the slowest message, the busiest link or the busiest
+cube's DRAM). Both engines and the planner's time estimate use these.
+
+A message is read from DRAM at its source, crosses its route's links and is
+written to DRAM at its destination, in chunks. A chunk moves cut-through: it
+holds one lane of a link for its serialization time (chunk / lane bandwidth),
+its head goes on to the next link at once, and it cannot finish on a link
+before it has finished arriving from the one before. The next chunk of a
+message is issued once the previous one holds its first link, so messages
+sharing a link take turns chunk by chunk. The route latency (links and
+switches) is added once, when the last chunk has arrived.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+
+from hypar_sim.hardware.config import HardwareConfig
+from hypar_sim.hardware.interconnect import switch_latency_cycles
+from hypar_sim.hardware.topology import Route, Topology
+from hypar_sim.partition.steps import Message
+
+
+def chunk_sizes(total_bytes: float, chunk_bytes: float,
+                max_chunks: int) -> list[float]:
+    """`total_bytes` cut into equal chunks of at least `chunk_bytes`, at most `max_chunks`
+    of them, and one last, smaller chunk."""
+    if total_bytes <= 0:
+        return []
+    count = min(max_chunks, math.ceil(total_bytes / chunk_bytes))
+    size = max(chunk_bytes, total_bytes / count)
+    count = min(count, math.ceil(total_bytes / size))
+    return [size] * (count - 1) + [total_bytes - size * (count - 1)]
+
+
+def route_latency_cycles(route: Route, config: HardwareConfig) -> float:
+    """Fixed latency of a route: its links and its switches, cycles."""
+    links = sum(link.spec.latency_cycles for link in route.links)
+    return links + route.switches * switch_latency_cycles(config)
+
+
+def cut_through_cycles(chunks: Sequence[float], route: Route, config: HardwareConfig) -> float:
+    """Cycles for a message's chunks to reach DRAM at its destination, alone in the array.
+
+    The same rules as the event-driven engine (see the module docstring), with
+    every link and vault channel free when a chunk asks for it.
+    """
+    dram = config.vault_bandwidth_bytes_per_cycle
+    lanes = [[0.0] * link.lanes for link in route.links]  # when each lane is next free
+    issue = arrived = 0.0
+    for chunk in chunks:
+        start, finish = issue, issue + chunk / dram  # read at the source
+        for hop, link in enumerate(route.links):
+            free = lanes[hop]
+            lane = free.index(min(free))
+            start = max(start, free[lane])
+            finish = max(start + chunk / link.spec.bandwidth_bytes_per_cycle, finish)
+            free[lane] = finish
+            if hop == 0:
+                issue = start
+        arrived = max(arrived, max(start + chunk / dram, finish))  # written at the destination
+    return arrived
+
+
+def message_cycles(message: Message, topology: Topology, config: HardwareConfig,
+                   chunk_bytes: float, max_chunks: int) -> float:
+    """Time of a message alone in the array (no contention), cycles."""
+    route = topology.route(message.src, message.dst)
+    chunks = chunk_sizes(message.bytes, chunk_bytes, max_chunks)
+    return cut_through_cycles(chunks, route, config) + route_latency_cycles(route, config)
+
+
+
+def step_cycles(messages: Iterable[Message], topology: Topology, config: HardwareConfig,
+                chunk_bytes: float, max_chunks: int) -> float:
+    """Cycles for all messages of one communication step to arrive: the slowest message
+    alone (a collective's round r message r + 1 times that, the rounds following each
+    other), the busiest link carrying all the step's bytes, or the busiest cube's DRAM
+    reading and writing them, whichever is longest."""
+    slowest = 0.0
+    per_link: dict[int, float] = defaultdict(float)
+    per_cube: dict[int, float] = defaultdict(float)
+    seen: dict[tuple, float] = {}  # many messages share a route shape and a size
+    for message in messages:
+        route = topology.route(message.src, message.dst)
+        key = (tuple((link.lanes, link.spec) for link in route.links), route.switches, message.bytes)
+        if key not in seen:
+            seen[key] = message_cycles(message, topology, config, chunk_bytes, max_chunks)
+        slowest = max(slowest, seen[key] * (message.round + 1))
+        for link in route.links:
+            per_link[link.index] += message.bytes
+        per_cube[message.src] += message.bytes  # read at the source
+        per_cube[message.dst] += message.bytes  # written at the destination
+    busiest = max((carried / topology.links[index].bandwidth_bytes_per_cycle
+                   for index, carried in per_link.items()), default=0.0)
+    dram = config.vault_bandwidth_bytes_per_cycle * config.vaults_per_cube
+    busiest_cube = max(per_cube.values(), default=0.0) / dram
+    return max(slowest, busiest, busiest_cube)
