@@ -12,6 +12,7 @@ from hypar_sim.commands import COMMANDS, DEFAULT_LEVELS
 from hypar_sim.errors import InputError, Unfinished
 from hypar_sim.hardware.topology import TOPOLOGIES
 from hypar_sim.partition.kinds import allowed_names as allowed_kind_names
+from hypar_sim.planner.estimate import OBJECTIVES
 from hypar_sim.planner.search import SEARCHES
 from hypar_sim.planner.strategies import DEFAULT_KINDS, STRATEGIES
 from hypar_sim.planner.traffic import DEFAULT_TRAFFIC_MODEL, TRAFFIC_MODELS
@@ -55,6 +56,10 @@ def _add_plan_arguments(parser: argparse.ArgumentParser) -> None:
                         help="layout: needs minus holds on the members' real layouts "
                              "(default); paper: HyPar's reading of Tables 1 and 2 (batch and "
                              "in on two-way levels; Figure 8)")
+    parser.add_argument("--objective", default="bytes", choices=OBJECTIVES,
+                        help="what a searching strategy minimises: bytes between accelerators "
+                             "(default, HyPar's), or the step's time or energy as the planner "
+                             "estimates them on the topology")
 
 
 def _add_array_arguments(parser: argparse.ArgumentParser) -> None:
@@ -89,6 +94,9 @@ def build_parser() -> argparse.ArgumentParser:
                            "one row of kinds per level, rows separated by ';' or new lines")
     _add_array_arguments(plan)
     _add_plan_arguments(plan)
+    plan.add_argument("--topology", default="htree", choices=TOPOLOGIES, metavar="TOPOLOGY",
+                      help=f"with --objective time or energy: the topology the estimate "
+                           f"uses, one of {', '.join(TOPOLOGIES)} (default htree)")
     plan.add_argument("--bound", action="store_true",
                       help="beside the plan, a lower bound on the bytes any plan of the allowed "
                            "kinds moves, per layer and in total, and the plan's ratio to it")
@@ -109,9 +117,14 @@ def build_parser() -> argparse.ArgumentParser:
                      help="write the step as a Chrome/Perfetto trace (JSON; open it in "
                           "ui.perfetto.dev): a track per accelerator and per link")
 
-    compare = commands.add_parser("compare", help="data, model, trick and hypar side by side, "
-                                                  "normalized to data parallelism")
+    compare = commands.add_parser("compare", help="strategies side by side (default data, model, "
+                                                  "trick, hypar), normalized to data parallelism")
     _add_simulation_arguments(compare)
+    compare.add_argument("--strategies", default=None, metavar="LIST",
+                         help=f"comma-separated, from {', '.join(s for s in STRATEGIES if s != 'explicit')}"
+                              " (default data,model,trick,hypar; graphs data,model,hypar); data "
+                              "is added as the base if missing; --objective applies to those that "
+                              "take it, the others minimise their own cost")
     compare.add_argument("--json", action="store_true", help="print a JSON list of the runs")
 
     sweep = commands.add_parser(

@@ -112,6 +112,9 @@ def simulate_strategy(network: Network | Graph, strategy: str, config: HardwareC
         graph_plan = make_graph_plan(network, strategy, hierarchy, config.batch, plan_text,
                                      config.word_bytes, plan_options)
         return simulate_graph(network, graph_plan, config, options)
+    if plan_options is not None:  # a time or energy estimate sees what will be simulated
+        plan_options = dataclasses.replace(plan_options, topology=options.topology,
+                                           overlap_gradients=options.overlap_gradients)
     plan = make_plan(network, strategy, hierarchy, config.batch, plan_text, config.word_bytes,
-                     plan_options)
+                     plan_options, config)
     return simulate(network, plan, config, options)

@@ -17,10 +17,14 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
 
 from hypar_sim.hardware.config import HardwareConfig
 from hypar_sim.hardware.interconnect import switch_latency_cycles
 from hypar_sim.hardware.topology import Route, Topology
+from hypar_sim.partition.hierarchy import Hierarchy
 from hypar_sim.partition.steps import Message
 
 
@@ -99,3 +103,70 @@ def step_cycles(messages: Iterable[Message], topology: Topology, config: Hardwar
     dram = config.vault_bandwidth_bytes_per_cycle * config.vaults_per_cube
     busiest_cube = max(per_cube.values(), default=0.0) / dram
     return max(slowest, busiest, busiest_cube)
+
+
+@dataclass(frozen=True)
+class Pattern:
+    """One round of messages on a topology, each edge sending one byte: what the planner's
+    estimate scales by the bytes a message carries (`planner.estimate`)."""
+
+    edges: int
+    busiest_link_cycles: float  # cycles on the busiest link, per byte a message
+    message_cycles: float  # cycles per byte of the slowest message alone (its slowest hop)
+    latency_cycles: float  # the longest route's fixed latency
+    links_per_edge: float  # links crossed, mean over the edges
+    switches_per_edge: float  # switches passed, mean over the edges
+
+    @classmethod
+    def measure(cls, edges: Sequence[tuple[int, int]], topology: Topology,
+                config: HardwareConfig) -> Pattern:
+        load: dict[int, int] = defaultdict(int)
+        slowest = latency = links = switches = 0.0
+        vault = config.vault_bandwidth_bytes_per_cycle
+        for src, dst in edges:
+            route = topology.route(src, dst)
+            rate = min([vault] + [link.spec.bandwidth_bytes_per_cycle for link in route.links])
+            slowest = max(slowest, 1 / rate)
+            latency = max(latency, route_latency_cycles(route, config))
+            for link in route.links:
+                load[link.index] += 1
+            links += len(route.links)
+            switches += route.switches
+        busiest = max((count / topology.links[index].bandwidth_bytes_per_cycle
+                       for index, count in load.items()), default=0.0)
+        count = max(len(edges), 1)
+        return cls(len(edges), busiest, slowest, latency, links / count, switches / count)
+
+
+def level_edges(hierarchy: Hierarchy, level: int) -> list[tuple[int, int]]:
+    """Every member to each partner that differs from it only at `level` (HyPar's pairs on
+    two-way levels)."""
+    stride, size = hierarchy.strides[level], hierarchy.sizes[level]
+    edges = []
+    for member in range(hierarchy.members):
+        own = (member // stride) % size
+        edges += [(member, member + (other - own) * stride) for other in range(size)
+                  if other != own]
+    return edges
+
+
+def ring_edges(hierarchy: Hierarchy, levels: tuple[int, ...]) -> list[tuple[int, int]]:
+    """Every member to its successor in index order among the members that differ from it
+    only at `levels`, the last to the first (the rings of `partition.collectives`)."""
+    groups: dict[tuple[int, ...], list[int]] = defaultdict(list)
+    for member in range(hierarchy.members):
+        coords = hierarchy.coords(member)
+        groups[tuple(c for h, c in enumerate(coords) if h not in levels)].append(member)
+    return [(a, b) for group in groups.values()
+            for a, b in zip(group, group[1:] + group[:1], strict=True)]
+
+
+def level_link_loads(topology: Topology, levels: int) -> np.ndarray:
+    """[level, link]: cycles on each link per byte of every message of the level partners'
+    exchange (`level_edges`), for the top `levels` levels."""
+    loads = np.zeros((levels, len(topology.links)))
+    for level in range(levels):
+        for src, dst in level_edges(topology.hierarchy, level):
+            for link in topology.route(src, dst).links:
+                loads[level, link.index] += 1 / link.bandwidth_bytes_per_cycle
+    return loads

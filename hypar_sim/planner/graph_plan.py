@@ -187,6 +187,9 @@ def make_graph_plan(graph: Graph, strategy: str, hierarchy: Hierarchy, batch: in
                          "only (paper's reading covers chains of conv and fc layers)")
     if plan_text is not None:
         raise InputError("--plan: explicit plans take chain networks so far")
+    if options.objective != "bytes":
+        raise InputError(f"--objective: {options.objective} takes chain networks so far; "
+                         "graph networks are planned for bytes (allowed: bytes)")
     return plan_graph(graph, strategy, hierarchy, batch, options.kinds, options.search,
                       word_bytes)
 

@@ -48,6 +48,8 @@ class Plan:
     traffic_model: str = "paper"
     search: str = ""
     word_bytes: int = 4
+    objective: str = "bytes"  # what the search minimised
+    estimate: float = 0.0  # its value for this plan: bytes, cycles or pJ (planner.estimate)
 
     @property
     def levels(self) -> int:
@@ -83,6 +85,8 @@ class Plan:
             "batch": self.batch,
             "traffic_model": self.traffic_model,
             "search": self.search,
+            "objective": self.objective,
+            "estimate": self.estimate,
             "layers": list(self.layer_names),
             "plan": [list(level) for level in self.choices],
             "traffic_bytes": self.traffic_bytes,

@@ -6,6 +6,8 @@
 - ``model``: in (mp) for every layer at every level.
 - ``trick``: Krizhevsky's "one weird trick" (arXiv:1404.5997): conv layers
   batch, fully-connected layers in, at every level.
+- ``optimal``: the joint search over every kind the traffic model takes (all of
+  them under `layout`), for the objective asked (`--objective`).
 - ``exhaustive``: every plan tried (small networks only).
 - ``explicit``: a plan the user writes, one kind per layer per level.
 
@@ -16,16 +18,20 @@ channel) is replaced there by batch.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from hypar_sim.errors import InputError, closest
+from hypar_sim.hardware.config import HardwareConfig, load_hardware
+from hypar_sim.hardware.topology import make_topology
 from hypar_sim.partition.hierarchy import Hierarchy
 from hypar_sim.partition.kinds import KINDS, resolve_kind
 from hypar_sim.partition.shares import Column
 from hypar_sim.planner import search as searches
+from hypar_sim.planner.estimate import OBJECTIVES, Estimator, check_objective
 from hypar_sim.planner.plan import Choices, Plan, evaluate_plan
 from hypar_sim.planner.traffic import DEFAULT_TRAFFIC_MODEL, TrafficModel, traffic_model
 from hypar_sim.workload.layers import Layer, LayerKind
@@ -36,16 +42,22 @@ DEFAULT_KINDS = ("batch", "in")
 
 @dataclass(frozen=True)
 class PlanOptions:
-    """How to plan, beside the strategy: kinds, search and traffic model."""
+    """How to plan, beside the strategy: kinds, search, traffic model and what the searches
+    minimise (bytes; or step time or energy as `planner.estimate` sees them on `topology`,
+    gradients overlapped with the backward pass or not, as the simulator will run them)."""
 
     kinds: tuple[str, ...] = DEFAULT_KINDS
     search: str = "greedy"
     traffic_model: str = DEFAULT_TRAFFIC_MODEL
     plan_text: str | None = field(default=None)
+    objective: str = "bytes"
+    topology: str = "htree"
+    overlap_gradients: bool = True
 
     def __post_init__(self) -> None:
         for kind in self.kinds:
             resolve_kind(kind)
+        check_objective(self.objective)
         if self.search not in searches.SEARCHES:
             raise InputError(f"--search: unknown '{self.search}'"
                              f"{closest(self.search, searches.SEARCHES)}; "
@@ -61,6 +73,13 @@ class PlanRequest:
     options: PlanOptions
     word_bytes: int
     model: TrafficModel
+    capacity_bytes: float | None = None  # one cube's memory (None: unlimited)
+    estimator: Estimator | None = None  # for --objective time or energy
+
+    @property
+    def costs(self) -> TrafficModel | Estimator:
+        """What the searches minimise: the estimator's cycles or pJ, else the model's bytes."""
+        return self.estimator if self.estimator is not None else self.model
 
 
 Columns = Callable[[PlanRequest], Sequence[Column]]
@@ -74,18 +93,28 @@ class Strategy:
     searches: bool = False  # picks kinds by a search over the allowed kinds
     honours_search: bool = False  # --search greedy/joint applies
     takes_plan: bool = False  # the user's --plan
+    objectives: tuple[str, ...] = ("bytes",)  # what its search can minimise (--objective)
 
 
 STRATEGIES: dict[str, Strategy] = {}
 
 
 def register_strategy(name: str, searches: bool = False, honours_search: bool = False,
-                      takes_plan: bool = False) -> Callable[[Columns], Columns]:
-    """Add a strategy to the registry (the command line's choices come from it)."""
+                      takes_plan: bool = False, objectives: tuple[str, ...] = ("bytes",)
+                      ) -> Callable[[Columns], Columns]:
+    """Add a strategy to the registry (the command line's choices come from it). A strategy
+    whose search runs on `PlanRequest.costs` takes every objective; one that follows its
+    paper's own cost takes bytes."""
     def add(function: Columns) -> Columns:
-        STRATEGIES[name] = Strategy(function, searches, honours_search, takes_plan)
+        STRATEGIES[name] = Strategy(function, searches, honours_search, takes_plan, objectives)
         return function
     return add
+
+
+def objective_for(strategy: str, objective: str) -> str:
+    """`objective` if `strategy` takes it, else bytes (`compare` runs every strategy with
+    the objective the user asked where it applies)."""
+    return objective if objective in STRATEGIES[strategy].objectives else "bytes"
 
 
 def _uniform(request: PlanRequest, pick: Callable[[Layer], str]) -> list[Column]:
@@ -108,11 +137,17 @@ def _uniform(request: PlanRequest, pick: Callable[[Layer], str]) -> list[Column]
     return columns
 
 
-@register_strategy("hypar", searches=True, honours_search=True)
+@register_strategy("hypar", searches=True, honours_search=True, objectives=OBJECTIVES)
 def _hypar(request: PlanRequest) -> Sequence[Column]:
     find = searches.joint if request.options.search == "joint" else searches.greedy
-    return find(request.model, request.network.layers, request.batch, request.hierarchy,
+    return find(request.costs, request.network.layers, request.batch, request.hierarchy,
                 request.options.kinds, request.word_bytes)
+
+
+@register_strategy("optimal", searches=True, objectives=OBJECTIVES)
+def _optimal(request: PlanRequest) -> Sequence[Column]:
+    return searches.joint(request.costs, request.network.layers, request.batch,
+                          request.hierarchy, request.model.kinds, request.word_bytes)
 
 
 @register_strategy("data")
@@ -130,9 +165,9 @@ def _trick(request: PlanRequest) -> Sequence[Column]:
     return _uniform(request, lambda layer: "batch" if layer.kind is LayerKind.CONV else "in")
 
 
-@register_strategy("exhaustive", searches=True)
+@register_strategy("exhaustive", searches=True, objectives=OBJECTIVES)
 def _exhaustive(request: PlanRequest) -> Sequence[Column]:
-    return searches.brute_force(request.model, request.network.layers, request.batch,
+    return searches.brute_force(request.costs, request.network.layers, request.batch,
                                 request.hierarchy, request.options.kinds, request.word_bytes)[1]
 
 
@@ -224,12 +259,14 @@ def as_hierarchy(levels_or_hierarchy: int | Hierarchy) -> Hierarchy:
 
 def make_plan(network: Network, strategy: str, hierarchy: int | Hierarchy, batch: int,
               plan_text: str | None = None, word_bytes: int = 4,
-              options: PlanOptions | None = None) -> Plan:
-    """The plan of `strategy` for `network` on the array of `hierarchy` (or 2**levels)."""
+              options: PlanOptions | None = None, config: HardwareConfig | None = None) -> Plan:
+    """The plan of `strategy` for `network` on the array of `hierarchy` (or 2**levels).
+    `config`: the hardware the time and energy objectives are estimated on (default: the
+    default configuration with this array and batch)."""
     hierarchy = as_hierarchy(hierarchy)
     options = options or PlanOptions(traffic_model="paper")
     if plan_text is not None:
-        options = PlanOptions(options.kinds, options.search, options.traffic_model, plan_text)
+        options = dataclasses.replace(options, plan_text=plan_text)
     if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
         raise InputError(f"batch: must be a positive integer, got {batch!r}")
     if strategy not in STRATEGIES:
@@ -238,11 +275,48 @@ def make_plan(network: Network, strategy: str, hierarchy: int | Hierarchy, batch
     spec = STRATEGIES[strategy]
     if spec.takes_plan != (options.plan_text is not None):
         raise InputError("plan: give --plan exactly when the strategy is 'explicit'")
+    if options.objective not in spec.objectives:
+        takers = [n for n, s in STRATEGIES.items() if options.objective in s.objectives]
+        raise InputError(f"--objective: strategy '{strategy}' takes {', '.join(spec.objectives)}"
+                         f" (its own cost), not {options.objective}; strategies that minimise "
+                         f"{options.objective}: {', '.join(takers)}")
     model = traffic_model(options.traffic_model)
     model.check(hierarchy, options.kinds, batch, spec.searches)
     request = PlanRequest(network, batch, hierarchy, options, word_bytes, model)
-    columns = spec.columns(request)
+    estimator = None
+    if options.objective != "bytes":
+        estimator = _estimator(request, config)
+    best: tuple[float, Sequence[Column]] | None = None
+    for weight in estimator.weights if estimator else (0.0,):
+        if estimator:
+            estimator.weight = weight
+        columns = spec.columns(dataclasses.replace(request, estimator=estimator))
+        while estimator and estimator.refine(network.layers, batch, columns, hierarchy,
+                                             word_bytes):
+            columns = spec.columns(dataclasses.replace(request, estimator=estimator))
+        score = estimator.total(network.layers, batch, columns, hierarchy, word_bytes) \
+            if estimator else 0.0
+        if best is None or score < best[0]:
+            best = (score, columns)
+    assert best is not None
+    columns = best[1]
     choices = tuple(zip(*columns, strict=True)) if hierarchy.levels else ()
     search = options.search if spec.honours_search else ""
-    return evaluate_plan(network, batch, choices, strategy, word_bytes, hierarchy,
+    plan = evaluate_plan(network, batch, choices, strategy, word_bytes, hierarchy,
                          options.traffic_model, search)
+    return dataclasses.replace(plan, objective=options.objective,
+                               estimate=best[0] if estimator else plan.traffic_bytes)
+
+
+def _estimator(request: PlanRequest, config: HardwareConfig | None) -> Estimator:
+    """The time or energy estimate on the request's array (`planner.estimate`)."""
+    hierarchy = request.hierarchy
+    if config is None:
+        config = load_hardware(overrides={"accelerators": hierarchy.members,
+                                          "batch": request.batch,
+                                          "word_bytes": request.word_bytes})
+    options = request.options
+    topology = make_topology(options.topology, config, hierarchy)
+    first = request.network.layers[0].name if request.network.layers else ""
+    return Estimator(options.objective, request.model, config, topology,
+                     options.overlap_gradients, first)

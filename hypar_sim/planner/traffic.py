@@ -23,6 +23,7 @@ from hypar_sim.errors import InputError, closest
 from hypar_sim.partition import layout, shares, totals
 from hypar_sim.partition.collectives import COLLECTIVES
 from hypar_sim.partition.hierarchy import Hierarchy
+from hypar_sim.partition.kinds import KINDS
 from hypar_sim.partition.shares import Column, Share
 from hypar_sim.partition.steps import Message, TransferKind
 from hypar_sim.planner.comm_model import LayerSplit, Parallelism, layer_transfers, pair_costs
@@ -74,6 +75,8 @@ class PaperTraffic:
 
     name = "paper"
     summary = "HyPar's reading of its Tables 1 and 2 (batch and in, two-way levels; Fig 8)"
+    #: Every kind it can cost (the `optimal` strategy searches them all).
+    kinds = tuple(_PAPER_KINDS)
 
     def check(self, hierarchy: Hierarchy, kinds: Sequence[str], batch: int,
               searches: bool) -> None:
@@ -200,6 +203,11 @@ class LayoutTraffic:
 
     name = "layout"
     summary = "needs minus holds on the members' real layouts (any kind, any level size)"
+
+    @property
+    def kinds(self) -> tuple[str, ...]:
+        """Every registered kind (a layer takes those whose dimension it has)."""
+        return tuple(KINDS)
 
     def check(self, hierarchy: Hierarchy, kinds: Sequence[str], batch: int,
               searches: bool) -> None:
