@@ -10,18 +10,20 @@ from pathlib import Path
 from typing import Any
 
 from hypar_sim.atomic import atomic_write_text, check_writable
-from hypar_sim.errors import InputError, Unfinished
+from hypar_sim.errors import InputError, Unfinished, closest
 from hypar_sim.hardware.config import derived, describe, load_hardware, parse_overrides
 from hypar_sim.hardware.topology import TOPOLOGIES
 from hypar_sim.partition.hierarchy import MAX_MEMBERS, Hierarchy
 from hypar_sim.partition.kinds import parse_kinds
 from hypar_sim.planner.bound import layer_bounds, node_bounds
-from hypar_sim.planner.graph_plan import make_graph_plan
+from hypar_sim.planner.graph_plan import GRAPH_STRATEGIES, make_graph_plan
 from hypar_sim.planner.search import SEARCHES
 from hypar_sim.planner.strategies import (
+    STRATEGIES,
     PlanOptions,
     as_hierarchy,
     make_plan,
+    objective_for,
 )
 from hypar_sim.planner.traffic import TRAFFIC_MODELS
 from hypar_sim.report import (
@@ -67,6 +69,8 @@ def hierarchy_from_args(args: argparse.Namespace, accelerators: int | None = Non
 
 def plan_options_from_args(args: argparse.Namespace) -> PlanOptions:
     return PlanOptions(kinds=parse_kinds(args.kinds), search=args.search,
+                       objective=args.objective, topology=getattr(args, "topology", "htree"),
+                       overlap_gradients=not getattr(args, "no_overlap", False),
                        traffic_model=args.traffic_model)
 
 
@@ -139,13 +143,34 @@ def cmd_compare(args: argparse.Namespace) -> str:
     network, config, options = _simulation_inputs(args)
     plan_options = plan_options_from_args(args)
     hierarchy = hierarchy_from_args(args, config.accelerators)
-    strategies = GRAPH_COMPARED if isinstance(network, Graph) else CHAIN_STRATEGIES
-    results = [simulate_strategy(network, strategy, config, options, None, plan_options,
-                                 hierarchy)
-               for strategy in strategies]
+    graph = isinstance(network, Graph)
+    strategies = _compared(args.strategies, GRAPH_COMPARED if graph else CHAIN_STRATEGIES,
+                           GRAPH_STRATEGIES if graph else tuple(s for s in STRATEGIES
+                                                                if s != "explicit"))
+    objectives = [objective_for(s, plan_options.objective) for s in strategies]
+    results = [simulate_strategy(network, strategy, config, options, None,
+                                 dataclasses.replace(plan_options, objective=objective), hierarchy)
+               for strategy, objective in zip(strategies, objectives, strict=True)]
+    bound = None
+    if not graph:
+        bound = sum(layer_bounds(network.layers, config.batch, hierarchy, plan_options.kinds,
+                                 config.word_bytes))
     if args.json:
-        return json.dumps([result.to_dict() for result in results], indent=2)
-    return comparison_table(results)
+        return json.dumps([result.to_dict() | {"objective": objective}
+                           for result, objective in zip(results, objectives, strict=True)],
+                          indent=2)
+    return comparison_table(results, objectives, bound, plan_options.kinds)
+
+
+def _compared(text: str | None, default: tuple[str, ...], allowed: tuple[str, ...]) -> list[str]:
+    """The strategies of `compare --strategies`, data first (the base of the ratios)."""
+    names = [n.strip() for n in text.split(",") if n.strip()] if text else list(default)
+    for name in names:
+        if name not in allowed:
+            raise InputError(f"--strategies: unknown or not comparable '{name}'"
+                             f"{closest(name, allowed)}; allowed: {', '.join(allowed)}")
+    names = list(dict.fromkeys(names))
+    return names if "data" in names else ["data", *names]
 
 
 def cmd_sweep(args: argparse.Namespace) -> str:
@@ -257,7 +282,8 @@ def cmd_networks(args: argparse.Namespace) -> str:
                           + [{"network": g.name, "nodes": len(g.nodes), "parameters": g.params,
                               "macs_per_sample": g.macs_per_sample} for g in graphs], indent=2)
     return (f"Chain networks (HyPar's ten; plan, run, compare, sweep):\n{networks_table(nets)}"
-            f"\n\nGraph networks (listed; planning graphs is to come):\n{graphs_table(graphs)}")
+            "\n\nGraph networks (plan, run, compare, sweep; kinds batch, in, out, heads, "
+            f"groups, seq):\n{graphs_table(graphs)}")
 
 
 def graph_dict(graph: Graph) -> dict:

@@ -100,20 +100,41 @@ def hardware_yaml(rows: Sequence[dict]) -> str:
     return "\n".join(lines)
 
 
-def comparison_table(results: Sequence) -> str:
-    """Strategies side by side, normalized to Data Parallelism (the first `data` result)."""
+def comparison_table(results: Sequence, objectives: Sequence[str] | None = None,
+                     bound_bytes: float | None = None, kinds: Sequence[str] = ()) -> str:
+    """Strategies side by side, normalized to data parallelism (the first `data` result):
+    speedup, energy efficiency, bytes; what each minimised; how many layer-levels each kind
+    takes; and the lower bound on bytes."""
     base = next(r for r in results if r.strategy == "data")
     first = results[0]
+    objectives = objectives or ["bytes"] * len(results)
     rows = []
-    for r in results:
-        rows.append((r.strategy, f"{r.latency_s * 1e3:.4g}", f"{base.latency_cycles / r.latency_cycles:.2f}x",
-                     f"{r.energy_j:.4g}", f"{base.energy_pj / r.energy_pj:.2f}x",
-                     f"{r.traffic_bytes / GB:.4g}", f"{r.time_shares['communication']:.0%}"))
+    for r, objective in zip(results, objectives, strict=True):
+        rows.append((r.strategy, objective, f"{r.latency_s * 1e3:.4g}",
+                     f"{base.latency_cycles / r.latency_cycles:.2f}x", f"{r.energy_j:.4g}",
+                     f"{base.energy_pj / r.energy_pj:.2f}x", f"{r.traffic_bytes / GB:.4g}",
+                     f"{r.traffic_bytes / base.traffic_bytes:.2f}x" if base.traffic_bytes else "-",
+                     f"{r.time_shares['communication']:.0%}", _kind_counts(r.plan)))
     head = (f"{first.network} on {first.accelerators} accelerators ({first.topology}), batch "
-            f"{first.batch}, {first.engine} engine; speedup and energy efficiency relative to "
-            "data parallelism\n\n")
-    return head + table(("strategy", "latency ms", "speedup", "energy J", "efficiency", "traffic GB",
-                         "comm share"), rows)
+            f"{first.batch}, {first.engine} engine; speedup, energy efficiency and bytes "
+            "relative to data parallelism\n\n")
+    text = head + table(("strategy", "minimises", "latency ms", "speedup", "energy J",
+                         "efficiency", "traffic GB", "bytes", "comm share", "plan (kind: layers x "
+                         "levels)"), rows)
+    if bound_bytes is not None:
+        text += (f"\n\nlower bound on the bytes of any plan of kinds {','.join(kinds)}: "
+                 f"{bound_bytes / GB:.4g} GB (planner.bound; plans using other kinds may move "
+                 "less)")
+    return text
+
+
+def _kind_counts(plan: Sequence[Sequence[str]]) -> str:
+    """How many (layer, level) cells each kind takes, e.g. 'batch 32, in 12'."""
+    counts: dict[str, int] = {}
+    for level in plan:
+        for kind in level:
+            counts[kind] = counts.get(kind, 0) + 1
+    return ", ".join(f"{kind} {count}" for kind, count in counts.items())
 
 
 def plan_grid(plan: Plan) -> str:
