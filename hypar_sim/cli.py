@@ -97,6 +97,12 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--topology", default="htree", choices=TOPOLOGIES, metavar="TOPOLOGY",
                       help=f"with --objective time or energy: the topology the estimate "
                            f"uses, one of {', '.join(TOPOLOGIES)} (default htree)")
+    plan.add_argument("--config", default=None,
+                      help="a hardware YAML file (the estimate's hardware and the cube's memory "
+                           "every plan must fit)")
+    plan.add_argument("--set", dest="overrides", action="append", default=[],
+                      metavar="KEY=VALUE", help="set a hardware key, e.g. --set "
+                      "cube_capacity_gib=0.5; repeatable")
     plan.add_argument("--bound", action="store_true",
                       help="beside the plan, a lower bound on the bytes any plan of the allowed "
                            "kinds moves, per layer and in total, and the plan's ratio to it")

@@ -303,8 +303,12 @@ def cmd_plan(args: argparse.Namespace) -> str:
         return _plan_graph(args, workload)
     strategy = "explicit" if args.plan_text is not None else args.strategy
     options = plan_options_from_args(args)
-    plan = make_plan(workload, strategy, hierarchy_from_args(args), args.batch, args.plan_text,
-                     options=options)
+    hierarchy = hierarchy_from_args(args)
+    overrides = hardware_overrides(args) | {"accelerators": hierarchy.members,
+                                            "batch": args.batch}
+    config = load_hardware(args.config, overrides)
+    plan = make_plan(workload, strategy, hierarchy, args.batch, args.plan_text,
+                     config.word_bytes, options, config)
     bounds = layer_bounds(workload.layers, plan.batch, plan.hierarchy, options.kinds,
                           plan.word_bytes) if args.bound else None
     if args.json:

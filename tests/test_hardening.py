@@ -153,8 +153,8 @@ def test_bad_run_parameters(cli, tmp_path, case):
 def test_over_capacity_is_refused_with_numbers(cli, tmp_path):
     out = tmp_path / "layers.csv"
     result = cli("run", "vgg_e", "--accelerators", "2", "--batch", "4096", "--csv", str(out))
-    assert_clean_failure(result, "capacity: vgg_e needs")
-    assert "GiB per cube by layer conv1_2" in result.stderr and "8 GiB" in result.stderr
+    assert_clean_failure(result, "capacity: no plan of kinds batch,in fits vgg_e in a cube")
+    assert "needs at least 80 GiB per cube" in result.stderr and "8 GiB" in result.stderr
     assert not out.exists()
 
 

@@ -218,7 +218,7 @@ def test_overlap_helps_data_parallelism():
     (("run", "lenet_c", "--accelerators", "12", "--hierarchy", "4x4"),
      "--hierarchy: 4x4 has 16 members, but there are 12 accelerators"),
     (("run", "lenet_c", "--kinds", "batch,foo"), "--kinds: unknown split kind 'foo'"),
-    (("run", "vgg_e", "--accelerators", "2", "--batch", "4096"), "capacity: vgg_e needs"),
+    (("run", "vgg_e", "--accelerators", "2", "--batch", "4096"), "capacity: no plan of kinds batch,in fits vgg_e"),
     (("run", "lenet_c", "--batch", "0"), "batch: 0 is out of range"),
     (("compare", "nonet"), "unknown network 'nonet'"),
     (("run", "lenet_c", "--chunk-kib", "0"), "--chunk-kib: must be a positive integer"),

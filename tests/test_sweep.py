@@ -51,7 +51,7 @@ def test_a_failed_simulation_is_a_row(tmp_path):
     bad = Case("vgg_e", "data", "htree", 2, 4096)
     good = Case("lenet_c", "data", "htree", 2, 64)
     rows = run_sweep([bad, good], tmp_path / "s.csv", executor="serial", progress=False)
-    assert "capacity: vgg_e needs" in rows[0]["error"] and not rows[1]["error"]
+    assert "fits vgg_e in a cube" in rows[0]["error"] and not rows[1]["error"]
     assert "capacity" in pd.read_csv(tmp_path / "s.csv").error.iloc[0]
 
 

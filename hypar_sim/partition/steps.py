@@ -7,6 +7,8 @@ these rules alone, whichever traffic model produced the messages.
 
 from __future__ import annotations
 
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum, StrEnum
 from typing import NamedTuple
@@ -108,3 +110,13 @@ class Message(NamedTuple):
     @property
     def phase(self) -> Phase:
         return self.kind.phase
+
+
+def largest_receive(steps: Mapping[tuple[int, TransferKind], Sequence[Message]]) -> float:
+    """The most bytes one member receives in one step: the communication buffer a cube
+    must hold."""
+    received: dict[tuple[tuple[int, TransferKind], int], float] = defaultdict(float)
+    for key, messages in steps.items():
+        for message in messages:
+            received[(key, message.dst)] += message.bytes
+    return max(received.values(), default=0.0)

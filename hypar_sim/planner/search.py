@@ -105,6 +105,19 @@ def _costs(model: TrafficModel, layers: Sequence[Layer], batch: int,
     return own, boundary
 
 
+def chain_cost(model: TrafficModel, layers: Sequence[Layer], batch: int,
+               columns: Sequence[Column], hierarchy: Hierarchy, word_bytes: int) -> float:
+    """The DP's sum for one plan: every layer's own cost and every boundary's."""
+    last = len(layers) - 1
+    own = sum(float(model.own_costs(layer, batch, [column], hierarchy, word_bytes,
+                                    index == last)[0])
+              for index, (layer, column) in enumerate(zip(layers, columns, strict=True)))
+    return own + sum(float(model.boundary_costs(layers[i - 1], layers[i], batch,
+                                                [columns[i - 1]], [columns[i]], hierarchy,
+                                                word_bytes)[0, 0])
+                     for i in range(1, len(layers)))
+
+
 def greedy(model: TrafficModel, layers: Sequence[Layer], batch: int, hierarchy: Hierarchy,
            kinds: Sequence[str], word_bytes: int) -> list[Column]:
     """Level by level from the top: the best kinds at each level given those above."""

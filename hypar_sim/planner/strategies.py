@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +31,8 @@ from hypar_sim.hardware.topology import make_topology
 from hypar_sim.partition.hierarchy import Hierarchy
 from hypar_sim.partition.kinds import KINDS, resolve_kind
 from hypar_sim.partition.shares import Column
+from hypar_sim.partition.steps import largest_receive
+from hypar_sim.planner import memory
 from hypar_sim.planner import search as searches
 from hypar_sim.planner.estimate import OBJECTIVES, Estimator, check_objective
 from hypar_sim.planner.plan import Choices, Plan, evaluate_plan
@@ -75,11 +78,17 @@ class PlanRequest:
     model: TrafficModel
     capacity_bytes: float | None = None  # one cube's memory (None: unlimited)
     estimator: Estimator | None = None  # for --objective time or energy
+    memory_price: float = 0.0  # added per byte of a column's footprint (planner.memory)
 
     @property
-    def costs(self) -> TrafficModel | Estimator:
-        """What the searches minimise: the estimator's cycles or pJ, else the model's bytes."""
-        return self.estimator if self.estimator is not None else self.model
+    def costs(self) -> TrafficModel | Estimator | memory.MemoryPrice:
+        """What the searches minimise: the estimator's cycles or pJ, else the model's bytes;
+        with a price on memory, plus the price of each column's footprint."""
+        costs = self.estimator if self.estimator is not None else self.model
+        if self.memory_price:
+            return memory.MemoryPrice(costs, self.model.name, self.memory_price,
+                                      self.hierarchy.members)
+        return costs
 
 
 Columns = Callable[[PlanRequest], Sequence[Column]]
@@ -282,41 +291,79 @@ def make_plan(network: Network, strategy: str, hierarchy: int | Hierarchy, batch
                          f"{options.objective}: {', '.join(takers)}")
     model = traffic_model(options.traffic_model)
     model.check(hierarchy, options.kinds, batch, spec.searches)
-    request = PlanRequest(network, batch, hierarchy, options, word_bytes, model)
-    estimator = None
-    if options.objective != "bytes":
-        estimator = _estimator(request, config)
-    best: tuple[float, Sequence[Column]] | None = None
-    for weight in estimator.weights if estimator else (0.0,):
-        if estimator:
-            estimator.weight = weight
-        columns = spec.columns(dataclasses.replace(request, estimator=estimator))
-        while estimator and estimator.refine(network.layers, batch, columns, hierarchy,
-                                             word_bytes):
-            columns = spec.columns(dataclasses.replace(request, estimator=estimator))
-        score = estimator.total(network.layers, batch, columns, hierarchy, word_bytes) \
-            if estimator else 0.0
-        if best is None or score < best[0]:
-            best = (score, columns)
-    assert best is not None
-    columns = best[1]
+    if config is None:
+        config = load_hardware(overrides={"accelerators": hierarchy.members, "batch": batch,
+                                          "word_bytes": word_bytes})
+    request = PlanRequest(network, batch, hierarchy, options, word_bytes, model,
+                          float(config.cube_capacity_bytes))
+    estimator = _estimator(request, config) if options.objective != "bytes" else None
+    score, columns = _fitting(spec, request, estimator, strategy)
     choices = tuple(zip(*columns, strict=True)) if hierarchy.levels else ()
     search = options.search if spec.honours_search else ""
     plan = evaluate_plan(network, batch, choices, strategy, word_bytes, hierarchy,
                          options.traffic_model, search)
     return dataclasses.replace(plan, objective=options.objective,
-                               estimate=best[0] if estimator else plan.traffic_bytes)
+                               estimate=score if estimator else plan.traffic_bytes)
 
 
-def _estimator(request: PlanRequest, config: HardwareConfig | None) -> Estimator:
+def _fitting(spec: Strategy, request: PlanRequest, estimator: Estimator | None,
+             strategy: str) -> memory.Solution:
+    """The strategy's plan, within a cube's memory (`planner.memory`)."""
+    layers, hierarchy = request.network.layers, request.hierarchy
+    name = request.model.name
+
+    def footprint_of(columns: Sequence[Column]) -> float:
+        """Bytes per cube: the layers' footprints and the largest receive (its buffer)."""
+        steps = request.model.steps(layers, request.batch, columns, hierarchy,
+                                    request.word_bytes)
+        return memory.plan_footprint(name, layers, request.batch, columns, hierarchy,
+                                     request.word_bytes) + largest_receive(steps)
+
+    solution = _solve(spec, request, estimator)
+    capacity = request.capacity_bytes or math.inf
+    needed = footprint_of(solution[1])
+    if needed <= capacity:
+        return solution
+    kinds = request.model.kinds if spec is STRATEGIES.get("optimal") else request.options.kinds
+    least = sum(float(memory.column_footprints(
+        name, layer, request.batch, searches.all_columns(request.model, layer, request.batch,
+                                                         hierarchy, kinds),
+        hierarchy, request.word_bytes).min()) for layer in layers)
+    if least > capacity or spec.objectives != OBJECTIVES:
+        raise memory.too_big(request.network.name, strategy, needed, least, capacity, kinds)
+    scale = max(solution[0], 1.0) / capacity
+    fitted, least = memory.fit(
+        lambda price: _solve(spec, dataclasses.replace(request, memory_price=price), estimator),
+        footprint_of, capacity, scale)
+    if fitted is None:  # the leanest footprints fit, not with the buffers of their plans
+        raise memory.too_big(request.network.name, strategy, needed, least, capacity, kinds)
+    return fitted
+
+
+def _solve(spec: Strategy, request: PlanRequest, estimator: Estimator | None) -> memory.Solution:
+    """(the objective's value, columns) of the strategy's search; with an estimator, the
+    best over its weights, each DP re-run until its plan's boundaries are all sent."""
+    layers, batch, hierarchy = request.network.layers, request.batch, request.hierarchy
+    word_bytes = request.word_bytes
+    best: memory.Solution | None = None
+    for weight in estimator.weights if estimator else (0.0,):
+        if estimator:
+            estimator.weight = weight
+        columns = spec.columns(dataclasses.replace(request, estimator=estimator))
+        while estimator and estimator.refine(layers, batch, columns, hierarchy, word_bytes):
+            columns = spec.columns(dataclasses.replace(request, estimator=estimator))
+        score = estimator.total(layers, batch, columns, hierarchy, word_bytes) if estimator \
+            else searches.chain_cost(request.model, layers, batch, columns, hierarchy, word_bytes)
+        if best is None or score < best[0]:
+            best = (score, columns)
+    assert best is not None
+    return best
+
+
+def _estimator(request: PlanRequest, config: HardwareConfig) -> Estimator:
     """The time or energy estimate on the request's array (`planner.estimate`)."""
-    hierarchy = request.hierarchy
-    if config is None:
-        config = load_hardware(overrides={"accelerators": hierarchy.members,
-                                          "batch": request.batch,
-                                          "word_bytes": request.word_bytes})
     options = request.options
-    topology = make_topology(options.topology, config, hierarchy)
+    topology = make_topology(options.topology, config, request.hierarchy)
     first = request.network.layers[0].name if request.network.layers else ""
     return Estimator(options.objective, request.model, config, topology,
                      options.overlap_gradients, first)

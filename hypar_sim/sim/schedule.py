@@ -30,7 +30,14 @@ from hypar_sim.hardware.costs import PieceCost, footprint, phase_cost
 from hypar_sim.hardware.hmc import check_capacity
 from hypar_sim.partition.hierarchy import Hierarchy
 from hypar_sim.partition.shares import Share
-from hypar_sim.partition.steps import Message, Phase, Slot, TransferKind, step_rule
+from hypar_sim.partition.steps import (
+    Message,
+    Phase,
+    Slot,
+    TransferKind,
+    largest_receive,
+    step_rule,
+)
 from hypar_sim.planner.plan import Plan
 from hypar_sim.planner.traffic import traffic_model
 from hypar_sim.workload.network import Network
@@ -38,7 +45,7 @@ from hypar_sim.workload.network import Network
 StepKey = tuple[int, TransferKind]  # (layer index, why)
 
 __all__ = ["Compute", "Message", "Parallel", "Schedule", "Send", "StepKey", "Units", "Wait",
-           "build_schedule", "task_cycles"]
+           "build_schedule", "largest_receive", "task_cycles"]
 
 
 @dataclass(frozen=True)
@@ -155,16 +162,6 @@ def _step_tasks(steps: dict[StepKey, tuple[Message, ...]], overlap: bool) -> dic
         placed[(rule.wait, layer + rule.wait_offset)].append((rank, 1, Wait(key)))
     return {slot: [task for *_, task in sorted(tasks, key=lambda t: t[:2])]
             for slot, tasks in placed.items()}
-
-
-def largest_receive(steps: dict[StepKey, tuple[Message, ...]]) -> float:
-    """The most bytes one member receives in one step: the communication buffer a cube
-    must hold."""
-    received: dict[tuple[StepKey, int], float] = defaultdict(float)
-    for key, messages in steps.items():
-        for message in messages:
-            received[(key, message.dst)] += message.bytes
-    return max(received.values(), default=0.0)
 
 
 def build_schedule(network: Network, plan: Plan, config: HardwareConfig,
