@@ -27,7 +27,7 @@ from hypar_sim.partition.hierarchy import Hierarchy
 from hypar_sim.partition.kinds import parse_kinds
 from hypar_sim.planner.graph_plan import GraphPlan, make_graph_plan
 from hypar_sim.planner.plan import Plan
-from hypar_sim.planner.strategies import DEFAULT_KINDS, PlanOptions, make_plan
+from hypar_sim.planner.strategies import PlanOptions, make_plan
 from hypar_sim.planner.traffic import DEFAULT_TRAFFIC_MODEL
 from hypar_sim.results import SimResult
 from hypar_sim.runner import SimOptions, simulate_strategy
@@ -43,9 +43,12 @@ def _workload(network: str | Network | Graph, seq: int | None) -> Network | Grap
     return network if isinstance(network, Network | Graph) else load_workload(str(network), seq)
 
 
-def _options(kinds: str | Sequence[str], search: str, traffic_model: str) -> PlanOptions:
-    names = parse_kinds(kinds) if isinstance(kinds, str) else parse_kinds(",".join(kinds))
-    return PlanOptions(names, search, traffic_model)
+def _options(kinds: str | Sequence[str] | None, search: str, traffic_model: str,
+             objective: str = "bytes") -> PlanOptions:
+    """Plan options; kinds None: HyPar's batch and in, or the strategy's paper's own."""
+    names = None if kinds is None else parse_kinds(kinds) if isinstance(kinds, str) \
+        else parse_kinds(",".join(kinds))
+    return PlanOptions(names, search, traffic_model, objective=objective)
 
 
 def _hierarchy(hierarchy: str | Sequence[int] | None, accelerators: int) -> Hierarchy:
@@ -63,13 +66,16 @@ def hardware(accelerators: int = 16, batch: int = 256, config: str | None = None
 
 
 def plan(network: str | Network | Graph, strategy: str = "hypar", accelerators: int = 16,
-         batch: int = 256, kinds: str | Sequence[str] = DEFAULT_KINDS, search: str = "greedy",
+         batch: int = 256, kinds: str | Sequence[str] | None = None, search: str = "greedy",
          traffic_model: str = DEFAULT_TRAFFIC_MODEL, hierarchy: str | Sequence[int] | None = None,
-         plan_text: str | None = None, seq: int | None = None) -> Plan | GraphPlan:
-    """The plan of `strategy` and its traffic (bytes per level and layer or node)."""
+         plan_text: str | None = None, seq: int | None = None,
+         objective: str = "bytes") -> Plan | GraphPlan:
+    """The plan of `strategy` and its traffic (bytes per level and layer or node); `kinds`
+    None: batch and in, or the strategy's paper's own; `objective` bytes, time or energy
+    (estimated on the default hardware and the H-tree)."""
     workload = _workload(network, seq)
     levels = _hierarchy(hierarchy, accelerators)
-    options = _options(kinds, search, traffic_model)
+    options = _options(kinds, search, traffic_model, objective)
     if isinstance(workload, Graph):
         return make_graph_plan(workload, strategy, levels, batch, plan_text, options=options)
     strategy = "explicit" if plan_text is not None else strategy
@@ -78,11 +84,12 @@ def plan(network: str | Network | Graph, strategy: str = "hypar", accelerators: 
 
 def simulate(network: str | Network | Graph, strategy: str = "hypar", topology: str = "htree",
              accelerators: int = 16, batch: int = 256, engine: str = "des",
-             kinds: str | Sequence[str] = DEFAULT_KINDS, search: str = "greedy",
+             kinds: str | Sequence[str] | None = None, search: str = "greedy",
              traffic_model: str = DEFAULT_TRAFFIC_MODEL,
              hierarchy: str | Sequence[int] | None = None, plan_text: str | None = None,
              overlap_gradients: bool = True, seq: int | None = None, config: str | None = None,
-             trace: bool = False, **config_overrides: Any) -> SimResult:
+             trace: bool = False, objective: str = "bytes",
+             **config_overrides: Any) -> SimResult:
     """One training step of `network` split by `strategy`, simulated (see the module; with
     `trace`, `result.trace_events` holds its Chrome/Perfetto trace)."""
     workload = _workload(network, seq)
@@ -91,7 +98,7 @@ def simulate(network: str | Network | Graph, strategy: str = "hypar", topology: 
     return simulate_strategy(workload, strategy, hw,
                              SimOptions(topology=topology, engine=engine,
                                         overlap_gradients=overlap_gradients, trace=trace),
-                             plan_text, _options(kinds, search, traffic_model),
+                             plan_text, _options(kinds, search, traffic_model, objective),
                              _hierarchy(hierarchy, hw.accelerators))
 
 

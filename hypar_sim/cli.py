@@ -45,9 +45,10 @@ def _add_plan_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--hierarchy", default=None, metavar="SIZES",
                         help="level sizes, top first, e.g. 4x3x2 (product = accelerators; "
                              "default: the accelerator count's prime factors, largest first)")
-    parser.add_argument("--kinds", default=",".join(DEFAULT_KINDS),
+    parser.add_argument("--kinds", default=None,
                         help=f"split kinds the planner may use, from {allowed_kind_names()} "
-                             f"(default {','.join(DEFAULT_KINDS)})")
+                             f"(default {','.join(DEFAULT_KINDS)}; optimal, soybean, tofu, grid "
+                             "and accpar: their paper's own)")
     parser.add_argument("--search", default="greedy", choices=SEARCHES,
                         help="greedy: level by level, HyPar's Algorithm 2 (default); joint: "
                              "one DP over every level at once (exact)")

@@ -68,7 +68,8 @@ def hierarchy_from_args(args: argparse.Namespace, accelerators: int | None = Non
 
 
 def plan_options_from_args(args: argparse.Namespace) -> PlanOptions:
-    return PlanOptions(kinds=parse_kinds(args.kinds), search=args.search,
+    return PlanOptions(kinds=parse_kinds(args.kinds) if args.kinds is not None else None,
+                       search=args.search,
                        objective=args.objective, topology=getattr(args, "topology", "htree"),
                        overlap_gradients=not getattr(args, "no_overlap", False),
                        traffic_model=args.traffic_model)

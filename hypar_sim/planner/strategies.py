@@ -49,15 +49,22 @@ class PlanOptions:
     minimise (bytes; or step time or energy as `planner.estimate` sees them on `topology`,
     gradients overlapped with the backward pass or not, as the simulator will run them)."""
 
-    kinds: tuple[str, ...] = DEFAULT_KINDS
+    kinds: tuple[str, ...] = None  # type: ignore[assignment] # None: the strategy's own
     search: str = "greedy"
     traffic_model: str = DEFAULT_TRAFFIC_MODEL
     plan_text: str | None = field(default=None)
     objective: str = "bytes"
     topology: str = "htree"
     overlap_gradients: bool = True
+    kinds_given: bool | None = None  # False: each strategy searches its own paper's kinds
 
     def __post_init__(self) -> None:
+        if self.kinds is None:  # HyPar's kinds, or the strategy's own (make_plan)
+            object.__setattr__(self, "kinds", DEFAULT_KINDS)
+            if self.kinds_given is None:
+                object.__setattr__(self, "kinds_given", False)
+        elif self.kinds_given is None:
+            object.__setattr__(self, "kinds_given", True)
         for kind in self.kinds:
             resolve_kind(kind)
         check_objective(self.objective)
@@ -79,6 +86,7 @@ class PlanRequest:
     capacity_bytes: float | None = None  # one cube's memory (None: unlimited)
     estimator: Estimator | None = None  # for --objective time or energy
     memory_price: float = 0.0  # added per byte of a column's footprint (planner.memory)
+    config: HardwareConfig | None = None  # the hardware (planners with a cost model read it)
 
     @property
     def costs(self) -> TrafficModel | Estimator | memory.MemoryPrice:
@@ -103,19 +111,22 @@ class Strategy:
     honours_search: bool = False  # --search greedy/joint applies
     takes_plan: bool = False  # the user's --plan
     objectives: tuple[str, ...] = ("bytes",)  # what its search can minimise (--objective)
+    default_kinds: tuple[str, ...] = ()  # its paper's kinds, when the user gives none
 
 
 STRATEGIES: dict[str, Strategy] = {}
 
 
 def register_strategy(name: str, searches: bool = False, honours_search: bool = False,
-                      takes_plan: bool = False, objectives: tuple[str, ...] = ("bytes",)
-                      ) -> Callable[[Columns], Columns]:
+                      takes_plan: bool = False, objectives: tuple[str, ...] = ("bytes",),
+                      default_kinds: tuple[str, ...] = ()) -> Callable[[Columns], Columns]:
     """Add a strategy to the registry (the command line's choices come from it). A strategy
     whose search runs on `PlanRequest.costs` takes every objective; one that follows its
-    paper's own cost takes bytes."""
+    paper's own cost takes bytes. `default_kinds`: the kinds it searches when the user
+    names none (HyPar's batch and in otherwise), those the traffic model takes."""
     def add(function: Columns) -> Columns:
-        STRATEGIES[name] = Strategy(function, searches, honours_search, takes_plan, objectives)
+        STRATEGIES[name] = Strategy(function, searches, honours_search, takes_plan, objectives,
+                                    default_kinds)
         return function
     return add
 
@@ -153,10 +164,10 @@ def _hypar(request: PlanRequest) -> Sequence[Column]:
                 request.options.kinds, request.word_bytes)
 
 
-@register_strategy("optimal", searches=True, objectives=OBJECTIVES)
+@register_strategy("optimal", searches=True, objectives=OBJECTIVES, default_kinds=tuple(KINDS))
 def _optimal(request: PlanRequest) -> Sequence[Column]:
     return searches.joint(request.costs, request.network.layers, request.batch,
-                          request.hierarchy, request.model.kinds, request.word_bytes)
+                          request.hierarchy, request.options.kinds, request.word_bytes)
 
 
 @register_strategy("data")
@@ -290,12 +301,15 @@ def make_plan(network: Network, strategy: str, hierarchy: int | Hierarchy, batch
                          f" (its own cost), not {options.objective}; strategies that minimise "
                          f"{options.objective}: {', '.join(takers)}")
     model = traffic_model(options.traffic_model)
+    if not options.kinds_given and spec.default_kinds:
+        options = dataclasses.replace(options, kinds=tuple(
+            kind for kind in spec.default_kinds if kind in model.kinds))
     model.check(hierarchy, options.kinds, batch, spec.searches)
     if config is None:
         config = load_hardware(overrides={"accelerators": hierarchy.members, "batch": batch,
                                           "word_bytes": word_bytes})
     request = PlanRequest(network, batch, hierarchy, options, word_bytes, model,
-                          float(config.cube_capacity_bytes))
+                          float(config.cube_capacity_bytes), config=config)
     estimator = _estimator(request, config) if options.objective != "bytes" else None
     score, columns = _fitting(spec, request, estimator, strategy)
     choices = tuple(zip(*columns, strict=True)) if hierarchy.levels else ()
@@ -324,7 +338,7 @@ def _fitting(spec: Strategy, request: PlanRequest, estimator: Estimator | None,
     needed = footprint_of(solution[1])
     if needed <= capacity:
         return solution
-    kinds = request.model.kinds if spec is STRATEGIES.get("optimal") else request.options.kinds
+    kinds = request.options.kinds
     least = sum(float(memory.column_footprints(
         name, layer, request.batch, searches.all_columns(request.model, layer, request.batch,
                                                          hierarchy, kinds),
