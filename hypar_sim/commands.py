@@ -317,7 +317,8 @@ def cmd_plan(args: argparse.Namespace) -> str:
         if bounds is not None:
             data |= {"bound_bytes": sum(bounds), "bound_bytes_per_layer": bounds}
         return json.dumps(data, indent=2)
-    return plan_summary(plan) + (bound_summary(plan, bounds) if bounds is not None else "")
+    return plan_summary(plan, config.clock_hz) + (bound_summary(plan, bounds) if bounds is not None
+                                                  else "")
 
 
 def _plan_graph(args: argparse.Namespace, graph: Graph) -> str:

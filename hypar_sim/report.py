@@ -189,10 +189,17 @@ def bound_total(moved: float, bound: float) -> str:
     return f"\n\nlower bound {bound / GB:.4g} GB (planner.bound); {ratio}"
 
 
-def plan_summary(plan: Plan) -> str:
+def plan_summary(plan: Plan, clock_hz: float | None = None) -> str:
+    """The plan's grid of kinds and its traffic; for a time or energy objective, the
+    planner's estimate (`planner.estimate`; `run` gives the simulated figure)."""
     search = f", {plan.search} search" if plan.search else ""
     head = (f"{plan.network}: strategy {plan.strategy}{search}, hierarchy {plan.hierarchy} "
             f"({plan.accelerators} accelerator{'s' if plan.accelerators != 1 else ''}), batch "
             f"{plan.batch}, traffic model {plan.traffic_model}\n\n")
     total = f"\n\ntotal traffic per training step: {plan.traffic_bytes / GB:.4g} GB"
+    if plan.objective == "time":
+        ms = f" = {plan.estimate / clock_hz * 1e3:.4g} ms" if clock_hz else ""
+        total += f"\nestimated step time (minimised): {plan.estimate:.4g} cycles{ms}"
+    elif plan.objective == "energy":
+        total += f"\nestimated step energy (minimised): {plan.estimate * 1e-12:.4g} J"
     return head + (plan_grid(plan) if plan.levels else "(one accelerator: nothing to split)") + total

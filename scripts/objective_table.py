@@ -1,10 +1,10 @@
 """`optimal --objective time` against `hypar` in the DES, with the planner's estimate error.
 
-For each of HyPar's ten networks and each topology: the DES step time of
-hypar's plan (kinds batch,in, bytes, the layout model) and of the optimal
-plan (every kind, joint search, the time estimate), their ratio, and the
-estimate's error against the DES for the optimal plan. Prints a markdown
-table; writes nothing.
+For each of HyPar's ten networks and each topology: the DES step time (or
+energy, with --objective energy) of hypar's plan (kinds batch,in, bytes, the
+layout model) and of the optimal plan (every kind, joint search, the
+estimate), their ratio, and the estimate's error against the DES for the
+optimal plan. Prints a markdown table; writes nothing.
 
     python scripts/objective_table.py [--networks vgg_a,vgg_e] [--topologies htree,torus]
 """
@@ -31,8 +31,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--objective", default="time", choices=("time", "energy"))
     args = parser.parse_args(argv)
     config = load_hardware(overrides={"accelerators": args.accelerators, "batch": args.batch})
-    print("| network | topology | hypar (ms) | optimal (ms) | optimal / hypar | estimate error "
-          "| plan time (s) |")
+    unit = "ms" if args.objective == "time" else "J"
+    print(f"| network | topology | hypar ({unit}) | optimal ({unit}) | optimal / hypar | "
+          "estimate error | plan time (s) |")
     print("|---|---|---|---|---|---|---|")
     for name in args.networks.split(","):
         network = load_network(name)
@@ -47,12 +48,13 @@ def main(argv: list[str] | None = None) -> int:
             seconds = time.perf_counter() - started
             base = simulate(network, hypar, config, sim)
             ours = simulate(network, best, config, sim)
-            measured = ours.latency_cycles if args.objective == "time" else ours.energy_pj
-            ms = 1e3 / config.clock_hz
-            print(f"| {name} | {topology} | {base.latency_cycles * ms:.2f} | "
-                  f"{ours.latency_cycles * ms:.2f} | "
-                  f"{ours.latency_cycles / base.latency_cycles:.3f} | "
-                  f"{best.estimate / measured - 1:+.1%} | {seconds:.1f} |", flush=True)
+            if args.objective == "time":
+                theirs, measured, shown = base.latency_cycles, ours.latency_cycles, 1e3 / config.clock_hz
+            else:
+                theirs, measured, shown = base.energy_pj, ours.energy_pj, 1e-12
+            print(f"| {name} | {topology} | {theirs * shown:.2f} | {measured * shown:.2f} | "
+                  f"{measured / theirs:.3f} | {best.estimate / measured - 1:+.1%} | "
+                  f"{seconds:.1f} |", flush=True)
     return 0
 
 

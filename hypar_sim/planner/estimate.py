@@ -60,7 +60,6 @@ slow both, which the analytic engine does not model either.
 from __future__ import annotations
 
 import math
-from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -92,6 +91,8 @@ from hypar_sim.workload.layers import Layer
 #: output error gathered.
 _BOUNDARY_STEPS = ((0, TransferKind.PARTIAL_SUM), (1, TransferKind.RELAYOUT_FEATURE),
                    (1, TransferKind.ERROR_REDUCE), (0, TransferKind.ERROR_GATHER))
+
+_PHASES = tuple(Phase)
 
 #: What a planner can minimise: bytes between accelerators, step time, step energy.
 OBJECTIVES = ("bytes", "time", "energy")
@@ -130,6 +131,7 @@ class Estimator:
     _parts: dict = field(default_factory=dict, repr=False)
     _phases: dict = field(default_factory=dict, repr=False)
     _sent: dict = field(default_factory=dict, repr=False)
+    column_cache: dict = field(default_factory=dict, repr=False)  # `search.all_columns`'
 
     #: Levels are coupled (compute of a whole column, max over levels).
     separable_by_level = False
@@ -297,11 +299,17 @@ class Estimator:
             gather, gather_pj = port / 2, port_pj / 2  # the all-gather: at the update
             port, port_pj = port / 2, port_pj / 2
         else:  # pairs per level (the paper model; the top levels of the greedy search)
-            port, port_pj = self._levels(self._crossing(
+            level_bytes = self._crossing(
                 lambda sub, _, read: self.model.own_costs(layer, batch, read, sub, word_bytes,
-                                                          False), hierarchy, [()], columns)[0])
-            gather, gather_pj = np.zeros(len(columns)), np.zeros(len(columns))
-        serial, serial_pj = gather, gather_pj
+                                                          False), hierarchy, [()], columns)[0]
+            # a level whose kind replicates the weights exchanges gradients (overlapped); one
+            # that splits them exchanges partial outputs (HyPar's mp, in the forward pass)
+            weights = OPERATORS[layer.kind].weights
+            replicated = np.array([[KINDS[kind].dim not in weights for kind in column]
+                                   for column in columns], dtype=bool).reshape(level_bytes.shape)
+            port, port_pj = self._levels(np.where(replicated, level_bytes, 0.0))
+            gather, gather_pj = self._levels(np.where(replicated, 0.0, level_bytes))
+        serial, serial_pj = gather, gather_pj  # at the update, or the paper's partial outputs
         if last:  # the loss: what the last layer's own steps move beyond its gradients
             loss = self._crossing(
                 lambda sub, _, read: self.model.own_costs(layer, batch, read, sub, word_bytes,
@@ -319,26 +327,25 @@ class Estimator:
                  first: bool) -> tuple[float, float, float]:
         """(forward + update cycles, backward + gradient cycles, pJ of every member), each
         phase as long as its slowest member."""
-        counted: dict[Share, int] = defaultdict(int)
+        counted: dict[tuple, list] = {}
         for share in self.model.member_shares(layer, batch, column, hierarchy):
-            counted[share] += 1
-        serial = backward = pj = 0.0
-        for phase in Phase:
-            costs = [(self._phase(share, phase, first), n) for share, n in counted.items()]
-            cycles = max(cost[0] for cost, _ in costs)
-            if phase in (Phase.FORWARD, Phase.UPDATE):
-                serial += cycles
-            else:
-                backward += cycles
-            pj += sum(cost[1] * n for cost, n in costs)
+            entry = counted.setdefault(_shape(share), [share, 0])
+            entry[1] += 1
+        phases = [self._phases_of(share, first) for share, _ in counted.values()]
+        slowest = [max(column) for column in zip(*phases, strict=True)]  # per phase
+        serial = slowest[_PHASES.index(Phase.FORWARD)] + slowest[_PHASES.index(Phase.UPDATE)]
+        backward = slowest[_PHASES.index(Phase.BACKWARD)] + slowest[_PHASES.index(Phase.GRADIENT)]
+        pj = sum(cost[-1] * n for cost, (_, n) in zip(phases, counted.values(), strict=True))
         return serial, backward, pj
 
-    def _phase(self, share: Share, phase: Phase, first: bool) -> tuple[float, float]:
-        """(cycles, pJ) of one phase of one share on a cube (cached: columns share shares)."""
-        key = (share, phase, first)
+    def _phases_of(self, share: Share, first: bool) -> tuple[float, ...]:
+        """Cycles of every phase (`_PHASES` order) and the pJ of all four, of one share
+        (cached by its shape: the members of many columns compute the same)."""
+        key = (_shape(share), first)
         if key not in self._phases:
-            cost = phase_cost(share, phase, self.config, first)
-            self._phases[key] = (cost.cycles, self._table.energy(cost.counts).total_pj)
+            costs = [phase_cost(share, phase, self.config, first) for phase in _PHASES]
+            self._phases[key] = (*(cost.cycles for cost in costs),
+                                 sum(self._table.energy(cost.counts).total_pj for cost in costs))
         return self._phases[key]
 
     def _crossing(self, costs, hierarchy: Hierarchy, producer_columns: Sequence[Column],
@@ -423,6 +430,13 @@ class Estimator:
                 ring_edges(hierarchy, where)
             self._patterns[key] = Pattern.measure(edges, self.topology, self.config)
         return self._patterns[key]
+
+
+def _shape(share: Share) -> tuple:
+    """What a share's cost depends on: its layer, its counts of samples, channels and kernels
+    and its output rows and columns (whose place decides the halo at the map's edges)."""
+    return (share.layer, share.batch, share.channels, share.kernels, share.out_rows,
+            share.out_cols)
 
 
 def _prefixes(columns: Sequence[Column], depth: int) -> tuple[list[Column], np.ndarray]:

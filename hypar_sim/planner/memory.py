@@ -45,7 +45,8 @@ _ESCALATIONS = 12
 def _footprint(model: str, layer: Layer, batch: int, column: Column, hierarchy: Hierarchy,
                word_bytes: int) -> float:
     shares = traffic_model(model).member_shares(layer, batch, column, hierarchy)
-    return max(footprint(share, word_bytes).total_bytes for share in set(shares))
+    distinct = {id(share): share for share in shares}.values()  # often one object for all
+    return max(footprint(share, word_bytes).total_bytes for share in distinct)
 
 
 def column_footprints(model: str, layer: Layer, batch: int, columns: Sequence[Column],
@@ -76,6 +77,10 @@ class MemoryPrice:
 
     #: The footprint of a column couples its levels.
     separable_by_level = False
+
+    @property
+    def column_cache(self) -> dict | None:
+        return getattr(self.costs, "column_cache", None)
 
     def offered(self, layer: Layer, batch: int, column: Column, hierarchy: Hierarchy) -> bool:
         return self.costs.offered(layer, batch, column, hierarchy)

@@ -105,6 +105,21 @@ def _costs(model: TrafficModel, layers: Sequence[Layer], batch: int,
     return own, boundary
 
 
+def layer_costs(model: TrafficModel, layers: Sequence[Layer], batch: int,
+                columns: Sequence[Column], hierarchy: Hierarchy, word_bytes: int) -> list[float]:
+    """Every layer's own cost plus those of the boundaries on both its sides."""
+    last = len(layers) - 1
+    costs = [float(model.own_costs(layer, batch, [column], hierarchy, word_bytes,
+                                   index == last)[0])
+             for index, (layer, column) in enumerate(zip(layers, columns, strict=True))]
+    for i in range(1, len(layers)):
+        between = float(model.boundary_costs(layers[i - 1], layers[i], batch, [columns[i - 1]],
+                                             [columns[i]], hierarchy, word_bytes)[0, 0])
+        costs[i - 1] += between
+        costs[i] += between
+    return costs
+
+
 def chain_cost(model: TrafficModel, layers: Sequence[Layer], batch: int,
                columns: Sequence[Column], hierarchy: Hierarchy, word_bytes: int) -> float:
     """The DP's sum for one plan: every layer's own cost and every boundary's."""
@@ -139,11 +154,18 @@ def greedy(model: TrafficModel, layers: Sequence[Layer], batch: int, hierarchy: 
 
 def all_columns(model: TrafficModel, layer: Layer, batch: int, hierarchy: Hierarchy,
                 kinds: Sequence[str]) -> list[Column]:
-    """Every column of `kinds` the model offers `layer` (registry order, top level first)."""
+    """Every column of `kinds` the model offers `layer` (registry order, top level first);
+    kept in the cost source's `column_cache` where it has one (a search run many times)."""
+    cache = getattr(model, "column_cache", None)
+    key = (layer, batch, hierarchy, tuple(kinds))
+    if cache is not None and key in cache:
+        return cache[key]
     columns = [column for column in itertools.product(kinds, repeat=hierarchy.levels)
                if model.offered(layer, batch, column, hierarchy)]
     if not columns:
         raise _no_kind(layer, kinds, f"on hierarchy {hierarchy}")
+    if cache is not None:
+        cache[key] = columns
     return columns
 
 
