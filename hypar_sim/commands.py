@@ -146,7 +146,7 @@ def cmd_compare(args: argparse.Namespace) -> str:
     hierarchy = hierarchy_from_args(args, config.accelerators)
     graph = isinstance(network, Graph)
     strategies = _compared(args.strategies, GRAPH_COMPARED if graph else CHAIN_STRATEGIES,
-                           GRAPH_STRATEGIES if graph else tuple(s for s in STRATEGIES
+                           tuple(GRAPH_STRATEGIES) if graph else tuple(s for s in STRATEGIES
                                                                 if s != "explicit"))
     objectives = [objective_for(s, plan_options.objective) for s in strategies]
     results = [simulate_strategy(network, strategy, config, options, None,

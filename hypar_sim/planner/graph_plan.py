@@ -12,7 +12,7 @@ it, else batch).
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,10 +28,39 @@ from hypar_sim.partition.hierarchy import Hierarchy
 from hypar_sim.partition.shares import Column
 from hypar_sim.partition.steps import Message, TransferKind
 from hypar_sim.planner.graph_dp import Factor, StateLimit, local_search, minimise
-from hypar_sim.planner.strategies import PlanOptions
+from hypar_sim.planner.strategies import STRATEGIES, PlanOptions
 from hypar_sim.workload.graph import Graph, Node
 
-GRAPH_STRATEGIES = ("hypar", "data", "model")
+
+@dataclass(frozen=True)
+class GraphRequest:
+    """What a graph strategy plans: the graph, its sites (`partition.graph_axes`), the array,
+    the kinds allowed, the search asked for, and the layout model's costs."""
+
+    graph: Graph
+    sites: Sequence[Site]
+    batch: int
+    hierarchy: Hierarchy
+    kinds: tuple[str, ...]
+    search: str
+    costs: graph_layout.Costs
+    notes: list[str]  # what the search had to give up (printed beside the plan)
+    word_bytes: int = 4
+
+
+GraphColumns = Callable[[GraphRequest], list[Column]]
+
+#: Graph strategies by name (the command line's choices for graphs come from it).
+GRAPH_STRATEGIES: dict[str, GraphColumns] = {}
+
+
+def register_graph_strategy(name: str) -> Callable[[GraphColumns], GraphColumns]:
+    """Add a strategy for graph networks (a chain strategy of the same name is in
+    `planner.strategies`)."""
+    def add(function: GraphColumns) -> GraphColumns:
+        GRAPH_STRATEGIES[name] = function
+        return function
+    return add
 
 
 @dataclass(frozen=True)
@@ -152,6 +181,23 @@ def _fixed(sites: Sequence[Site], batch: int, hierarchy: Hierarchy,
     return columns
 
 
+@register_graph_strategy("hypar")
+def _hypar(request: GraphRequest) -> list[Column]:
+    find = _joint if request.search == "joint" else _greedy
+    return find(request.graph, request.sites, request.batch, request.hierarchy, request.kinds,
+                request.costs, request.notes)
+
+
+@register_graph_strategy("data")
+def _data(request: GraphRequest) -> list[Column]:
+    return _fixed(request.sites, request.batch, request.hierarchy, "batch")
+
+
+@register_graph_strategy("model")
+def _model(request: GraphRequest) -> list[Column]:
+    return _fixed(request.sites, request.batch, request.hierarchy, "in")
+
+
 def plan_graph(graph: Graph, strategy: str, hierarchy: Hierarchy, batch: int,
                kinds: Sequence[str] = ("batch", "in"), search: str = "greedy",
                word_bytes: int = 4) -> GraphPlan:
@@ -163,17 +209,13 @@ def plan_graph(graph: Graph, strategy: str, hierarchy: Hierarchy, batch: int,
         if node.op not in NODE_OPS:
             raise InputError(f"{graph.name}: node {node.name} is a {node.op}; graph planning "
                              f"takes {', '.join(NODE_OPS)}")
-    sites = graph_sites(graph)
-    costs = graph_layout.Costs(batch, word_bytes)
     notes: list[str] = []
-    if strategy == "hypar":
-        columns = (_joint if search == "joint" else _greedy)(graph, sites, batch, hierarchy,
-                                                             kinds, costs, notes)
-        if notes:
-            search = f"{search} ({notes[0]})"
-    else:
-        columns = _fixed(sites, batch, hierarchy, "batch" if strategy == "data" else "in")
-        search = ""
+    request = GraphRequest(graph, graph_sites(graph), batch, hierarchy, tuple(kinds), search,
+                           graph_layout.Costs(batch, word_bytes), notes, word_bytes)
+    columns = GRAPH_STRATEGIES[strategy](request)
+    search = "" if strategy in ("data", "model") else search
+    if notes:
+        search = f"{search} ({notes[0]})"
     return evaluate_graph_plan(graph, strategy, search, batch, hierarchy, columns, word_bytes)
 
 
@@ -190,8 +232,11 @@ def make_graph_plan(graph: Graph, strategy: str, hierarchy: Hierarchy, batch: in
     if options.objective != "bytes":
         raise InputError(f"--objective: {options.objective} takes chain networks so far; "
                          "graph networks are planned for bytes (allowed: bytes)")
-    return plan_graph(graph, strategy, hierarchy, batch, options.kinds, options.search,
-                      word_bytes)
+    kinds = options.kinds
+    chain = STRATEGIES.get(strategy)
+    if not options.kinds_given and chain is not None and chain.default_kinds:
+        kinds = chain.default_kinds  # its paper's kinds, as on a chain
+    return plan_graph(graph, strategy, hierarchy, batch, kinds, options.search, word_bytes)
 
 
 #: The step each stage of an edge, a gradient or the loss goes into, keyed like a chain's:
