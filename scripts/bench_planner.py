@@ -3,8 +3,9 @@
 at 4 levels (traffic model layout).
 
 Targets: VGG-E under 5 ms, the 1000-layer chain under 1 s (issue "Foundation"); the joint
-search under 50 ms (issue "Partition algebra"). Prints the best of several repeats, measured
-in this run.
+search under 50 ms (issue "Partition algebra"); `compare` with every strategy on VGG-E at 16
+accelerators under 5 s (issue "seeds' planners"; by bytes, and with --objective time, whose
+optimal plan is timed alone too). Prints the best of several repeats, measured in this run.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from __future__ import annotations
 import argparse
 import time
 
+from hypar_sim.cli import build_parser
+from hypar_sim.commands import cmd_compare
 from hypar_sim.partition import layout, shares
 from hypar_sim.planner import traffic
 from hypar_sim.planner.strategies import PlanOptions, make_plan
@@ -58,6 +61,11 @@ def hypar_plan(network: Network, batch: int, levels: int, options: PlanOptions |
     return make_plan(network, "hypar", levels, batch, options=options)
 
 
+def main_cli(argv: list[str]) -> str:
+    """A command's output, in this process (no interpreter start-up)."""
+    return cmd_compare(build_parser().parse_args(argv))
+
+
 def report(name: str, seconds: float, target_s: float) -> None:
     print(f"{name:<44} {seconds * 1e3:9.3f} ms  (target < {target_s * 1e3:g} ms: "
           f"{'met' if seconds < target_s else 'MISSED'}, {target_s / seconds:.2f}x margin)")
@@ -74,6 +82,14 @@ def main() -> None:
     report("planner, VGG-E at 4 levels (paper)", vgg_s, 5e-3)
     report("planner, 1000-layer chain at 10 levels (paper)", chain_s, 1.0)
     report("joint search, VGG-E, 4 kinds, 4 levels (layout)", joint_s, 50e-3)
+    timed = PlanOptions(objective="time")
+    optimal_s = best_time(lambda: make_plan(vgg_e, "optimal", 4, 256, options=timed), 1)
+    report("optimal --objective time, VGG-E, 16 accelerators", optimal_s, 5.0)
+    every = "data,model,trick,hypar,accpar,soybean,tofu,grid,optimal"
+    for extra in ((), ("--objective", "time")):
+        compare_s = best_time(lambda extra=extra: main_cli(["compare", "vgg_e", "--strategies",
+                                                            every, *extra]), 1)
+        report(f"compare vgg_e, 9 strategies, DES {' '.join(extra) or '(bytes)'}", compare_s, 5.0)
 
 
 if __name__ == "__main__":

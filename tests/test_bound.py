@@ -111,3 +111,25 @@ def test_graph_bound_is_tight_on_the_token_mlp():
     plan = plan_graph(graph, "hypar", hierarchy, 8, ("batch", "in"), "joint")
     assert plan.traffic_bytes == sum(node_bounds(graph, 8, hierarchy, ("batch", "in"), 4)) \
         == 1_310_720
+
+
+SEARCHING = ("optimal", "soybean", "tofu", "accpar", "grid")
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(net=networks(max_layers=4), hierarchy=st.sampled_from([(), (2,), (2, 2), (3, 2), (2, 2, 2)]),
+       batch=st.integers(1, 24),
+       kinds=st.sets(st.sampled_from(["batch", "in", "out", "spatial"]), min_size=1),
+       strategy=st.sampled_from(SEARCHING))
+def test_no_strategy_moves_less_than_the_bound(net, hierarchy, batch, kinds, strategy):
+    """Every planner (the seed papers' too, each with its own cost), given kinds: its plan's
+    bytes (the layout model's) are at least the bound for those kinds."""
+    hierarchy = Hierarchy(hierarchy)
+    kinds = tuple(k for k in ("batch", "in", "out", "spatial") if k in kinds)
+    bound = sum(layer_bounds(net.layers, batch, hierarchy, kinds, 4))
+    try:
+        plan = make_plan(net, strategy, hierarchy, batch,
+                         options=PlanOptions(kinds, "greedy", "layout"))
+    except InputError:
+        return  # no kind of these splits some layer, or the strategy takes none of them
+    assert plan.traffic_bytes >= bound * (1 - 1e-12)
