@@ -23,6 +23,7 @@ from hypar_sim.planner.strategies import (
     PlanOptions,
     as_hierarchy,
     make_plan,
+    minimised,
     objective_for,
 )
 from hypar_sim.planner.traffic import TRAFFIC_MODELS
@@ -160,7 +161,9 @@ def cmd_compare(args: argparse.Namespace) -> str:
         return json.dumps([result.to_dict() | {"objective": objective}
                            for result, objective in zip(results, objectives, strict=True)],
                           indent=2)
-    return comparison_table(results, objectives, bound, plan_options.kinds)
+    return comparison_table(results, [minimised(s, o) for s, o in zip(strategies, objectives,
+                                                                       strict=True)],
+                            bound, plan_options.kinds)
 
 
 def _compared(text: str | None, default: tuple[str, ...], allowed: tuple[str, ...]) -> list[str]:

@@ -298,6 +298,6 @@ def accpar_columns(request: PlanRequest) -> list[Column]:
                             request.model).columns)
 
 
-@register_strategy("accpar", searches=True, default_kinds=tuple(TYPES))
+@register_strategy("accpar", searches=True, default_kinds=tuple(TYPES), own_cost="its time")
 def _accpar(request: PlanRequest) -> list[Column]:
     return accpar_columns(request)

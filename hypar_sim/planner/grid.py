@@ -269,7 +269,7 @@ def _agreement(column: Column, previous: Column | None) -> int:
     return sum(a == b for a, b in zip(column, previous or (), strict=False))
 
 
-@register_strategy("grid", searches=True, default_kinds=GRID_KINDS)
+@register_strategy("grid", searches=True, default_kinds=GRID_KINDS, own_cost="Eq. 10 words")
 def grid_strategy(request: PlanRequest) -> list[Column]:
     """Each layer on its cheapest grid under the paper's cost and the memory limit."""
     kinds = [kind for kind in GRID_KINDS if kind in request.options.kinds]

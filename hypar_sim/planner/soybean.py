@@ -394,6 +394,6 @@ def soybean_columns(request: PlanRequest) -> list[Column]:
                        request.options.kinds, request.word_bytes, request.model).columns)
 
 
-@register_strategy("soybean", searches=True, default_kinds=("batch", "in", "out"))
+@register_strategy("soybean", searches=True, default_kinds=("batch", "in", "out"), own_cost="Eq. 3 bytes")
 def _soybean(request: PlanRequest) -> list[Column]:
     return soybean_columns(request)

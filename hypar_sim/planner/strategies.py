@@ -112,6 +112,7 @@ class Strategy:
     takes_plan: bool = False  # the user's --plan
     objectives: tuple[str, ...] = ("bytes",)  # what its search can minimise (--objective)
     default_kinds: tuple[str, ...] = ()  # its paper's kinds, when the user gives none
+    own_cost: str = ""  # what it minimises when that is its paper's own cost (for tables)
 
 
 STRATEGIES: dict[str, Strategy] = {}
@@ -119,14 +120,15 @@ STRATEGIES: dict[str, Strategy] = {}
 
 def register_strategy(name: str, searches: bool = False, honours_search: bool = False,
                       takes_plan: bool = False, objectives: tuple[str, ...] = ("bytes",),
-                      default_kinds: tuple[str, ...] = ()) -> Callable[[Columns], Columns]:
+                      default_kinds: tuple[str, ...] = (), own_cost: str = ""
+                      ) -> Callable[[Columns], Columns]:
     """Add a strategy to the registry (the command line's choices come from it). A strategy
     whose search runs on `PlanRequest.costs` takes every objective; one that follows its
     paper's own cost takes bytes. `default_kinds`: the kinds it searches when the user
     names none (HyPar's batch and in otherwise), those the traffic model takes."""
     def add(function: Columns) -> Columns:
         STRATEGIES[name] = Strategy(function, searches, honours_search, takes_plan, objectives,
-                                    default_kinds)
+                                    default_kinds, own_cost)
         return function
     return add
 
@@ -135,6 +137,15 @@ def objective_for(strategy: str, objective: str) -> str:
     """`objective` if `strategy` takes it, else bytes (`compare` runs every strategy with
     the objective the user asked where it applies)."""
     return objective if objective in STRATEGIES[strategy].objectives else "bytes"
+
+
+def minimised(strategy: str, objective: str) -> str:
+    """What `strategy` minimises when asked for `objective`: the objective, its paper's own
+    cost, or nothing (a fixed strategy)."""
+    spec = STRATEGIES[strategy]
+    if objective in spec.objectives and spec.searches:
+        return objective if len(spec.objectives) > 1 or not spec.own_cost else spec.own_cost
+    return spec.own_cost or "- (fixed)"
 
 
 def _uniform(request: PlanRequest, pick: Callable[[Layer], str]) -> list[Column]:

@@ -351,7 +351,7 @@ def recursive_search(layers: Sequence[Layer], batch: int, hierarchy: Hierarchy,
     return columns
 
 
-@register_strategy("tofu", searches=True, default_kinds=TOFU_KINDS)
+@register_strategy("tofu", searches=True, default_kinds=TOFU_KINDS, own_cost="its bytes")
 def _tofu(request: PlanRequest) -> Sequence[Column]:
     """Tofu's recursive search over `--kinds` & TOFU_KINDS, the levels as its steps."""
     return recursive_search(request.network.layers, request.batch, request.hierarchy,
