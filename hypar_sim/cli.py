@@ -160,7 +160,14 @@ def build_parser() -> argparse.ArgumentParser:
                        help="a hardware parameter to change, one value or several to sweep "
                             "(e.g. link_bandwidth_gbps=1.6,3.2); repeatable")
     sweep.add_argument("--config", default=None, help="a hardware YAML file (base of every run)")
-    sweep.add_argument("--engine", default="des", choices=ENGINES, help="des (default) or analytic")
+    sweep.add_argument("--engine", default="des",
+                       help=f"comma-separated, from {', '.join(ENGINES)} (default des)")
+    sweep.add_argument("--objectives", default="bytes",
+                       help=f"comma-separated, from {', '.join(OBJECTIVES)} (default bytes); for "
+                            "the strategies that take them, the others run once")
+    sweep.add_argument("--overlap", default="on",
+                       help="on, off or on,off: the gradient exchange overlapped with the "
+                            "backward pass (default on)")
     sweep.add_argument("--out", required=True, help="the CSV to write (rows already there for the "
                                                     "same inputs are kept and not rerun)")
     sweep.add_argument("--executor", default="process", choices=("process", "serial", "dask"),

@@ -16,6 +16,7 @@ from hypar_sim.hardware.topology import TOPOLOGIES
 from hypar_sim.partition.hierarchy import MAX_MEMBERS, Hierarchy
 from hypar_sim.partition.kinds import parse_kinds
 from hypar_sim.planner.bound import layer_bounds, node_bounds
+from hypar_sim.planner.estimate import OBJECTIVES
 from hypar_sim.planner.graph_plan import GRAPH_STRATEGIES, make_graph_plan
 from hypar_sim.planner.search import SEARCHES
 from hypar_sim.planner.strategies import (
@@ -40,6 +41,7 @@ from hypar_sim.report import (
     nodes_table,
     plan_summary,
 )
+from hypar_sim.sim.defaults import ENGINES
 from hypar_sim.workload.graph import Graph
 from hypar_sim.workload.network import (
     Network,
@@ -196,7 +198,10 @@ def cmd_sweep(args: argparse.Namespace) -> str:
         accelerators=sweep.parse_ints(args.accelerators, "--accelerators"),
         batches=sweep.parse_ints(args.batch, "--batch"),
         overrides=parse_overrides(args.overrides),
-        engine=args.engine,
+        engines=sweep.parse_list(args.engine, ENGINES, "--engine"),
+        objectives=sweep.parse_list(args.objectives, OBJECTIVES, "--objectives"),
+        overlaps=tuple(value == "on" for value in sweep.parse_list(args.overlap, ("on", "off"),
+                                                                    "--overlap")),
         config_file=args.config,
         hierarchies=tuple(h.strip() for h in args.hierarchies.split(",") if h.strip()) or ("",),
         kinds=tuple(",".join(parse_kinds(k)) for k in args.kinds.split(";") if k.strip()),

@@ -42,7 +42,7 @@ from hypar_sim.executors import Runner, execute
 from hypar_sim.hardware.config import HardwareConfig, load_hardware
 from hypar_sim.partition.hierarchy import Hierarchy
 from hypar_sim.partition.kinds import parse_kinds
-from hypar_sim.planner.strategies import STRATEGIES, PlanOptions
+from hypar_sim.planner.strategies import STRATEGIES, PlanOptions, objective_for
 from hypar_sim.results import flatten
 from hypar_sim.runner import SimOptions, simulate_strategy
 from hypar_sim.sim.defaults import ENGINES
@@ -51,8 +51,8 @@ from hypar_sim.workload.network import available_networks, load_workload
 EXECUTORS = ("process", "serial", "dask")
 #: Input columns, in order; then the outputs.
 INPUT_COLUMNS = ("network", "strategy", "topology", "accelerators", "batch", "hierarchy", "kinds",
-                 "search", "traffic_model", "engine", "overrides", "plan_input", "config_file",
-                 "config_digest")
+                 "search", "traffic_model", "objective", "engine", "overlap", "overrides",
+                 "plan_input", "config_file", "config_digest")
 
 
 @dataclass(frozen=True)
@@ -73,6 +73,8 @@ class Case:
     kinds: str = "batch,in"
     search: str = "greedy"
     traffic_model: str = "paper"  # the figure scripts' default; the sweep command's is layout
+    objective: str = "bytes"  # what the searching strategies minimise
+    overlap: bool = True  # gradient exchange overlapped with the backward pass
 
     def key(self) -> str:
         """What identifies the case in a CSV (its input columns as text)."""
@@ -85,15 +87,17 @@ class Case:
         return {"network": self.network, "strategy": self.strategy, "topology": self.topology,
                 "accelerators": self.accelerators, "batch": self.batch,
                 "hierarchy": self.hierarchy, "kinds": self.kinds, "search": self.search,
-                "traffic_model": self.traffic_model, "engine": self.engine,
+                "traffic_model": self.traffic_model, "objective": self.objective,
+                "engine": self.engine, "overlap": self.overlap,
                 "overrides": self.overrides_text(), "plan_input": self.plan_text or "",
                 "config_file": self.config_file or "", "config_digest": self.config_digest}
 
 
 def row_key(row: Mapping[str, Any]) -> str:
     """The key of a CSV row (values as read back from the file)."""
-    return json.dumps([str(row.get(column) or "") if column not in ("accelerators", "batch")
-                       else str(int(row[column])) for column in INPUT_COLUMNS])
+    return json.dumps(["" if row.get(column) is None else str(row[column])
+                       if column not in ("accelerators", "batch") else str(int(row[column]))
+                       for column in INPUT_COLUMNS])
 
 
 def file_digest(path: str | None) -> str:
@@ -116,30 +120,35 @@ class SweepSpec:
     accelerators: tuple[int, ...] = (16,)
     batches: tuple[int, ...] = (256,)
     overrides: tuple[tuple[str, tuple[Any, ...]], ...] = ()  # key -> values to sweep
-    engine: str = "des"
+    engines: tuple[str, ...] = ("des",)
     config_file: str | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
     hierarchies: tuple[str, ...] = ("",)
     kinds: tuple[str, ...] = ("batch,in",)
     searches: tuple[str, ...] = ("greedy",)
     traffic_models: tuple[str, ...] = ("layout",)
+    objectives: tuple[str, ...] = ("bytes",)  # for strategies that take them (else bytes)
+    overlaps: tuple[bool, ...] = (True,)
 
     def cases(self) -> list[Case]:
         keys = [key for key, _ in self.overrides]
         value_lists = [values for _, values in self.overrides]
         digest = file_digest(self.config_file)
         result = []
-        for network, strategy, topology, count, batch, hierarchy, kinds, search, model in \
-                itertools.product(self.networks, self.strategies, self.topologies,
-                                  self.accelerators, self.batches, self.hierarchies, self.kinds,
-                                  self.searches, self.traffic_models):
+        for (network, strategy, topology, count, batch, hierarchy, kinds, search, model,
+             objective, engine, overlap) in itertools.product(
+                self.networks, self.strategies, self.topologies, self.accelerators,
+                self.batches, self.hierarchies, self.kinds, self.searches, self.traffic_models,
+                self.objectives, self.engines, self.overlaps):
             for values in itertools.product(*value_lists):
-                result.append(Case(network, strategy, topology, count, batch, self.engine,
+                result.append(Case(network, strategy, topology, count, batch, engine,
                                    tuple(zip(keys, values, strict=True)),
                                    config_file=self.config_file, config_digest=digest,
                                    hierarchy=hierarchy, kinds=kinds, search=search,
-                                   traffic_model=model))
-        return result
+                                   traffic_model=model,
+                                   objective=objective_for(strategy, objective)
+                                   if strategy in STRATEGIES else objective, overlap=overlap))
+        return list(dict.fromkeys(result))  # a strategy that takes no objective runs once
 
 
 def parse_list(text: str, allowed: Sequence[str] | None, what: str) -> tuple[str, ...]:
@@ -175,10 +184,12 @@ def run_case(case: Case, options: Mapping[str, Any] | None = None) -> dict[str, 
     row: dict[str, Any] = case.inputs()
     try:
         config = case_config(case)
-        sim_options = SimOptions(topology=case.topology, engine=case.engine, **(options or {}))
+        sim_options = SimOptions(topology=case.topology, engine=case.engine,
+                                 overlap_gradients=case.overlap, **(options or {}))
         hierarchy = (Hierarchy.parse(case.hierarchy, case.accelerators, "--hierarchies")
                      if case.hierarchy else None)
-        plan_options = PlanOptions(parse_kinds(case.kinds), case.search, case.traffic_model)
+        plan_options = PlanOptions(parse_kinds(case.kinds), case.search, case.traffic_model,
+                                   objective=objective_for(case.strategy, case.objective))
         result = simulate_strategy(load_workload(case.network), case.strategy, config,
                                    sim_options, case.plan_text, plan_options, hierarchy)
         data = result.to_dict()
@@ -333,8 +344,9 @@ def check_axes(spec: SweepSpec) -> None:
         if strategy not in STRATEGIES or STRATEGIES[strategy].takes_plan:
             raise InputError(f"--strategies: unknown '{strategy}'; allowed: "
                              f"{', '.join(s for s, v in STRATEGIES.items() if not v.takes_plan)}")
-    if spec.engine not in ENGINES:
-        raise InputError(f"--engine: unknown '{spec.engine}'; allowed: {', '.join(ENGINES)}")
+    for engine in spec.engines:
+        if engine not in ENGINES:
+            raise InputError(f"--engine: unknown '{engine}'; allowed: {', '.join(ENGINES)}")
     for text in spec.hierarchies:
         if text:
             sizes = Hierarchy.parse(text, None, "--hierarchies")

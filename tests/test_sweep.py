@@ -101,7 +101,7 @@ def test_changing_the_config_file_reruns_the_cases(tmp_path):
     config = tmp_path / "hw.yaml"
     config.write_text("link_bandwidth_gbps: 1.6\n")
     spec = SweepSpec(networks=("lenet_c",), strategies=("data",), accelerators=(4,), batches=(64,),
-                     config_file=str(config), engine="analytic")
+                     config_file=str(config), engines=("analytic",))
     out = tmp_path / "s.csv"
     slow = run_sweep(spec.cases(), out, executor="serial", progress=False)[0]
     config.write_text("link_bandwidth_gbps: 16\n")
@@ -240,3 +240,25 @@ def test_sweep_exits_1_when_a_row_failed_and_130_when_interrupted(tmp_path):
     assert "interrupted;" in stderr and "rerun to resume" in stderr
     if out.exists():
         assert pd.read_csv(out).shape[0] < 12
+
+
+def test_run_options_are_axes_of_the_sweep(tmp_path):
+    """Objective and overlap are swept like the rest and are part of each row's key; a
+    strategy that takes no objective (data) runs once, the others once per objective."""
+    spec = SweepSpec(networks=("lenet_c",), strategies=("data", "optimal"), accelerators=(4,),
+                     batches=(64,), engines=("analytic",), objectives=("bytes", "time"),
+                     overlaps=(True, False))
+    cases = spec.cases()
+    assert len(cases) == 2 + 4
+    out = tmp_path / "s.csv"
+    rows = run_sweep(cases, out, executor="serial", progress=False)
+    table = pd.read_csv(out)
+    assert not any(row["error"] for row in rows)
+    assert sorted(zip(table.strategy, table.objective, table.overlap, strict=True)) == [
+        ("data", "bytes", False), ("data", "bytes", True),
+        ("optimal", "bytes", False), ("optimal", "bytes", True),
+        ("optimal", "time", False), ("optimal", "time", True)]
+    no_overlap = table[(table.strategy == "data") & ~table.overlap].latency_s.iloc[0]
+    assert no_overlap > table[(table.strategy == "data") & table.overlap].latency_s.iloc[0]
+    run_sweep(cases, out, executor="serial", progress=False)  # every row resumed, none rerun
+    assert pd.read_csv(out).wall_s.tolist() == table.wall_s.tolist()
