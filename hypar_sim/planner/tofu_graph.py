@@ -1,0 +1,436 @@
+"""`tofu` on graph networks: Tofu's coarsening, its exact search per step and its recursion.
+
+Paper: M. Wang, C. Huang, J. Li, "Supporting Very Large Models using Automatic Dataflow
+Graph Partitioning", EuroSys 2019 ("Tofu" below). The chain version (`planner.tofu`) has
+the per-tensor cost; this module generalises it to any graph of `graph_ops` operators.
+
+Coarsening (Tofu Sec 5.1, `coarsen`). A node of `workload.graph` is one forward operator
+whose backward-data and weight-gradient operators are grouped with it ("grouping forward
+and backward operations"): its cost counts what all of them fetch. Consecutive
+element-wise nodes (`ELEMENTWISE`: batch norm, activation, add, ...) are coalesced into
+one unit ("merging consecutive element-wise operators", whose input and output are
+partitioned alike): one joins the unit of the first of its inputs that is element-wise
+and read by it alone, so a residual block's bn, add and relu are one unit and the block
+is a fork-join (the skip edge, or the downsampling conv, runs from the block's input
+unit to that unit), which Sec 5.1's footnote counts as linear. A unit's nodes take one
+kind per step (coalesced operators "share the same partition strategy"); a conv and its
+bn stay apart, as two groups of Tofu's coarsened graph are.
+
+Cost (Tofu Sec 5 "Optimization goal", Sec 6; `tensor_cost`). Bytes the workers of one
+group fetch from one another, with no replicas: every tensor a group touches is
+partitioned among its workers along one axis, the cheapest for it; each operator
+fetches what it reads and does not hold, and the owner of a cell fetches the other
+writers' contributions (Case-2's partial sums, Sec 4.2). Per tensor: its weights and
+dW (read by the forward and backward-data operators, written partially under a batch or
+spatial split), every edge (its activation read by `input_reads` operators of the
+consumer, its error read by `error_reads` operators of the producer; a tensor read by
+two consumers is costed once per reading edge), and the loss. What a worker reads of
+an input for its box of loops is `graph_ops` (halo rows, a flatten's boxes, a product's
+operands); the regions are the simulator's integer boxes (`graph_layout.layout`).
+
+Recursion (Tofu Sec 5.2, `recursive_search`). Level i of the hierarchy, top first, is
+step i: the exact min-sum search over the coarsened graph's units (`graph_dp.minimise`,
+states: a unit's kind at this level; Tofu runs the DP of its [14] on the linear coarsened
+graph, and variable elimination is that DP on a fork-join) picks every unit's kind
+given the kinds above. Step i's cost is group G_0's (the members whose coordinates above
+level i are 0) times the number of groups, prod(sizes[:i]) (Theorem 1's delta_i). As on
+chains (`planner.tofu`), the steps' costs do not commute here, so the recursion is exact
+per step but not always over all steps (on resnet18 at 16 accelerators HyPar's plan with
+Tofu's kinds costs 4% less by this very cost, its last step being cheaper).
+
+Where this hardware forces a difference: one kind per node per level (a member runs one
+box of loops), so a group's forward and backward operators are split alike where Tofu's
+brute force inside a group may split them differently (their tensors still take the
+cheapest partition each); the partial sums of a tensor read by two consumers are charged
+per reading edge, as the layout model does; batch norm statistics are per member; a tied
+projection's weights are costed as its own. Besides Tofu's kinds, `heads` and `groups`
+are taken when asked (loop dimensions of an operator, which Tofu's TDL analysis would
+find). The plan's real bytes are the layout model's (`graph_plan.evaluate_graph_plan`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from hypar_sim.errors import InputError
+from hypar_sim.partition import graph_layout
+from hypar_sim.partition.graph_axes import Site, sites
+from hypar_sim.partition.graph_ops import NODE_OPS, Box, weight_shape
+from hypar_sim.partition.hierarchy import Hierarchy
+from hypar_sim.partition.kinds import Dim
+from hypar_sim.partition.redistribute import Region
+from hypar_sim.partition.shares import Column
+from hypar_sim.planner.graph_dp import Factor, StateLimit, local_search, minimise
+from hypar_sim.planner.graph_plan import GraphRequest, graph_edges, register_graph_strategy
+from hypar_sim.planner.tofu import TOFU_KINDS
+from hypar_sim.workload.graph import Graph, Node
+
+#: Operators whose output cell reads the same cell of every input (Tofu Sec 5.1's merge).
+ELEMENTWISE = frozenset({"batch_norm", "add", "mul", "act", "dropout", "lrn", "identity",
+                         "tensor_op"})
+#: Loop dimensions of graph operators beyond TOFU_KINDS, taken when the user asks for them.
+GRAPH_EXTRA_KINDS = ("heads", "groups")
+#: Operators with a weight gradient or a second operand's gradient reading their input.
+_TWICE_READ = frozenset({"conv", "fc", "matmul"})
+
+
+@dataclass(frozen=True)
+class Coarse:
+    """The coarsened graph: every unit's node indices (a chain, the anchor first), units in
+    topological order (by their last node), and every node's unit."""
+
+    units: tuple[tuple[int, ...], ...]
+    unit_of: tuple[int, ...]
+
+
+def coarsen(graph: Graph) -> Coarse:
+    """Tofu Sec 5.1: a node per group of forward and backward operators; an element-wise
+    node joins the unit of the first of its inputs made by an element-wise node and read
+    by it alone."""
+    index = {node.name: i for i, node in enumerate(graph.nodes)}
+    readers = graph.consumers()
+    members: list[list[int]] = []
+    unit_of: list[int] = []
+    for i, node in enumerate(graph.nodes):
+        joined = None
+        if node.op in ELEMENTWISE:
+            joined = next((unit_of[index[s]] for s in node.inputs
+                           if s in index and graph.nodes[index[s]].op in ELEMENTWISE
+                           and readers[s] == [node.name]), None)
+        if joined is None:
+            members.append([i])
+            unit_of.append(len(members) - 1)
+        else:
+            members[joined].append(i)
+            unit_of.append(joined)
+    order = sorted(range(len(members)), key=lambda u: members[u][-1])
+    rank = {u: r for r, u in enumerate(order)}
+    return Coarse(tuple(tuple(members[u]) for u in order), tuple(rank[u] for u in unit_of))
+
+
+# ----- regions: tuples of disjoint integer boxes (`redistribute.Region`) -----
+
+def _meet(a: Region, b: Region) -> Region:
+    out = []
+    for x in a:
+        for y in b:
+            box = tuple((max(p[0], q[0]), min(p[1], q[1])) for p, q in zip(x, y, strict=True))
+            if all(lo < hi for lo, hi in box):
+                out.append(box)
+    return tuple(out)
+
+
+def _size(region: Region) -> int:
+    return sum(math.prod(hi - lo for lo, hi in box) for box in region)
+
+
+def _owners(bound: list[tuple[int, int]], axis: int, parts: int) -> list[Region]:
+    """`parts` owners' parts of the box `bound` along `axis` (near-equal integer parts,
+    larger first: the simulator's split)."""
+    (lo, hi), result = bound[axis], []
+    base, extra = divmod(hi - lo, parts)
+    for i in range(parts):
+        stop = lo + base + (i < extra)
+        result.append((tuple(bound[:axis] + [(lo, stop)] + bound[axis + 1:]),))
+        lo = stop
+    return result
+
+
+def _relayout(tensor: Region, writes: Sequence[Region] | None, reads: Sequence[Region] | None,
+              times: int, parts: int) -> float:
+    """Elements moved for the cells `tensor` that the group both makes and reads: the
+    cheapest partition of their bounding box among `parts` owners along one axis; each
+    owner fetches the other writers' contributions to its part, each reader (`times`
+    operators) what it reads and does not own. `writes` None: each owner writes its part
+    (the loss's error); `reads` None: each owner reads its part (the loss)."""
+    if not tensor:
+        return 0.0
+    wrote = [_meet(w, tensor) for w in writes] if writes is not None else None
+    read = [_meet(r, tensor) for r in reads] if reads is not None else None
+    bound = [(min(b[a][0] for b in tensor), max(b[a][1] for b in tensor))
+             for a in range(len(tensor[0]))]
+    axes = [a for a, (lo, hi) in enumerate(bound) if hi - lo >= parts] or range(len(bound))
+    best = math.inf
+    for axis in axes:
+        owned = _owners(bound, axis, parts)
+        cost = 0.0
+        if wrote is not None:
+            cost += sum(_size(w) - _size(_meet(w, t)) for w, t in zip(wrote, owned, strict=True))
+        if read is not None:
+            cost += times * sum(_size(r) - _size(_meet(r, t))
+                                for r, t in zip(read, owned, strict=True))
+        best = min(best, cost)
+    return best
+
+
+def _outside(regions: Sequence[Region], union: Region, other: Region) -> float:
+    """Elements of `regions` outside `other`, beyond the first copy of each cell (their
+    union is `union`)."""
+    return max(0.0, sum(_size(r) - _size(_meet(r, other)) for r in regions)
+               - (_size(union) - _size(_meet(union, other))))
+
+
+def tensor_cost(made: Region, needed: Region, writes: Sequence[Region],
+                reads: Sequence[Region], times: int, parts: int) -> float:
+    """Elements one step moves for one tensor in G_0 (`planner.tofu.tensor_cost`): its
+    workers write `writes` (union `made`) and read `reads` (union `needed`, `times`
+    operators each). What G_0 makes and reads is relaid out (`_relayout`); what it makes
+    for other groups has its partial sums reduced first; of what other groups made,
+    Tofu's "extra input tensors" (Sec 5.2 step 2), only cells several readers need are
+    fetched again."""
+    inside = _meet(made, needed)
+    return (_relayout(inside, writes, reads, times, parts) + _outside(writes, made, needed)
+            + times * _outside(reads, needed, made))
+
+
+# ----- per node and per edge costs of one step -----
+
+def input_reads(node: Node) -> int:
+    """Operators of a node's group that read its input: the forward one, and the weight
+    gradient (conv, fc) or the other operand's gradient (matmul)."""
+    return 2 if node.op in _TWICE_READ else 1
+
+
+def error_reads(node: Node, fed: Sequence[bool]) -> int:
+    """Operators of a node's group that read its output's error: the weight gradient, and
+    the backward-data operator(s) where an input (`fed`: made by a node) needs an error
+    (a product of two activations has one per operand)."""
+    weighted = NODE_OPS[node.op].weight_scale is not None
+    data = sum(fed) if node.op == "matmul" else int(any(fed))
+    return int(weighted) + data
+
+
+@dataclass(frozen=True)
+class Workers:
+    """G_0's box of a node's loops at one step, and its workers' boxes."""
+
+    group: Box
+    boxes: tuple[Box, ...]
+
+
+def workers(site: Site, batch: int, column: Column, sizes: Sequence[int]) -> Workers:
+    """G_0's workers for `column` (one kind per level down to this step): the members of the
+    upper levels' hierarchy whose coordinates above this level are 0."""
+    upper = Hierarchy(tuple(sizes[:len(column)]))
+    layout = graph_layout.layout(site, batch, column, upper)
+    boxes = tuple(layout.box(m) for m in range(sizes[len(column) - 1]))
+    group = {d: (min(b[d][0] for b in boxes), max(b[d][1] for b in boxes)) for d in boxes[0]}
+    return Workers(group, boxes)
+
+
+def _weight_regions(site: Site, box: Box) -> tuple[Region, Region | None]:
+    """A box's regions of the node's weights (rows, columns) and of its per-channel vectors."""
+    node = site.node
+    made = NODE_OPS[node.op].outputs(site, box)
+    channel = 1 + site.output.index(Dim.K) if Dim.K in site.output else None
+    vectors = tuple((m[channel],) for m in made) if channel is not None else None
+    if node.op == "embedding":
+        return (((0, weight_shape(node)[0]), box[Dim.K]),), vectors
+    if NODE_OPS[node.op].weight_scale is None:
+        return (), vectors
+    return tuple((m[channel], box[Dim.C]) for m in made), vectors
+
+
+def node_cost(site: Site, fed: Sequence[bool], is_output: bool, team: Workers,
+              parts: int) -> float:
+    """Elements G_0 moves at one step for a node's weights and dW, its vectors (a bias, a
+    norm's scale and shift) and, for an output, the loss (its partial sums reduced, its
+    error read by the node's backward operators)."""
+    node, op = site.node, NODE_OPS[site.node.op]
+    whole, whole_vectors = _weight_regions(site, team.group)
+    mine = [_weight_regions(site, box) for box in team.boxes]
+    cost = 0.0
+    if whole:
+        scale = op.weight_scale(node) or 1  # a conv's kernel area; a tied projection's 1
+        times = 1 + int(node.op != "embedding" and any(fed))
+        regions = [m[0] for m in mine]
+        cost += scale * tensor_cost(whole, whole, regions, regions, times, parts)
+    if op.vectors(node) and whole_vectors is not None:
+        regions = [m[1] for m in mine]
+        cost += op.vectors(node) * tensor_cost(whole_vectors, whole_vectors, regions, regions,
+                                               1, parts)
+    if is_output:
+        made = op.outputs(site, team.group)
+        outs = [op.outputs(site, box) for box in team.boxes]
+        cost += _relayout(made, outs, None, 0, parts)
+        cost += _relayout(made, None, outs, error_reads(node, fed), parts)
+    return cost
+
+
+def edge_cost(producer: Site, consumer: Site, index: int, producer_fed: Sequence[bool],
+              sender: Workers, receiver: Workers, parts: int) -> float:
+    """Elements G_0 moves at one step for the tensor on one edge: forward, the producer's
+    output into the consumer's reads of input `index`; backward, the consumer's error
+    contributions (partial where its reads overlap) into the producer's output parts."""
+    made_by, read_by = NODE_OPS[producer.node.op].outputs, NODE_OPS[consumer.node.op].read
+    made = made_by(producer, sender.group)
+    needed = read_by(consumer, receiver.group, index)
+    writes = [made_by(producer, box) for box in sender.boxes]
+    reads = [read_by(consumer, box, index) for box in receiver.boxes]
+    forward = tensor_cost(made, needed, writes, reads, input_reads(consumer.node), parts)
+    backward = tensor_cost(needed, made, reads, writes,
+                           error_reads(producer.node, producer_fed), parts)
+    return forward + backward
+
+
+class TofuCosts:
+    """Tofu's bytes of a graph's nodes and edges at any step, remembered by geometry (a
+    network repeats its blocks) for one planning run."""
+
+    def __init__(self, graph: Graph, batch: int, sizes: Sequence[int], word_bytes: int) -> None:
+        self.graph, self.batch, self.sizes, self.word_bytes = graph, batch, tuple(sizes), word_bytes
+        self.sites = sites(graph)
+        names = {node.name for node in graph.nodes}
+        self.fed = [tuple(s in names for s in node.inputs) for node in graph.nodes]
+        outputs = set(graph.outputs)
+        self.is_output = [node.name in outputs for node in graph.nodes]
+        self.edges = graph_edges(graph)
+        self._nodes: dict[tuple, float] = {}
+        self._edges: dict[tuple, float] = {}
+        self._workers: dict[tuple, Workers] = {}
+
+    def _team(self, i: int, column: Column) -> Workers:
+        key = (graph_layout.geometry(self.sites[i]), column)
+        if key not in self._workers:
+            self._workers[key] = workers(self.sites[i], self.batch, column, self.sizes)
+        return self._workers[key]
+
+    def node(self, i: int, column: Column) -> float:
+        """Bytes of node i's own tensors (weights, vectors, the loss) at step len(column)."""
+        site = self.sites[i]
+        key = (graph_layout.geometry(site), self.fed[i], self.is_output[i], column)
+        if key not in self._nodes:
+            parts = self.sizes[len(column) - 1]
+            self._nodes[key] = self.word_bytes * node_cost(
+                site, self.fed[i], self.is_output[i], self._team(i, column), parts)
+        return self._nodes[key]
+
+    def edge(self, p: int, c: int, index: int, producer: Column, consumer: Column) -> float:
+        """Bytes of the edge from node p into input `index` of node c at step len(column)."""
+        key = (graph_layout.geometry(self.sites[p]), graph_layout.geometry(self.sites[c]),
+               index, self.fed[p], producer, consumer)
+        if key not in self._edges:
+            parts = self.sizes[len(producer) - 1]
+            self._edges[key] = self.word_bytes * edge_cost(
+                self.sites[p], self.sites[c], index, self.fed[p], self._team(p, producer),
+                self._team(c, consumer), parts)
+        return self._edges[key]
+
+
+def graph_kinds(requested: Sequence[str]) -> tuple[str, ...]:
+    """The kinds of TOFU_KINDS and GRAPH_EXTRA_KINDS the user allowed; InputError if none."""
+    mine = (*TOFU_KINDS, *GRAPH_EXTRA_KINDS)
+    kinds = tuple(kind for kind in mine if kind in requested)
+    if not kinds:
+        raise InputError(f"--kinds: strategy tofu takes only {','.join(mine)} on graph "
+                         f"networks (loop dimensions of its operators), got "
+                         f"{','.join(requested)}; allowed: any of {', '.join(mine)}")
+    return kinds
+
+
+def unit_options(costs: TofuCosts, members: Sequence[int], prefix: Column,
+                 kinds: Sequence[str]) -> list[str]:
+    """The kinds every node of a unit takes at the next level (`graph_layout.offered`), one
+    per distinct split of the unit's loops (`in` and `out` both split a weightless node's
+    channels)."""
+    upper = Hierarchy(costs.sizes[:len(prefix) + 1])
+    options, seen = [], set()
+    for kind in kinds:
+        column = prefix + (kind,)
+        if not all(graph_layout.offered(costs.sites[i], costs.batch, column, upper)
+                   for i in members):
+            continue
+        signature = tuple(graph_layout.dim_of(graph_layout.node_op(costs.sites[i]), kind)
+                          for i in members)
+        if signature not in seen:
+            seen.add(signature)
+            options.append(kind)
+    if not options:
+        node = costs.graph.nodes[members[0]]
+        raise InputError(f"--kinds: no kind of {','.join(kinds)} can split node {node.name} "
+                         f"({node.op}, output {list(node.shape)}) and the nodes coalesced "
+                         f"with it at level {len(prefix) + 1} of {Hierarchy(costs.sizes)}; "
+                         "allowed: kinds whose dimension has at least as many indices as the "
+                         "level has members (e.g. batch)")
+    return options
+
+
+def step_factors(costs: TofuCosts, coarse: Coarse, prefixes: Sequence[Column],
+                 options: Sequence[Sequence[str]]) -> list[Factor]:
+    """One step's cost tables over units (bytes of G_0): every unit's own (its nodes and the
+    edges inside it) by option, every edge between units by (producer's, consumer's)."""
+    unit_of = coarse.unit_of
+    inside: list[list[tuple[int, int, int]]] = [[] for _ in coarse.units]
+    between = []
+    for p, c, k in costs.edges:
+        if unit_of[p] == unit_of[c]:
+            inside[unit_of[c]].append((p, c, k))
+        else:
+            between.append((p, c, k))
+    factors = []
+    for u, members in enumerate(coarse.units):
+        columns = [prefixes[u] + (kind,) for kind in options[u]]
+        table = [sum(costs.node(i, col) for i in members)
+                 + sum(costs.edge(p, c, k, col, col) for p, c, k in inside[u]) for col in columns]
+        factors.append(Factor((u,), np.array(table)))
+    for p, c, k in between:
+        a, b = unit_of[p], unit_of[c]
+        table = [[costs.edge(p, c, k, prefixes[a] + (x,), prefixes[b] + (y,))
+                  for y in options[b]] for x in options[a]]
+        factors.append(Factor((a, b), np.array(table)))
+    return factors
+
+
+def recursive_search(graph: Graph, batch: int, hierarchy: Hierarchy, kinds: Sequence[str],
+                     word_bytes: int = 4, notes: list[str] | None = None) -> list[Column]:
+    """Tofu's recursion (Sec 5.2) over the coarsened graph (Sec 5.1): at each level, top
+    first, the exact search over units picks every unit's kind given those above; every
+    node gets its unit's column. Where a step's exact elimination is too wide, a local
+    search (said in `notes`)."""
+    coarse = coarsen(graph)
+    costs = TofuCosts(graph, batch, hierarchy.sizes, word_bytes)
+    prefixes: list[Column] = [() for _ in coarse.units]
+    for _ in range(hierarchy.levels):
+        options = [unit_options(costs, members, prefix, kinds)
+                   for members, prefix in zip(coarse.units, prefixes, strict=True)]
+        factors = step_factors(costs, coarse, prefixes, options)
+        domains = [len(o) for o in options]
+        try:
+            _, choice = minimise(domains, factors, range(len(domains)))
+        except StateLimit as limit:
+            _, choice = local_search(domains, factors, range(len(domains)))
+            if notes is not None:
+                notes.append(f"local search where the exact elimination needed "
+                             f"{limit.cells:,} states")
+        prefixes = [prefix + (opts[i],)
+                    for prefix, opts, i in zip(prefixes, options, choice, strict=True)]
+    return [prefixes[u] for u in coarse.unit_of]
+
+
+def plan_costs(graph: Graph, batch: int, columns: Sequence[Column], hierarchy: Hierarchy,
+               word_bytes: int = 4, costs: TofuCosts | None = None) -> tuple[float, ...]:
+    """Tofu's delta_i (bytes) of any plan (a column per node): step i's cost for G_0, every
+    node and every edge with the nodes' own kinds, times prod(sizes[:i]) (Sec 5.2);
+    `costs`: a cache of the same graph, batch, hierarchy and word size to reuse."""
+    costs = costs or TofuCosts(graph, batch, hierarchy.sizes, word_bytes)
+    deltas = []
+    for level in range(hierarchy.levels):
+        cut = [column[:level + 1] for column in columns]
+        step = sum(costs.node(i, col) for i, col in enumerate(cut))
+        step += sum(costs.edge(p, c, k, cut[p], cut[c]) for p, c, k in costs.edges)
+        deltas.append(hierarchy.subarray_counts[level] * step)
+    return tuple(deltas)
+
+
+@register_graph_strategy("tofu")
+def _tofu(request: GraphRequest) -> list[Column]:
+    """Tofu's recursive search over the coarsened graph, `--kinds` & Tofu's loop dimensions,
+    the levels as its steps (its own recursion: `--search` does not apply)."""
+    if request.search == "joint":
+        request.notes.append("tofu searches level by level (its recursion, Sec 5.2)")
+    return recursive_search(request.graph, request.batch, request.hierarchy,
+                            graph_kinds(request.kinds), request.word_bytes, request.notes)
