@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -75,6 +76,7 @@ def plan_options_from_args(args: argparse.Namespace) -> PlanOptions:
                        search=args.search,
                        objective=args.objective, topology=getattr(args, "topology", "htree"),
                        overlap_gradients=not getattr(args, "no_overlap", False),
+                       progress=sys.stderr.isatty(),
                        traffic_model=args.traffic_model)
 
 

@@ -142,3 +142,14 @@ def test_plan_json_is_accepted_back_by_plan_file(tmp_path):
     other = cli("plan", "vgg_b", "--plan", str(saved))
     assert other.returncode == 2 and "the plan is for layers" in other.stderr
     assert other.stderr.count("\n") == 1
+
+
+def test_exhaustive_search_says_how_many_plans_it_will_visit(capsys):
+    """With progress on (the command line turns it on when stderr is a terminal), the
+    exhaustive search's bar starts at 0 of every plan it will try."""
+    from hypar_sim.planner.strategies import PlanOptions, make_plan
+    from hypar_sim.workload.network import load_network
+
+    make_plan(load_network("lenet_c"), "exhaustive", 2, 64,
+              options=PlanOptions(kinds=("batch", "in"), progress=True))
+    assert "0/64" in capsys.readouterr().err  # conv1 (1 input channel) batch only: 1x4x4x4

@@ -179,8 +179,10 @@ def joint(model: TrafficModel, layers: Sequence[Layer], batch: int, hierarchy: H
 
 
 def brute_force(model: TrafficModel, layers: Sequence[Layer], batch: int, hierarchy: Hierarchy,
-                kinds: Sequence[str], word_bytes: int) -> tuple[float, list[Column]]:
-    """Every plan tried (ties: the first in enumeration order, last layer varying fastest)."""
+                kinds: Sequence[str], word_bytes: int,
+                progress: bool = False) -> tuple[float, list[Column]]:
+    """Every plan tried (ties: the first in enumeration order, last layer varying fastest);
+    with `progress`, a bar on stderr that starts by saying how many plans it will visit."""
     options = [all_columns(model, layer, batch, hierarchy, kinds) for layer in layers]
     count = math.prod(len(o) for o in options)
     if count > MAX_BRUTE_FORCE_PLANS:
@@ -189,7 +191,12 @@ def brute_force(model: TrafficModel, layers: Sequence[Layer], batch: int, hierar
                          "or --search joint")
     own, boundary = _costs(model, layers, batch, options, hierarchy, word_bytes)
     best: tuple[float, tuple[int, ...]] | None = None
-    for states in itertools.product(*(range(len(o)) for o in options)):
+    plans = itertools.product(*(range(len(o)) for o in options))
+    if progress:
+        from tqdm import tqdm
+
+        plans = tqdm(plans, total=count, unit="plan", desc="exhaustive", mininterval=0.5)
+    for states in plans:
         cost = sum(own[i][s] for i, s in enumerate(states)) + sum(
             boundary[i - 1][states[i - 1], states[i]] for i in range(1, len(states)))
         if best is None or cost < best[0]:

@@ -57,6 +57,7 @@ class PlanOptions:
     topology: str = "htree"
     overlap_gradients: bool = True
     kinds_given: bool | None = None  # False: each strategy searches its own paper's kinds
+    progress: bool = False  # a progress bar on stderr for long searches (exhaustive)
 
     def __post_init__(self) -> None:
         if self.kinds is None:  # HyPar's kinds, or the strategy's own (make_plan)
@@ -199,7 +200,8 @@ def _trick(request: PlanRequest) -> Sequence[Column]:
 @register_strategy("exhaustive", searches=True, objectives=OBJECTIVES)
 def _exhaustive(request: PlanRequest) -> Sequence[Column]:
     return searches.brute_force(request.costs, request.network.layers, request.batch,
-                                request.hierarchy, request.options.kinds, request.word_bytes)[1]
+                                request.hierarchy, request.options.kinds, request.word_bytes,
+                                request.options.progress)[1]
 
 
 @register_strategy("explicit", takes_plan=True)
