@@ -332,10 +332,13 @@ def cmd_plan(args: argparse.Namespace) -> str:
 
 
 def _plan_graph(args: argparse.Namespace, graph: Graph) -> str:
-    """`plan` of a graph network (strategies hypar, data, model; the layout model)."""
+    """`plan` of a graph network (the graph strategies; the layout model)."""
     options = plan_options_from_args(args)
-    plan = make_graph_plan(graph, args.strategy, hierarchy_from_args(args), args.batch,
-                           args.plan_text, options=options)
+    hierarchy = hierarchy_from_args(args)
+    config = load_hardware(args.config, hardware_overrides(args) | {
+        "accelerators": hierarchy.members, "batch": args.batch})
+    plan = make_graph_plan(graph, args.strategy, hierarchy, args.batch, args.plan_text,
+                           config.word_bytes, options, config)
     bounds = (node_bounds(graph, plan.batch, plan.hierarchy, options.kinds, plan.word_bytes)
               if args.bound else None)
     if args.json:

@@ -110,7 +110,7 @@ def simulate_strategy(network: Network | Graph, strategy: str, config: HardwareC
     hierarchy = hierarchy or Hierarchy.for_count(config.accelerators)
     if isinstance(network, Graph):
         graph_plan = make_graph_plan(network, strategy, hierarchy, config.batch, plan_text,
-                                     config.word_bytes, plan_options)
+                                     config.word_bytes, plan_options, config)
         return simulate_graph(network, graph_plan, config, options)
     if plan_options is not None:  # a time or energy estimate sees what will be simulated
         plan_options = dataclasses.replace(plan_options, topology=options.topology,

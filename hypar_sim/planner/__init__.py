@@ -3,7 +3,9 @@
 
 from hypar_sim.planner import (  # noqa: F401 - register their strategies
     accpar,
+    accpar_graph,
     grid,
+    grid_graph,
     soybean,
     tofu,
     tofu_graph,

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from hypar_sim.errors import InputError
+from hypar_sim.hardware.config import HardwareConfig
 from hypar_sim.partition import graph_layout
 from hypar_sim.partition.collectives import COLLECTIVES, Transfers, level_bytes
 from hypar_sim.partition.graph_axes import Site
@@ -46,6 +47,8 @@ class GraphRequest:
     costs: graph_layout.Costs
     notes: list[str]  # what the search had to give up (printed beside the plan)
     word_bytes: int = 4
+    capacity_bytes: float | None = None  # one cube's memory (None: unlimited)
+    config: HardwareConfig | None = None  # the hardware (planners with a cost model read it)
 
 
 GraphColumns = Callable[[GraphRequest], list[Column]]
@@ -200,7 +203,7 @@ def _model(request: GraphRequest) -> list[Column]:
 
 def plan_graph(graph: Graph, strategy: str, hierarchy: Hierarchy, batch: int,
                kinds: Sequence[str] = ("batch", "in"), search: str = "greedy",
-               word_bytes: int = 4) -> GraphPlan:
+               word_bytes: int = 4, config: HardwareConfig | None = None) -> GraphPlan:
     """The plan of `strategy` for `graph` on `hierarchy`, with its traffic."""
     if strategy not in GRAPH_STRATEGIES:
         raise InputError(f"--strategy: graph networks take {', '.join(GRAPH_STRATEGIES)} so far, "
@@ -211,9 +214,11 @@ def plan_graph(graph: Graph, strategy: str, hierarchy: Hierarchy, batch: int,
                              f"takes {', '.join(NODE_OPS)}")
     notes: list[str] = []
     request = GraphRequest(graph, graph_sites(graph), batch, hierarchy, tuple(kinds), search,
-                           graph_layout.Costs(batch, word_bytes), notes, word_bytes)
+                           graph_layout.Costs(batch, word_bytes), notes, word_bytes,
+                           float(config.cube_capacity_bytes) if config else None, config)
     columns = GRAPH_STRATEGIES[strategy](request)
-    search = "" if strategy in ("data", "model") else search
+    chain = STRATEGIES.get(strategy)
+    search = search if chain is not None and chain.honours_search else ""
     if notes:
         search = f"{search} ({notes[0]})"
     return evaluate_graph_plan(graph, strategy, search, batch, hierarchy, columns, word_bytes)
@@ -221,8 +226,10 @@ def plan_graph(graph: Graph, strategy: str, hierarchy: Hierarchy, batch: int,
 
 def make_graph_plan(graph: Graph, strategy: str, hierarchy: Hierarchy, batch: int,
                     plan_text: str | None = None, word_bytes: int = 4,
-                    options: PlanOptions | None = None) -> GraphPlan:
-    """`make_plan` for a graph: the same options (kinds, search; the layout model only)."""
+                    options: PlanOptions | None = None,
+                    config: HardwareConfig | None = None) -> GraphPlan:
+    """`make_plan` for a graph: the same options (kinds, search; the layout model only);
+    `config` gives the strategies with a cost model or a memory limit their hardware."""
     options = options or PlanOptions()
     if options.traffic_model != "layout":
         raise InputError("--traffic-model: graph networks are planned with the layout model "
@@ -236,7 +243,8 @@ def make_graph_plan(graph: Graph, strategy: str, hierarchy: Hierarchy, batch: in
     chain = STRATEGIES.get(strategy)
     if not options.kinds_given and chain is not None and chain.default_kinds:
         kinds = chain.default_kinds  # its paper's kinds, as on a chain
-    return plan_graph(graph, strategy, hierarchy, batch, kinds, options.search, word_bytes)
+    return plan_graph(graph, strategy, hierarchy, batch, kinds, options.search, word_bytes,
+                      config)
 
 
 #: The step each stage of an edge, a gradient or the loss goes into, keyed like a chain's:

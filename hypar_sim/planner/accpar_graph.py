@@ -1,0 +1,333 @@
+"""AccPar on graph networks: its three types, its cost and its level-by-level search on a DAG.
+
+The model is `planner/accpar.py`'s (Song, Chen, Zhuo, Qian, Li and Chen, "AccPar: Tensor
+Partitioning for Heterogeneous Deep Learning Accelerators", HPCA 2020; its tables from the
+authors' public code, github.com/linghaosong/AccPar `src/accpar.cpp`, as that module says),
+carried over node by node. Every quantity is one member's, in elements, at one level of k
+members, on the share of the tensors its group holds after the levels above.
+
+- **Types.** A node takes one of AccPar's basic partition types at each level: Type-I splits
+  the samples (`batch`), Type-II the reduction C (`in`), Type-III the output channels K
+  (`out`). A node without a reduction (pooling, add, norms, activations, softmax,
+  reshapes...) has one channel dimension, which in and out both split
+  (`graph_layout.dim_of`): its Type-II and Type-III are one split. AccPar has no such nodes
+  (its layers fold activation and pooling in).
+- **Intra-layer communication** (`intra_elements`): a split that leaves a partial sum
+  all-reduces it, 2 (k - 1)/k of it per member (k = 2: the whole tensor, the authors'
+  A(.)): Type-I the weight gradient dW (here with a bias's or a norm's scale and shift), a
+  split of the reduction the output F_{l+1} (Type-II), a split that does not index an input
+  that input's error E_l (Type-III). Which tensors are partial is read off the node's
+  one-level layout (`graph_layout.layout`): its members make equal output regions, or read
+  equal regions of an input, or split no dimension of the weights.
+- **Inter-layer communication** (`edge_fraction`): per edge of the graph (a tensor from its
+  producer to one consumer) F moves forward from what each member of the producer holds to
+  what the same member of the consumer reads, E backward the other way; a member receives
+  what it needs minus what it holds, and a partial sum is whole after its all-reduce. On two
+  layers' matrices this is the authors' 3 x 3 table (`Com_Cost_Inter_Layer`: rows to
+  columns (k - 1)/k^2, parts to whole (k - 1)/k, else 0; `tests/test_accpar_graph.py`
+  checks all nine entries against `accpar.inter_elements`); on a graph it also costs what
+  that table cannot express: a reshape into heads, a concatenation read in parts, a
+  transpose. The fraction depends on the two types alone, as the table does: it is taken on
+  the whole tensor with one level of k members, times the tensor's share in the consumer's
+  group after the levels above (`h_partition` divides a layer's matrices by the types above).
+- **Computation** (`compute_seconds`): forward, backward and gradient products, 3 x the
+  node's forward MACs per sample x batch, of the heaviest sub-group's share of the loop
+  nest, at the sub-group's peak (`accpar.Hardware`; equal cubes, partition ratio 1/k).
+- **Cost**: communication elements x word_bytes / one link's bandwidth + computation
+  seconds, per level, summed over levels (`AccParGraphPlan.seconds`).
+
+**Search.** The authors' `dp_on_one_hierarchy` is a chain DP; on ResNets it adds, at a layer a
+shortcut enters, a second inter-layer term between this layer's type and that of the block's
+first layer, read off the DP's back-pointers (so the minimum is not exact), from a second table
+(`Com_Cost_Inter_Layer_Block`: the inter-layer table with Type-II and Type-III exchanged, which
+we could not derive from the tensors' layouts). The paper's own multi-path section was not
+available to us (only its abstract is). Here each level is an exact min-sum over the whole
+graph (`graph_dp.minimise`, variables in topological order, states: a node's type at this
+level): node costs are unary tables, edge costs pairwise ones, and a skip edge is an edge like
+any other. Levels are decided from the top down on the shares the levels above leave (AccPar's
+`h_partition`, greedy across levels, as on a chain; `--search joint` does not change it). A
+graph too entangled for the exact elimination falls back to `graph_dp.local_search` (noted).
+
+Where this differs from the chain module: a graph input gets no error, so a Type-III first
+node is not charged its input error's all-reduce (the authors' chain code charges it); pooling
+is a node of its own, so a Type-II convolution all-reduces its unpooled output; the loss is not
+costed (AccPar has none). As in `accpar.py`: k-way levels, integer shares, one link's
+bandwidth, the cube's peak throughput (the default hardware unless the request carries a
+`config`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from hypar_sim.errors import InputError
+from hypar_sim.hardware.config import load_hardware
+from hypar_sim.partition import graph_layout
+from hypar_sim.partition.graph_axes import Site
+from hypar_sim.partition.graph_axes import sites as graph_sites
+from hypar_sim.partition.graph_ops import weight_shape
+from hypar_sim.partition.hierarchy import Hierarchy
+from hypar_sim.partition.kinds import Dim
+from hypar_sim.partition.redistribute import Region
+from hypar_sim.partition.shares import Column
+from hypar_sim.planner.accpar import TYPES, Hardware
+from hypar_sim.planner.graph_dp import Factor, StateLimit, local_search, minimise
+from hypar_sim.planner.graph_plan import GraphRequest, graph_edges, register_graph_strategy
+from hypar_sim.workload.graph import Graph
+
+__all__ = ["AccParGraphPlan", "Shares", "accpar_graph_columns", "edge_fraction", "overlap",
+           "plan_cost", "plan_levels", "volume"]
+
+#: The loop dimensions that index a node's weights (a split of any other leaves dW partial).
+WEIGHT_DIMS = (Dim.K, Dim.C, Dim.G)
+
+
+def volume(region: Region) -> int:
+    """Elements of a region (its boxes are disjoint)."""
+    return sum(math.prod(max(0, hi - lo) for lo, hi in box) for box in region)
+
+
+def overlap(a: Region, b: Region) -> int:
+    """Elements two regions share (each made of disjoint boxes)."""
+    return sum(math.prod(max(0, min(p[1], q[1]) - max(p[0], q[0])) for p, q in
+                         zip(x, y, strict=True)) for x in a for y in b)
+
+
+@dataclass(frozen=True)
+class Shares:
+    """The heaviest member's part of one node under a column: its output, each input it
+    reads and its weights with their vectors (elements), and its loop nest (a fraction)."""
+
+    output: int
+    inputs: tuple[int, ...]
+    weights: float
+    work: float
+
+
+def node_shares(site: Site, batch: int, column: Column, hierarchy: Hierarchy) -> Shares:
+    """A node's shares on `hierarchy` split by `column` (no levels: the whole node)."""
+    node, op = site.node, graph_layout.node_op(site)
+    own = graph_layout.layout(site, batch, column, hierarchy)
+    sizes = graph_layout.loops(site, batch)
+    extent = {d: (b[:, 1] - b[:, 0]).astype(np.float64) for d, b in own.boxes.items()}
+    work = np.ones(own.members)
+    for d, e in extent.items():
+        work = work * e / sizes[d]
+    weights = np.zeros(own.members)
+    scale = op.weight_scale(node) if op.weight_scale is not None else 0
+    if scale:
+        rows, columns = weight_shape(node)
+        weights = np.full(own.members, float(rows * columns * scale))
+        for d in WEIGHT_DIMS:
+            if d in extent:
+                weights = weights * extent[d] / sizes[d]
+    vectors = op.vectors(node)
+    if vectors and Dim.K in extent:  # one value per output channel: K (within G groups)
+        weights = weights + vectors * extent[Dim.K] * extent.get(Dim.G, 1.0)
+    return Shares(max(volume(r) for r in own.outputs()),
+                  tuple(max(volume(r) for r in own.reads(i)) for i in range(len(node.inputs))),
+                  float(weights.max()), float(work.max()))
+
+
+@dataclass(frozen=True)
+class AccParGraphPlan:
+    """Every node's column and each level's cost (seconds) for one group: communication
+    (intra-layer and edges) and computation, summed over nodes."""
+
+    columns: tuple[Column, ...]
+    communication_s: tuple[float, ...]
+    computation_s: tuple[float, ...]
+
+    @property
+    def seconds(self) -> float:
+        """AccPar's cost of the plan: every level's (a level's groups run in parallel)."""
+        return sum(self.communication_s) + sum(self.computation_s)
+
+
+class _Model:
+    """AccPar's per-level costs on one graph (one planning run; one-level layouts remembered
+    by geometry, since networks repeat their blocks)."""
+
+    def __init__(self, graph: Graph, sites: Sequence[Site], batch: int, hardware: Hardware,
+                 word_bytes: int) -> None:
+        self.graph, self.sites, self.batch = graph, sites, batch
+        self.hardware, self.word_bytes = hardware, word_bytes
+        self.edges = graph_edges(graph)
+        self._partial: dict[tuple, tuple[bool, tuple[bool, ...], bool]] = {}
+        self._fractions: dict[tuple, float] = {}
+
+    def _one_level(self, site: Site, kind: str, k: int) -> graph_layout.NodeLayout:
+        return graph_layout.layout(site, self.batch, (kind,), Hierarchy((k,)))
+
+    def partial(self, site: Site, kind: str, k: int) -> tuple[bool, tuple[bool, ...], bool]:
+        """What a split by `kind` leaves partial: the output, each input's error, dW."""
+        key = (graph_layout.geometry(site), kind, k)
+        if key not in self._partial:
+            own = self._one_level(site, kind, k)
+            made = own.outputs()
+            reads = [own.reads(i) for i in range(len(site.node.inputs))]
+            dim = graph_layout.dim_of(graph_layout.node_op(site), kind)
+            self._partial[key] = (all(m == made[0] for m in made),
+                                  tuple(all(r == read[0] for r in read) for read in reads),
+                                  dim not in WEIGHT_DIMS)
+        return self._partial[key]
+
+    def intra_elements(self, i: int, kind: str, k: int, group: Shares) -> float:
+        """Intra-layer communication of node `i` split by `kind` among k members."""
+        site = self.sites[i]
+        output, inputs, weights = self.partial(site, kind, k)
+        whole = group.output * output + group.weights * weights
+        whole += sum(share for share, partial, source in zip(
+            group.inputs, inputs, site.node.inputs, strict=True)
+            if partial and source not in self.graph.inputs)  # a graph input has no error
+        return 2 * (k - 1) / k * whole
+
+    def compute_seconds(self, i: int, column: Column, hierarchy: Hierarchy,
+                        lower: Hierarchy) -> float:
+        """The heaviest sub-group's products under `column` (levels `lower`), at its peak."""
+        node = self.sites[i].node
+        if not node.macs:
+            return 0.0
+        work = node_shares(self.sites[i], self.batch, column, lower).work
+        cubes = hierarchy.members // lower.members
+        return 3 * node.macs * self.batch * work / (cubes * self.hardware.macs_per_s)
+
+    def edge_fraction(self, p: int, c: int, index: int, before: str, kind: str, k: int) -> float:
+        """One member's receipt on edge p -> c (input `index`), a fraction of the tensor."""
+        producer, consumer = self.sites[p], self.sites[c]
+        key = (graph_layout.geometry(producer), graph_layout.geometry(consumer), index,
+               before, kind, k)
+        if key not in self._fractions:
+            self._fractions[key] = edge_fraction(
+                self._one_level(producer, before, k).outputs(),
+                self._one_level(consumer, kind, k).reads(index),
+                self.batch * math.prod(producer.node.shape))
+        return self._fractions[key]
+
+
+def edge_fraction(held: Sequence[Region], read: Sequence[Region], elements: int) -> float:
+    """The heaviest member's receipt, a fraction of the tensor's `elements`: F forward, what
+    it reads minus what it holds; E backward, what it holds (of what anyone reads: an error
+    nobody makes is zero) minus what it reads. A partial `held` region is whole (all-reduced
+    by the intra-layer step), as is the error of a `read` region every member reads."""
+    same = all(r == read[0] for r in read)
+    worst = 0
+    for mine, need in zip(held, read, strict=True):
+        kept = overlap(need, mine)
+        covered = overlap(mine, read[0]) if same else min(volume(mine), sum(
+            overlap(mine, r) for r in read))
+        worst = max(worst, volume(need) - kept + covered - kept)
+    return worst / elements
+
+
+@dataclass(frozen=True)
+class _Level:
+    """One level's tables (seconds): per node and option, per edge and option pair."""
+
+    communication: list[np.ndarray]
+    computation: list[np.ndarray]
+    edges: list[np.ndarray]
+
+
+def _level(model: _Model, columns: Sequence[Column], options: Sequence[Sequence[str]],
+           hierarchy: Hierarchy, level: int) -> _Level:
+    upper, lower = Hierarchy(hierarchy.sizes[:level]), Hierarchy(hierarchy.sizes[:level + 1])
+    k = hierarchy.sizes[level]
+    per_element = model.word_bytes / model.hardware.link_bytes_per_s
+    groups = [node_shares(site, model.batch, column, upper)
+              for site, column in zip(model.sites, columns, strict=True)]
+    communication = [np.array([model.intra_elements(i, kind, k, groups[i]) * per_element
+                               for kind in kinds]) for i, kinds in enumerate(options)]
+    computation = [np.array([model.compute_seconds(i, columns[i] + (kind,), hierarchy, lower)
+                             for kind in kinds]) for i, kinds in enumerate(options)]
+    edges = [np.array([[model.edge_fraction(p, c, index, before, kind, k)
+                        * groups[c].inputs[index] * per_element for kind in options[c]]
+                       for before in options[p]]) for p, c, index in model.edges]
+    return _Level(communication, computation, edges)
+
+
+def plan_levels(graph: Graph, batch: int, hierarchy: Hierarchy, kinds: Sequence[str],
+                hardware: Hardware, word_bytes: int = 4, fixed: Sequence[Column] | None = None,
+                notes: list[str] | None = None,
+                sites: Sequence[Site] | None = None) -> AccParGraphPlan:
+    """AccPar's search: level by level from the top, an exact min-sum over the graph (state:
+    a node's type at this level). With `fixed`, every node's column is given (its cost)."""
+    sites = list(sites) if sites is not None else graph_sites(graph)
+    kinds = [kind for kind in TYPES if kind in kinds]
+    model = _Model(graph, sites, batch, hardware, word_bytes)
+    columns: list[Column] = [() for _ in sites]
+    communication, computation = [], []
+    for level in range(hierarchy.levels):
+        upper = Hierarchy(hierarchy.sizes[:level + 1])
+        options = []
+        for i, site in enumerate(sites):
+            allowed = [fixed[i][level]] if fixed is not None else [
+                kind for kind in kinds
+                if graph_layout.offered(site, batch, columns[i] + (kind,), upper)]
+            if not allowed:
+                raise InputError(
+                    f"--kinds: accpar cannot split node {site.node.name} ({site.node.op}) at "
+                    f"level {level + 1} of {hierarchy} with {','.join(kinds)}; allowed: batch, "
+                    "in, out (AccPar's Type-I, II, III) where the dimension has an index for "
+                    "every member")
+            options.append(allowed)
+        tables = _level(model, columns, options, hierarchy, level)
+        factors = [Factor((i,), c + p) for i, (c, p) in enumerate(
+            zip(tables.communication, tables.computation, strict=True))]
+        factors += [Factor((p, c), table)
+                    for (p, c, _), table in zip(model.edges, tables.edges, strict=True)]
+        domains = [len(o) for o in options]
+        try:
+            _, choice = minimise(domains, factors, range(len(sites)))
+        except StateLimit as limit:
+            _, choice = local_search(domains, factors, range(len(sites)))
+            if notes is not None:
+                notes.append(f"local search where the exact elimination needed "
+                             f"{limit.cells:,} states")
+        communication.append(
+            sum(float(t[s]) for t, s in zip(tables.communication, choice, strict=True))
+            + sum(float(t[choice[p], choice[c]])
+                  for (p, c, _), t in zip(model.edges, tables.edges, strict=True)))
+        computation.append(sum(float(t[s]) for t, s in zip(tables.computation, choice,
+                                                          strict=True)))
+        columns = [column + (opts[s],) for column, opts, s in zip(columns, options, choice,
+                                                                 strict=True)]
+    return AccParGraphPlan(tuple(columns), tuple(communication), tuple(computation))
+
+
+def plan_cost(graph: Graph, batch: int, columns: Sequence[Column], hierarchy: Hierarchy,
+              hardware: Hardware, word_bytes: int = 4) -> AccParGraphPlan:
+    """AccPar's cost of a given plan of a graph (kinds batch, in, out only)."""
+    bad = sorted({kind for column in columns for kind in column} - set(TYPES))
+    if bad:
+        raise InputError(f"plan: accpar cannot cost kind(s) {','.join(bad)}; allowed: "
+                         f"{', '.join(TYPES)}")
+    return plan_levels(graph, batch, hierarchy, tuple(TYPES), hardware, word_bytes,
+                       fixed=columns)
+
+
+def request_hardware(request: GraphRequest) -> Hardware:
+    """The cost model's numbers: the request's hardware where it carries one, else the
+    default hardware for this array and batch."""
+    config = request.config
+    if config is None:
+        config = load_hardware(overrides={"accelerators": request.hierarchy.members,
+                                          "batch": request.batch,
+                                          "word_bytes": request.word_bytes})
+    return Hardware.from_config(config)
+
+
+@register_graph_strategy("accpar")
+def accpar_graph_columns(request: GraphRequest) -> list[Column]:
+    """AccPar's plan of a graph over the allowed kinds it has types for."""
+    kinds = [kind for kind in TYPES if kind in request.kinds]
+    if not kinds:
+        raise InputError(f"--kinds: accpar searches batch, in and out (AccPar's Type-I, II, "
+                         f"III); got {','.join(request.kinds)}")
+    return list(plan_levels(request.graph, request.batch, request.hierarchy, kinds,
+                            request_hardware(request), request.word_bytes,
+                            notes=request.notes, sites=request.sites).columns)

@@ -1,0 +1,304 @@
+"""`grid` on graph networks: every contraction on its own grid, every other node following.
+
+Paper: R. Li, Y. Xu, A. Sukumaran-Rajam, A. Rountev, P. Sadayappan, "Efficient distributed
+algorithms for Convolutional Neural Networks" (SPAA 2021). `planner/grid.py` holds the chain
+form and the mapping of the paper's grid, Eq. 10 and Eq. 11 onto this hardware; this module
+applies the same per-layer rule to the nodes of a graph.
+
+- **Which nodes get a grid.** The paper's object is one loop nest, Listing 1's convolution
+  (Sec. 2), with matrix multiplication its special case (Sec. 1). Every node whose loop nest
+  has that shape gets a grid: a convolution (grouped and depthwise included), an fc layer,
+  a product of two activations (attention's Q K^T and its product with V) and an embedding
+  (a lookup: Ker is the table, In the token ids, no reduction). A node's grid gives each of
+  its loop dimensions (`graph_layout.loops`) the product of the sizes of the levels whose
+  kind splits it: b (N), h (P, output rows or token positions), k (K), c (C, the reduction:
+  P_c replicas of Out hold partial sums).
+- **Words** (`node_grid_cost`, the chain module's mapping of Eq. 10 without the initial
+  loads): per input, what the members read beyond its size (replication along the
+  dimensions that do not index it, and halo rows); the weights each member holds beyond
+  |Ker| (replication along b, h); Out's partial sums reduce-scattered among the P_c replicas,
+  (1 - 1/P_c) of the members' Out blocks. What a member reads, holds and makes is the node's
+  real layout (`graph_layout.layout`, `graph_ops`: a grouped convolution reads its groups'
+  channels, a matmul reads A's rows and B's columns). Training moves it twice (the paper
+  treats the forward pass; `grid.py` says why twice), less the input words of a graph input
+  (no error is computed for it). Eq. 10's cost_D of the busiest member and Eq. 11's
+  footprint (weights, gradients, inputs read and the Out block) are reported too.
+- **Choice** (Sec. 2.1-2.2, one convolution at a time): the grid of least training words
+  among those whose footprint fits `capacity_bytes` (Eq. 11 with tiles = partitions), then
+  the smaller footprint; among the columns that realise the chosen grids, the one agreeing
+  at the most levels with the column of the node producing its first input, then the
+  larger b, h, k extents, then the order of the kinds.
+- **Nodes the paper does not cover** (add, pooling, norms, activations, softmax, reshapes,
+  concatenation...): the paper ignores everything between its convolutions; here such a
+  node copies the column of the producer of one of its inputs (in input order) wherever
+  that is offered and costs nothing by the layout model (`graph_layout.Costs.edge`, summed
+  over its input edges); where no copy is free (an add joining two differently split
+  inputs, a reshape into heads, a consumer of a partial sum) it takes the offered column of
+  least such edge cost (ties: a producer's column, then the order of the kinds), trying
+  every column where there are at most `MAX_TRIED` (four kinds on four levels), else
+  changing one level at a time from the cheapest producer's column while that helps. Its
+  consumers' costs are not looked at (they decide after it, by their own rule).
+- **Not in the paper.** Attention heads and groups: its loop nest has neither. A grouped
+  convolution's G loop (`groups` kind) and attention's H loop (`heads`) are used only when
+  --kinds names them, as grid dimensions costed by the same rule (they index In, Out and,
+  for G, Ker: splitting them replicates nothing). By default the grid uses the paper's four
+  dimensions, so a depthwise convolution (one channel per group, no K or C to split) gets a
+  grid of b and h only. A weight tied to another (GPT-2's output projection) counts no Ker
+  words of its own (`graph_ops` adds its gradient into its owner's).
+
+As on a chain: Case 1a's streamed tiles, extents other than products of level sizes, splits
+of w, and the topology (a word costs the same at every level) are out of reach. A graph plan
+has no memory check of its own: `capacity_bytes` comes from the request where it carries one.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from hypar_sim.errors import InputError
+from hypar_sim.partition import graph_layout
+from hypar_sim.partition.graph_axes import Site
+from hypar_sim.partition.graph_ops import NODE_OPS, weight_shape
+from hypar_sim.partition.hierarchy import Hierarchy
+from hypar_sim.partition.kinds import Dim
+from hypar_sim.partition.redistribute import Region
+from hypar_sim.partition.shares import Column
+from hypar_sim.planner.graph_plan import GraphRequest, graph_edges, register_graph_strategy
+from hypar_sim.planner.grid import GRID_KINDS
+from hypar_sim.workload.graph import Node
+
+__all__ = ["EXTRA_KINDS", "NodeGrid", "NodeGridCost", "grid_graph_columns", "is_contraction",
+           "node_grid", "node_grid_cost"]
+
+#: Kinds beyond the paper's four, used only when --kinds names them.
+EXTRA_KINDS = ("heads", "groups")
+#: Order and letters of grid dimensions (the paper's b, h, k, c; then ours).
+_LETTERS = {Dim.N: "b", Dim.P: "h", Dim.Q: "w", Dim.K: "k", Dim.C: "c", Dim.H: "heads",
+            Dim.G: "g"}
+_WEIGHT_DIMS = (Dim.K, Dim.C, Dim.G)
+
+
+def is_contraction(node: Node) -> bool:
+    """A convolution- or matmul-shaped loop nest (a reduction), or an embedding's lookup."""
+    return NODE_OPS[node.op].reduction is not None or node.op == "embedding"
+
+
+@dataclass(frozen=True, order=True)
+class NodeGrid:
+    """Processors along each split loop dimension (dimensions of extent 1 left out)."""
+
+    extents: tuple[tuple[str, int], ...]
+
+    def extent(self, dim: Dim) -> int:
+        return dict(self.extents).get(dim.value, 1)
+
+    @property
+    def members(self) -> int:
+        return math.prod(e for _, e in self.extents)
+
+    def __str__(self) -> str:
+        return " x ".join(f"{_LETTERS[Dim(d)]}{e}" for d, e in self.extents) or "1"
+
+
+def node_grid(site: Site, column: Column, hierarchy: Hierarchy) -> NodeGrid:
+    """The grid a column realises on a node: per dimension, its levels' sizes multiplied."""
+    op = graph_layout.node_op(site)
+    extents: dict[Dim, int] = {}
+    for size, kind in zip(hierarchy.sizes, column, strict=True):
+        dim = graph_layout.dim_of(op, kind)
+        extents[dim] = extents.get(dim, 1) * size
+    order = list(_LETTERS)
+    return NodeGrid(tuple((d.value, e) for d, e in sorted(extents.items(),
+                                                         key=lambda item: order.index(item[0]))))
+
+
+@dataclass(frozen=True)
+class NodeGridCost:
+    """A contraction on a grid: words moved (all members), Eq. 10, memory."""
+
+    grid: NodeGrid
+    in_words: tuple[float, ...]  # per input: words read beyond its size (replication, halo)
+    weight_words: float  # weight words held beyond |Ker| (replication along b, h)
+    out_words: float  # partial-output words reduce-scattered (replication along c)
+    eq10_words: float  # Eq. 10's cost_D of the busiest member, T = W
+    footprint_words: float  # busiest member: weights + gradients + inputs + Out block
+    errors: tuple[bool, ...]  # per input: its error is computed (not a graph input)
+
+    @property
+    def received_words(self) -> float:
+        """Forward pass: what members receive that they do not own."""
+        return sum(self.in_words) + self.weight_words + self.out_words
+
+    @property
+    def training_words(self) -> float:
+        """Both passes: twice the forward, less the input words of inputs with no error."""
+        return 2 * self.received_words - sum(
+            words for words, error in zip(self.in_words, self.errors, strict=True) if not error)
+
+
+def _volumes(regions: Sequence[Region]) -> np.ndarray:
+    return np.array([sum(math.prod(max(0, hi - lo) for lo, hi in box) for box in region)
+                     for region in regions], dtype=np.float64)
+
+
+def node_grid_cost(site: Site, batch: int, column: Column, hierarchy: Hierarchy,
+                   errors: Sequence[bool] | None = None) -> NodeGridCost:
+    """A contraction node on the grid of `column`: every member's real region (uneven where a
+    dimension does not divide), summed for the words, maximised for Eq. 10 and memory.
+    `errors`: per input, whether its error is computed (default: all)."""
+    node, op = site.node, graph_layout.node_op(site)
+    own = graph_layout.layout(site, batch, column, hierarchy)
+    sizes = graph_layout.loops(site, batch)
+    reads = [_volumes(own.reads(i)) for i in range(len(node.inputs))]
+    totals = [batch * math.prod(shape) for shape in node.input_shapes]
+    scale = op.weight_scale(node) if op.weight_scale is not None else 0
+    rows, columns = weight_shape(node) if scale else (0, 0)
+    ker = float(rows * columns * scale)
+    weights = np.full(own.members, ker)
+    for dim in _WEIGHT_DIMS:
+        if dim in own.boxes:
+            weights = weights * (own.boxes[dim][:, 1] - own.boxes[dim][:, 0]) / sizes[dim]
+    outputs = _volumes(own.outputs())
+    replicas = math.prod(size for size, kind in zip(hierarchy.sizes, column, strict=True)
+                         if graph_layout.dim_of(op, kind) is Dim.C)
+    read = np.sum(reads, axis=0)
+    return NodeGridCost(
+        node_grid(site, column, hierarchy),
+        in_words=tuple(max(0.0, float(r.sum()) - t) for r, t in zip(reads, totals, strict=True)),
+        weight_words=max(0.0, float(weights.sum()) - ker),
+        out_words=float(outputs.sum()) * (1 - 1 / replicas),
+        eq10_words=float((outputs + read + weights).max()) + (sum(totals) + ker) / own.members,
+        footprint_words=float((2 * weights + read + outputs).max()),
+        errors=tuple(errors) if errors is not None else (True,) * len(node.inputs))
+
+
+def _choose(costs: Sequence[NodeGridCost], node: Node, capacity_bytes: float | None,
+            word_bytes: int) -> list[NodeGridCost]:
+    """The grids of least training words among those that fit a cube, ties kept (then the
+    smaller footprint); InputError naming the memory the leanest grid needs."""
+    fitting = [c for c in costs
+               if capacity_bytes is None or c.footprint_words * word_bytes <= capacity_bytes]
+    if not fitting:
+        leanest = min(costs, key=lambda c: (c.footprint_words, c.grid))
+        gib = 2 ** 30
+        raise InputError(
+            f"capacity: node {node.name} fits no grid in a cube of {capacity_bytes / gib:.3g} "
+            f"GiB: the leanest grid ({leanest.grid}) needs "
+            f"{leanest.footprint_words * word_bytes / gib:.3g} GiB per cube; use more "
+            "accelerators, a smaller batch or a larger cube_capacity_gib")
+    best = min((c.training_words, c.footprint_words) for c in fitting)
+    return [c for c in fitting if (c.training_words, c.footprint_words) == best]
+
+
+def _agreement(column: Column, previous: Column | None) -> int:
+    return sum(a == b for a, b in zip(column, previous or (), strict=False))
+
+
+#: Most columns a following node tries one by one (four kinds on four levels); with more,
+#: it moves one level at a time from its producers' columns.
+MAX_TRIED = 256
+
+
+class _Planner:
+    """One planning run: the request, the nodes' columns so far, offered columns and grid
+    costs remembered by geometry (networks repeat their blocks)."""
+
+    def __init__(self, request: GraphRequest, kinds: Sequence[str],
+                 capacity_bytes: float | None) -> None:
+        self.request, self.kinds, self.capacity_bytes = request, tuple(kinds), capacity_bytes
+        self.every = list(itertools.product(kinds, repeat=request.hierarchy.levels))
+        self.inputs: dict[int, list[tuple[int, int]]] = {}
+        for p, c, index in graph_edges(request.graph):
+            self.inputs.setdefault(c, []).append((p, index))
+        self.columns: list[Column] = []
+        self._offered: dict[tuple, list[Column]] = {}
+        self._costs: dict[tuple, NodeGridCost] = {}
+
+    def offered(self, site: Site) -> list[Column]:
+        r, key = self.request, graph_layout.geometry(site)
+        if key not in self._offered:
+            self._offered[key] = [c for c in self.every
+                                  if graph_layout.offered(site, r.batch, c, r.hierarchy)]
+        return self._offered[key]
+
+    def contraction(self, i: int, offered: Sequence[Column]) -> Column:
+        r, site = self.request, self.request.sites[i]
+        errors = tuple(source not in r.graph.inputs for source in site.node.inputs)
+        by_grid: dict[NodeGrid, list[Column]] = {}
+        for column in offered:
+            by_grid.setdefault(node_grid(site, column, r.hierarchy), []).append(column)
+        costs = []
+        for grid, columns in by_grid.items():
+            key = (graph_layout.geometry(site), grid, errors)
+            if key not in self._costs:
+                self._costs[key] = node_grid_cost(site, r.batch, columns[0], r.hierarchy, errors)
+            costs.append(self._costs[key])
+        inputs = self.inputs.get(i, [])
+        previous = self.columns[inputs[0][0]] if inputs else None
+        options = []
+        for cost in _choose(costs, site.node, self.capacity_bytes, r.word_bytes):
+            g = cost.grid
+            for order, column in enumerate(by_grid[g]):
+                options.append(((-_agreement(column, previous), -g.extent(Dim.N),
+                                 -g.extent(Dim.P), -g.extent(Dim.K), order), column))
+        return min(options)[1]
+
+    def follow(self, i: int, offered: Sequence[Column]) -> Column:
+        r, site = self.request, self.request.sites[i]
+        inputs = self.inputs.get(i, [])
+        if not inputs:
+            return offered[0]
+
+        def cost(column: Column) -> float:
+            return sum(r.costs.edge(r.sites[p], site, index, self.columns[p], column,
+                                    r.hierarchy) for p, index in inputs)
+
+        allowed = set(offered)
+        candidates = list(dict.fromkeys(self.columns[p] for p, _ in inputs
+                                        if self.columns[p] in allowed))
+        for column in candidates:
+            if cost(column) == 0:
+                return column
+        if len(offered) <= MAX_TRIED:
+            return min(candidates + [c for c in offered if c not in candidates], key=cost)
+        best = min(candidates or [offered[0]], key=cost)
+        least, moved = cost(best), True
+        while moved:  # one level at a time, until no single change helps
+            moved = False
+            for level, kind in itertools.product(range(len(best)), self.kinds):
+                column = best[:level] + (kind,) + best[level + 1:]
+                if column in allowed and cost(column) < least:
+                    best, least, moved = column, cost(column), True
+        return best
+
+
+def grid_graph_columns(request: GraphRequest, capacity_bytes: float | None = None
+                       ) -> list[Column]:
+    """Every contraction on its cheapest grid under the paper's cost and `capacity_bytes`
+    (one cube, bytes; None: unlimited); every other node following its producers."""
+    kinds = [k for k in (*GRID_KINDS, *EXTRA_KINDS) if k in request.kinds]
+    if not kinds:
+        raise InputError(f"--kinds: the grid strategy needs at least one of "
+                         f"{', '.join(GRID_KINDS + EXTRA_KINDS)}; got {', '.join(request.kinds)}")
+    planner = _Planner(request, kinds, capacity_bytes)
+    for i, site in enumerate(request.sites):
+        offered = planner.offered(site)
+        if not offered:
+            raise InputError(
+                f"--kinds: node {site.node.name} ({site.node.op}) cannot be split onto "
+                f"hierarchy {request.hierarchy} (batch {request.batch}) by any column of kinds "
+                f"{', '.join(kinds)}; allowed kinds for grid: "
+                f"{', '.join(GRID_KINDS + EXTRA_KINDS)}")
+        choose = planner.contraction if is_contraction(site.node) else planner.follow
+        planner.columns.append(choose(i, offered))
+    return planner.columns
+
+
+@register_graph_strategy("grid")
+def _grid(request: GraphRequest) -> list[Column]:
+    return grid_graph_columns(request, request.capacity_bytes)
