@@ -152,13 +152,13 @@ def test_memory_limit_changes_the_grid():
     data = next(c for c in costs if c.grid == grid.Grid(batch=16))
     assert data.training_words == 2 * 15 * conv52.weights
     assert data.footprint_words * 4 / MIB == pytest.approx(30.25)
-    tied = grid.choose(costs, conv52, 28 * MIB, 4)
+    tied = grid.choose(costs, "layer conv5_2", 28 * MIB, 4)
     assert {c.grid for c in tied} == {grid.Grid(batch=8, out=2), grid.Grid(batch=8, inn=2)}
     assert tied[0].footprint_words * 4 / MIB == pytest.approx(27.375)
     limited = grid.grid_strategy(_request(network, hierarchy, 256, capacity=28 * MIB))
     assert limited == [("batch", "batch", "batch", "out")] * 2
     with pytest.raises(InputError, match=r"layer conv5_2 fits no grid.*needs 0\.0267 GiB"):
-        grid.choose(costs, conv52, 27 * MIB, 4)
+        grid.choose(costs, "layer conv5_2", 27 * MIB, 4)
 
 
 def test_kinds_and_the_model_are_honoured():

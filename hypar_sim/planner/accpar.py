@@ -50,6 +50,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -59,6 +60,9 @@ from hypar_sim.partition.hierarchy import Hierarchy
 from hypar_sim.partition.shares import Column
 from hypar_sim.planner.search import chain_dp
 from hypar_sim.planner.strategies import PlanRequest, register_strategy
+
+if TYPE_CHECKING:
+    from hypar_sim.planner.graph_plan import GraphRequest
 from hypar_sim.planner.traffic import TrafficModel
 from hypar_sim.workload.layers import Layer
 
@@ -260,20 +264,25 @@ def plan_levels(layers: Sequence[Layer], batch: int, hierarchy: Hierarchy, kinds
     return AccParPlan(tuple(columns), tuple(communication), tuple(computation))
 
 
-def plan_cost(layers: Sequence[Layer], batch: int, columns: Sequence[Column],
-              hierarchy: Hierarchy, hardware: Hardware, word_bytes: int = 4) -> AccParPlan:
-    """AccPar's cost of a given plan (kinds batch, in, out only)."""
+def check_types(columns: Sequence[Column]) -> None:
+    """Only AccPar's three types can be costed."""
     bad = sorted({kind for column in columns for kind in column} - set(TYPES))
     if bad:
         raise InputError(f"plan: accpar cannot cost kind(s) {','.join(bad)}; allowed: "
                          f"{', '.join(TYPES)}")
+
+
+def plan_cost(layers: Sequence[Layer], batch: int, columns: Sequence[Column],
+              hierarchy: Hierarchy, hardware: Hardware, word_bytes: int = 4) -> AccParPlan:
+    """AccPar's cost of a given plan (kinds batch, in, out only)."""
+    check_types(columns)
     return plan_levels(layers, batch, hierarchy, tuple(TYPES), hardware, word_bytes,
                        fixed=columns)
 
 
-def request_hardware(request: PlanRequest) -> Hardware:
-    """The cost model's numbers: from the request's hardware (`make_plan` passes it), else the
-    default hardware for this array and batch."""
+def request_hardware(request: PlanRequest | GraphRequest) -> Hardware:
+    """The cost model's numbers: from the request's hardware (`make_plan` and
+    `make_graph_plan` pass it), else the default hardware for this array and batch."""
     config = request.config
     if config is None:
         config = load_hardware(overrides={"accelerators": request.hierarchy.members,

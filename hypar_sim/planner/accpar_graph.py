@@ -34,7 +34,7 @@ members, on the share of the tensors its group holds after the levels above.
   node's forward MACs per sample x batch, of the heaviest sub-group's share of the loop
   nest, at the sub-group's peak (`accpar.Hardware`; equal cubes, partition ratio 1/k).
 - **Cost**: communication elements x word_bytes / one link's bandwidth + computation
-  seconds, per level, summed over levels (`AccParGraphPlan.seconds`).
+  seconds, per level, summed over levels (`AccParPlan.seconds`).
 
 **Search.** The authors' `dp_on_one_hierarchy` is a chain DP; on ResNets it adds, at a layer a
 shortcut enters, a second inter-layer term between this layer's type and that of the block's
@@ -65,7 +65,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from hypar_sim.errors import InputError
-from hypar_sim.hardware.config import load_hardware
 from hypar_sim.partition import graph_layout
 from hypar_sim.partition.graph_axes import Site
 from hypar_sim.partition.graph_axes import sites as graph_sites
@@ -74,12 +73,12 @@ from hypar_sim.partition.hierarchy import Hierarchy
 from hypar_sim.partition.kinds import Dim
 from hypar_sim.partition.redistribute import Region
 from hypar_sim.partition.shares import Column
-from hypar_sim.planner.accpar import TYPES, Hardware
+from hypar_sim.planner.accpar import TYPES, AccParPlan, Hardware, check_types, request_hardware
 from hypar_sim.planner.graph_dp import Factor, StateLimit, local_search, minimise
 from hypar_sim.planner.graph_plan import GraphRequest, graph_edges, register_graph_strategy
 from hypar_sim.workload.graph import Graph
 
-__all__ = ["AccParGraphPlan", "Shares", "accpar_graph_columns", "edge_fraction", "overlap",
+__all__ = ["AccParPlan", "Shares", "accpar_graph_columns", "edge_fraction", "overlap",
            "plan_cost", "plan_levels", "volume"]
 
 #: The loop dimensions that index a node's weights (a split of any other leaves dW partial).
@@ -131,21 +130,6 @@ def node_shares(site: Site, batch: int, column: Column, hierarchy: Hierarchy) ->
     return Shares(max(volume(r) for r in own.outputs()),
                   tuple(max(volume(r) for r in own.reads(i)) for i in range(len(node.inputs))),
                   float(weights.max()), float(work.max()))
-
-
-@dataclass(frozen=True)
-class AccParGraphPlan:
-    """Every node's column and each level's cost (seconds) for one group: communication
-    (intra-layer and edges) and computation, summed over nodes."""
-
-    columns: tuple[Column, ...]
-    communication_s: tuple[float, ...]
-    computation_s: tuple[float, ...]
-
-    @property
-    def seconds(self) -> float:
-        """AccPar's cost of the plan: every level's (a level's groups run in parallel)."""
-        return sum(self.communication_s) + sum(self.computation_s)
 
 
 class _Model:
@@ -253,7 +237,7 @@ def _level(model: _Model, columns: Sequence[Column], options: Sequence[Sequence[
 def plan_levels(graph: Graph, batch: int, hierarchy: Hierarchy, kinds: Sequence[str],
                 hardware: Hardware, word_bytes: int = 4, fixed: Sequence[Column] | None = None,
                 notes: list[str] | None = None,
-                sites: Sequence[Site] | None = None) -> AccParGraphPlan:
+                sites: Sequence[Site] | None = None) -> AccParPlan:
     """AccPar's search: level by level from the top, an exact min-sum over the graph (state:
     a node's type at this level). With `fixed`, every node's column is given (its cost)."""
     sites = list(sites) if sites is not None else graph_sites(graph)
@@ -296,29 +280,15 @@ def plan_levels(graph: Graph, batch: int, hierarchy: Hierarchy, kinds: Sequence[
                                                           strict=True)))
         columns = [column + (opts[s],) for column, opts, s in zip(columns, options, choice,
                                                                  strict=True)]
-    return AccParGraphPlan(tuple(columns), tuple(communication), tuple(computation))
+    return AccParPlan(tuple(columns), tuple(communication), tuple(computation))
 
 
 def plan_cost(graph: Graph, batch: int, columns: Sequence[Column], hierarchy: Hierarchy,
-              hardware: Hardware, word_bytes: int = 4) -> AccParGraphPlan:
+              hardware: Hardware, word_bytes: int = 4) -> AccParPlan:
     """AccPar's cost of a given plan of a graph (kinds batch, in, out only)."""
-    bad = sorted({kind for column in columns for kind in column} - set(TYPES))
-    if bad:
-        raise InputError(f"plan: accpar cannot cost kind(s) {','.join(bad)}; allowed: "
-                         f"{', '.join(TYPES)}")
+    check_types(columns)
     return plan_levels(graph, batch, hierarchy, tuple(TYPES), hardware, word_bytes,
                        fixed=columns)
-
-
-def request_hardware(request: GraphRequest) -> Hardware:
-    """The cost model's numbers: the request's hardware where it carries one, else the
-    default hardware for this array and batch."""
-    config = request.config
-    if config is None:
-        config = load_hardware(overrides={"accelerators": request.hierarchy.members,
-                                          "batch": request.batch,
-                                          "word_bytes": request.word_bytes})
-    return Hardware.from_config(config)
 
 
 @register_graph_strategy("accpar")

@@ -247,17 +247,18 @@ def layer_grids(request: PlanRequest, layer: Layer, first: bool,
             if request.model.offered(layer, request.batch, column, request.hierarchy)]
 
 
-def choose(costs: Sequence[GridCost], layer: Layer, capacity_bytes: float | None,
+def choose(costs: Sequence[GridCost], what: str, capacity_bytes: float | None,
            word_bytes: int) -> list[GridCost]:
     """The grids of least training words among those that fit a cube, ties kept (then the
-    smaller footprint); InputError naming the memory the leanest grid needs."""
+    smaller footprint); InputError naming `what` ("layer conv1", "node add3") and the memory
+    the leanest grid needs. Any costs with `training_words`, `footprint_words` and `grid`."""
     fitting = [c for c in costs
                if capacity_bytes is None or c.footprint_words * word_bytes <= capacity_bytes]
     if not fitting:
         leanest = min(costs, key=lambda c: (c.footprint_words, c.grid))
         gib = 2 ** 30
         raise InputError(
-            f"capacity: layer {layer.name} fits no grid in a cube of "
+            f"capacity: {what} fits no grid in a cube of "
             f"{capacity_bytes / gib:.3g} GiB: the leanest grid ({leanest.grid}) needs "
             f"{leanest.footprint_words * word_bytes / gib:.3g} GiB per cube; use more "
             "accelerators, a smaller batch or a larger cube_capacity_gib")
@@ -265,7 +266,8 @@ def choose(costs: Sequence[GridCost], layer: Layer, capacity_bytes: float | None
     return [c for c in fitting if (c.training_words, c.footprint_words) == best]
 
 
-def _agreement(column: Column, previous: Column | None) -> int:
+def agreement(column: Column, previous: Column | None) -> int:
+    """At how many levels two columns agree (the tie-break towards the producer's)."""
     return sum(a == b for a, b in zip(column, previous or (), strict=False))
 
 
@@ -287,11 +289,12 @@ def grid_strategy(request: PlanRequest) -> list[Column]:
                 f"{', '.join(kinds)}; allowed kinds for grid: {', '.join(GRID_KINDS)}")
         previous = chosen[-1] if chosen else None
         options = []
-        for tied in choose(costs, layer, request.capacity_bytes, request.word_bytes):
+        for tied in choose(costs, f"layer {layer.name}", request.capacity_bytes,
+                           request.word_bytes):
             column = realise(tied.grid, request.hierarchy, kinds, previous)
             if not request.model.offered(layer, request.batch, column, request.hierarchy):
                 column = columns[tied.grid]  # a model whose offer depends on more than grids
             g = tied.grid
-            options.append(((-_agreement(column, previous), -g.batch, -g.rows, -g.out), column))
+            options.append(((-agreement(column, previous), -g.batch, -g.rows, -g.out), column))
         chosen.append(min(options)[1])
     return chosen

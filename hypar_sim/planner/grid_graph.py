@@ -69,7 +69,7 @@ from hypar_sim.partition.kinds import Dim
 from hypar_sim.partition.redistribute import Region
 from hypar_sim.partition.shares import Column
 from hypar_sim.planner.graph_plan import GraphRequest, graph_edges, register_graph_strategy
-from hypar_sim.planner.grid import GRID_KINDS
+from hypar_sim.planner.grid import GRID_KINDS, agreement, choose
 from hypar_sim.workload.graph import Node
 
 __all__ = ["EXTRA_KINDS", "NodeGrid", "NodeGridCost", "grid_graph_columns", "is_contraction",
@@ -177,28 +177,6 @@ def node_grid_cost(site: Site, batch: int, column: Column, hierarchy: Hierarchy,
         errors=tuple(errors) if errors is not None else (True,) * len(node.inputs))
 
 
-def _choose(costs: Sequence[NodeGridCost], node: Node, capacity_bytes: float | None,
-            word_bytes: int) -> list[NodeGridCost]:
-    """The grids of least training words among those that fit a cube, ties kept (then the
-    smaller footprint); InputError naming the memory the leanest grid needs."""
-    fitting = [c for c in costs
-               if capacity_bytes is None or c.footprint_words * word_bytes <= capacity_bytes]
-    if not fitting:
-        leanest = min(costs, key=lambda c: (c.footprint_words, c.grid))
-        gib = 2 ** 30
-        raise InputError(
-            f"capacity: node {node.name} fits no grid in a cube of {capacity_bytes / gib:.3g} "
-            f"GiB: the leanest grid ({leanest.grid}) needs "
-            f"{leanest.footprint_words * word_bytes / gib:.3g} GiB per cube; use more "
-            "accelerators, a smaller batch or a larger cube_capacity_gib")
-    best = min((c.training_words, c.footprint_words) for c in fitting)
-    return [c for c in fitting if (c.training_words, c.footprint_words) == best]
-
-
-def _agreement(column: Column, previous: Column | None) -> int:
-    return sum(a == b for a, b in zip(column, previous or (), strict=False))
-
-
 #: Most columns a following node tries one by one (four kinds on four levels); with more,
 #: it moves one level at a time from its producers' columns.
 MAX_TRIED = 256
@@ -241,10 +219,10 @@ class _Planner:
         inputs = self.inputs.get(i, [])
         previous = self.columns[inputs[0][0]] if inputs else None
         options = []
-        for cost in _choose(costs, site.node, self.capacity_bytes, r.word_bytes):
+        for cost in choose(costs, f"node {site.node.name}", self.capacity_bytes, r.word_bytes):
             g = cost.grid
             for order, column in enumerate(by_grid[g]):
-                options.append(((-_agreement(column, previous), -g.extent(Dim.N),
+                options.append(((-agreement(column, previous), -g.extent(Dim.N),
                                  -g.extent(Dim.P), -g.extent(Dim.K), order), column))
         return min(options)[1]
 
@@ -294,8 +272,8 @@ def grid_graph_columns(request: GraphRequest, capacity_bytes: float | None = Non
                 f"hierarchy {request.hierarchy} (batch {request.batch}) by any column of kinds "
                 f"{', '.join(kinds)}; allowed kinds for grid: "
                 f"{', '.join(GRID_KINDS + EXTRA_KINDS)}")
-        choose = planner.contraction if is_contraction(site.node) else planner.follow
-        planner.columns.append(choose(i, offered))
+        pick = planner.contraction if is_contraction(site.node) else planner.follow
+        planner.columns.append(pick(i, offered))
     return planner.columns
 
 
