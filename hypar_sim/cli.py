@@ -187,6 +187,9 @@ def build_parser() -> argparse.ArgumentParser:
     reproduce.add_argument("--only", default=None,
                            help="comma-separated figure names (default: all), e.g. fig11_scalability")
     reproduce.add_argument("--workers", type=int, default=None, help="processes (default: all cores)")
+    reproduce.add_argument("--formats", default="png,pdf",
+                           help="figure formats, comma-separated among png, pdf, svg "
+                                "(default png,pdf; png is always written)")
     reproduce.add_argument("--no-progress", action="store_true", help="no progress bar")
 
     hardware = commands.add_parser("hardware", help="the effective hardware configuration")

@@ -108,8 +108,10 @@ def cmd_run(args: argparse.Namespace) -> str:
     for path, flag in ((args.csv, "--csv"), (args.trace, "--trace"), (args.plot, "--plot")):
         if path:
             check_writable(path, flag)
-    if args.plot and Path(args.plot).suffix.lstrip(".").lower() not in ("png", "pdf", "svg"):
-        raise InputError(f"--plot: {args.plot}: the file name must end in .png, .pdf or .svg")
+    if args.plot:
+        from hypar_sim.figure_style import figure_format
+
+        figure_format(args.plot, "--plot")
     network, config, options = _simulation_inputs(args)
     if args.trace:
         options = dataclasses.replace(options, trace=True)
@@ -232,7 +234,7 @@ def cmd_sweep(args: argparse.Namespace) -> str:
 
 def cmd_reproduce(args: argparse.Namespace) -> str:
     from hypar_sim.experiments import FIGURES
-    from hypar_sim.experiments.common import RESULTS
+    from hypar_sim.experiments.common import RESULTS, figure_formats
     from hypar_sim.experiments.reproduce import reproduce
 
     names = FIGURES
@@ -241,8 +243,10 @@ def cmd_reproduce(args: argparse.Namespace) -> str:
         for name in names:
             if name not in FIGURES:
                 raise InputError(f"--only: unknown figure '{name}'; allowed: {', '.join(FIGURES)}")
+    formats = figure_formats(args.formats)
     out = Path(args.out) if args.out else RESULTS
-    path = reproduce(out, args.quick, args.workers, names, progress=not args.no_progress)
+    path = reproduce(out, args.quick, args.workers, names, progress=not args.no_progress,
+                     formats=formats)
     return f"wrote {len(names)} figures and {path}"
 
 

@@ -5,20 +5,15 @@ phase and the mean time spent waiting for messages, stacked, in ms. Right: a
 heat map of every directed link's busy share of the step, one row per tier
 of the network (a fat tree's links into switch level h are tier h; a torus
 has one tier), so a bottleneck level shows as a hot row. PNG, PDF or SVG by
-the file's suffix, 300 dpi.
+the file's suffix, 300 dpi, in the style of every figure (`figure_style`).
 """
 
 from __future__ import annotations
 
-import io
 import re
-from pathlib import Path
 
-from hypar_sim.atomic import atomic_write
-from hypar_sim.errors import InputError
 from hypar_sim.results import SimResult
 
-FORMATS = ("png", "pdf", "svg")
 _PHASES = (("forward_cycles", "forward"), ("backward_cycles", "backward"),
            ("gradient_cycles", "weight gradient"), ("update_cycles", "update"),
            ("comm_wait_cycles", "waiting for messages"))
@@ -32,11 +27,17 @@ def tier(link: str) -> int:
 
 def step_figure(result: SimResult):
     """The figure of one simulated step (matplotlib, imported here)."""
-    import matplotlib
+    from hypar_sim.figure_style import style
 
-    matplotlib.use("Agg")
+    with style():
+        return _draw(result)
+
+
+def _draw(result: SimResult):
     import matplotlib.pyplot as plt
     import numpy as np
+
+    from hypar_sim.figure_style import SMALL, TINY
 
     ms = 1e3 / result.clock_hz
     fig, (bars, heat) = plt.subplots(1, 2, figsize=(13, 4.8),
@@ -45,14 +46,15 @@ def step_figure(result: SimResult):
     bottom = np.zeros(len(names))
     for field, label in _PHASES:
         values = np.array([getattr(layer, field) for layer in result.per_layer]) * ms
-        bars.bar(range(len(names)), values, bottom=bottom, label=label)
+        bars.bar(range(len(names)), values, bottom=bottom, label=label, edgecolor="black",
+                 linewidth=0.3)
         bottom += values
     bars.set_xticks(range(len(names)))
-    bars.set_xticklabels(names, rotation=90, fontsize=6 if len(names) > 30 else 8)
+    bars.set_xticklabels(names, rotation=90, fontsize=TINY if len(names) > 30 else SMALL)
     bars.set_ylabel("time per layer (ms)")
     bars.set_title(f"{result.network}, {result.strategy}, {result.accelerators} accelerators: "
-                   f"{result.latency_s * 1e3:.1f} ms per step", fontsize=10)
-    bars.legend(fontsize=8)
+                   f"{result.latency_s * 1e3:.1f} ms per step")
+    bars.legend()
     tiers: dict[int, list[float]] = {}
     for link in result.per_link:
         tiers.setdefault(tier(link.link), []).append(link.busy_fraction)
@@ -66,22 +68,14 @@ def step_figure(result: SimResult):
     heat.set_yticks(range(len(rows)))
     heat.set_yticklabels([f"tier {key}" for key in rows])
     heat.set_xlabel("link (within its tier)")
-    heat.set_title(f"link busy share of the step ({result.topology})", fontsize=10)
+    heat.set_title(f"link busy share of the step ({result.topology})")
     fig.colorbar(image, ax=heat, label="busy share")
-    fig.tight_layout()
     return fig
 
 
 def save_step_figure(result: SimResult, path: str) -> None:
     """Write the figure to `path` (PNG, PDF or SVG by its suffix), atomically."""
-    suffix = Path(path).suffix.lstrip(".").lower()
-    if suffix not in FORMATS:
-        raise InputError(f"--plot: {path}: the file name must end in one of "
-                         f"{', '.join('.' + f for f in FORMATS)}")
-    fig = step_figure(result)
-    import matplotlib.pyplot as plt
+    from hypar_sim.figure_style import figure_format, save_figure
 
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format=suffix, dpi=300, bbox_inches="tight")
-    plt.close(fig)
-    atomic_write(Path(path), lambda handle: handle.write(buffer.getvalue()))
+    figure_format(path, "--plot")
+    save_figure(step_figure(result), path)

@@ -1,6 +1,7 @@
 """The HyPar paper's evaluation, one module per figure (see results/README.md).
 
-Each module has `compute(quick, workers, cache) -> DataFrame`, `plot(table, path)`,
+Each module has `compute(quick, workers, cache) -> DataFrame`, `plot(table) -> matplotlib
+figure` (drawn in `hypar_sim.figure_style` and saved by `Figure.run` as PNG and PDF),
 `report(table) -> markdown` and `main(argv)`; `scripts/figNN_*.py` call `main`.
 `quick` runs a reduced configuration (4 accelerators, small networks) for tests.
 """

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import io
 import json
 import math
 import time
@@ -12,49 +11,63 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import matplotlib
+import pandas as pd
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import pandas as pd  # noqa: E402
-
-from hypar_sim import __version__  # noqa: E402
-from hypar_sim.atomic import atomic_write, atomic_write_text  # noqa: E402
-from hypar_sim.errors import InputError  # noqa: E402
-from hypar_sim.hardware.config import load_hardware  # noqa: E402
-from hypar_sim.paper import DISPLAY_NAMES  # noqa: E402
-from hypar_sim.sweep import Case, run_cases  # noqa: E402
+from hypar_sim import __version__
+from hypar_sim.atomic import atomic_write_text
+from hypar_sim.errors import InputError
+from hypar_sim.figure_style import FORMATS, PALETTE, TINY, save_figure, style
+from hypar_sim.hardware.config import load_hardware
+from hypar_sim.paper import DISPLAY_NAMES
+from hypar_sim.sweep import Case, run_cases
 
 RESULTS = Path(__file__).resolve().parents[2] / "results"
 #: Small networks used by the quick (test) configuration.
 QUICK_NETWORKS = ("sconv", "lenet_c", "cifar_c")
 STRATEGY_LABELS = {"model": "Model Parallelism", "data": "Data Parallelism", "hypar": "HyPar",
                    "trick": "one weird trick"}
-STRATEGY_COLORS = {"model": "#d62728", "data": "#1f77b4", "hypar": "#2ca02c", "trick": "#ff7f0e"}
+#: Strategies keep their colour and marker in every figure (figure_style.PALETTE: apart in grey).
+STRATEGY_COLORS = {"data": PALETTE[0], "model": PALETTE[1], "hypar": PALETTE[2], "trick": PALETTE[3]}
+STRATEGY_MARKERS = {"data": "s", "model": "D", "hypar": "o", "trick": "^"}
+#: What Figure.run writes besides the CSV: PNG (results/README.md shows it) and PDF.
+FIGURE_FORMATS = ("png", "pdf")
 
 
 @dataclass(frozen=True)
 class Figure:
-    """One experiment: how to compute its table, draw it and describe it."""
+    """One experiment: how to compute its table, draw it and describe it.
+
+    `plot(table)` returns the matplotlib figure; `run` draws it in the tool's style
+    (figure_style.style) and writes it with figure_style.save_figure."""
 
     name: str  # e.g. "fig06_performance"
     title: str
     compute: Callable[..., pd.DataFrame]
-    plot: Callable[[pd.DataFrame, Path], None]
+    plot: Callable[[pd.DataFrame], object]
     report: Callable[[pd.DataFrame], str]
 
     def paths(self, out: Path) -> tuple[Path, Path]:
         return out / f"{self.name}.csv", out / f"{self.name}.png"
 
+    def draw(self, table: pd.DataFrame, out: Path,
+             formats: Sequence[str] = FIGURE_FORMATS) -> list[Path]:
+        """Write the figure of `table` as out/NAME.png and in the other `formats` beside it."""
+        with style():
+            fig = self.plot(table)
+        return save_figure(fig, self.paths(out)[1], also=[f for f in formats if f != "png"],
+                           description=base_config_json())
+
     def run(self, out: Path = RESULTS, quick: bool = False, workers: int | None = None,
-            cache: dict | None = None) -> tuple[pd.DataFrame, float]:
-        """Compute, write the CSV and the PNG; (table, seconds)."""
+            cache: dict | None = None,
+            formats: Sequence[str] = FIGURE_FORMATS) -> tuple[pd.DataFrame, float]:
+        """Compute, write the CSV and the figure (PNG, and the other `formats`);
+        (table, seconds)."""
         started = time.perf_counter()
         table = self.compute(quick=quick, workers=workers, cache=cache)
-        csv_path, png_path = self.paths(out)
+        csv_path = self.paths(out)[0]
         stamped = table.assign(hypar_sim_version=__version__, base_config=base_config_json())
         atomic_write_text(csv_path, stamped.to_csv(index=False))
-        self.plot(table, png_path)
+        self.draw(table, out, formats)
         return table, time.perf_counter() - started
 
     def main(self, argv: Sequence[str] | None = None) -> pd.DataFrame:
@@ -63,15 +76,29 @@ class Figure:
         parser.add_argument("--quick", action="store_true",
                             help="reduced configuration: 4 accelerators, small networks")
         parser.add_argument("--workers", type=int, default=None, help="processes (all cores)")
+        parser.add_argument("--formats", default=",".join(FIGURE_FORMATS),
+                            help=f"figure formats, comma-separated among {', '.join(FORMATS)} "
+                                 f"(default {','.join(FIGURE_FORMATS)}; png is always written)")
         args = parser.parse_args(argv)
         try:
-            table, seconds = self.run(args.out, args.quick, args.workers)
+            formats = figure_formats(args.formats)
+            table, seconds = self.run(args.out, args.quick, args.workers, formats=formats)
         except InputError as exc:
             parser.exit(2, f"{self.name}: error: {exc}\n")
         csv_path, png_path = self.paths(args.out)
+        written = [csv_path, *(png_path.with_suffix(f".{f}") for f in formats)]
         print(self.report(table))
-        print(f"\nwrote {csv_path} and {png_path} in {seconds:.1f} s")
+        print(f"\nwrote {', '.join(map(str, written))} in {seconds:.1f} s")
         return table
+
+
+def figure_formats(text: str) -> tuple[str, ...]:
+    """`--formats png,pdf,svg` as a tuple, png first and always in it; InputError for others."""
+    given = [f.strip().lstrip(".").lower() for f in text.split(",") if f.strip()]
+    for fmt in given:
+        if fmt not in FORMATS:
+            raise InputError(f"--formats: unknown format '{fmt}'; allowed: {', '.join(FORMATS)}")
+    return tuple(dict.fromkeys(["png", *given]))
 
 
 def cases(networks: Iterable[str], strategies: Iterable[str], topology: str = "htree",
@@ -106,20 +133,10 @@ def base_config_json() -> str:
     return json.dumps(dataclasses.asdict(load_hardware()), separators=(",", ":"))
 
 
-def save_figure(fig, path: Path) -> None:
-    """Save a matplotlib figure as PNG, atomically, with the tool's version and base
-    configuration in its metadata."""
-    buffer = io.BytesIO()
-    fig.tight_layout()
-    fig.savefig(buffer, format="png", dpi=110,
-                metadata={"Software": f"hypar-sim {__version__}", "Comment": base_config_json()})
-    plt.close(fig)
-    atomic_write(path, lambda handle: handle.write(buffer.getvalue()))
-
-
 def grouped_bars(ax, table: pd.DataFrame, groups: Sequence[str], series: Sequence[str],
                  value: str, group_column: str, series_column: str,
-                 labels: dict[str, str], colors: dict[str, str]) -> None:
+                 labels: dict[str, str], colors: dict[str, str],
+                 hatches: dict[str, str] | None = None) -> None:
     """One group of bars per `groups` item, one bar per `series` item."""
     width = 0.8 / len(series)
     for k, name in enumerate(series):
@@ -127,9 +144,11 @@ def grouped_bars(ax, table: pd.DataFrame, groups: Sequence[str], series: Sequenc
         heights = [part.loc[g, value] if g in part.index else math.nan for g in groups]
         positions = [i + (k - (len(series) - 1) / 2) * width for i in range(len(groups))]
         bars = ax.bar(positions, heights, width, label=labels.get(name, name),
-                      color=colors.get(name), edgecolor="black", linewidth=0.4)
+                      color=colors.get(name), edgecolor="black", linewidth=0.4,
+                      hatch=(hatches or {}).get(name))
         if len(groups) * len(series) <= 40:
-            ax.bar_label(bars, fmt="%.3g", fontsize=6, rotation=90, padding=2)
+            ax.bar_label(bars, fmt="%.3g", fontsize=TINY, rotation=90, padding=2)
+            ax.margins(y=0.1)  # room above the tallest bar for its label
     ax.set_xticks(range(len(groups)), [display(g) for g in groups])
 
 

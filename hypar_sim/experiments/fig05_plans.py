@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import matplotlib.pyplot as plt
 import pandas as pd
 from matplotlib.colors import ListedColormap
 
-from hypar_sim.experiments.common import QUICK_NETWORKS, Figure, display, save_figure
+from hypar_sim.experiments.common import QUICK_NETWORKS, Figure, display
+from hypar_sim.figure_style import SMALL, TINY
 from hypar_sim.paper import PAPER_NETWORKS
 from hypar_sim.partition.kinds import paper_label
 from hypar_sim.planner.strategies import make_plan
@@ -50,27 +50,27 @@ def grids(table: pd.DataFrame) -> dict[str, list[list[str]]]:
     return result
 
 
-def plot(table: pd.DataFrame, path: Path) -> None:
+def plot(table: pd.DataFrame):
     plans = grids(table)
     cols = 2
     rows = math.ceil(len(plans) / cols)
     fig, axes = plt.subplots(rows, cols, figsize=(13, 1.35 * rows + 0.8), squeeze=False)
-    cmap = ListedColormap(["#9ecae1", "#fdae6b"])  # dp blue, mp orange
+    cmap = ListedColormap(["#c6dbef", "#e6550d"])  # dp light blue, mp orange: apart in grey
     for ax, (name, grid) in zip(axes.flat, plans.items(), strict=False):
         layers = list(table[(table.network == name) & (table.level == "H1")].layer)
         values = [[0 if c == "dp" else 1 for c in row] for row in grid]
         ax.imshow(values, cmap=cmap, vmin=0, vmax=1, aspect="auto")
         for i, row in enumerate(grid):
             for j, choice in enumerate(row):
-                ax.text(j, i, choice, ha="center", va="center", fontsize=6)
-        ax.set_yticks(range(len(grid)), [f"H{i + 1}" for i in range(len(grid))], fontsize=7)
-        ax.set_xticks(range(len(layers)), layers, fontsize=6, rotation=60)
-        ax.set_title(display(name), fontsize=9)
+                ax.text(j, i, choice, ha="center", va="center", fontsize=TINY)
+        ax.set_yticks(range(len(grid)), [f"H{i + 1}" for i in range(len(grid))], fontsize=SMALL)
+        ax.set_xticks(range(len(layers)), layers, fontsize=TINY, rotation=60)
+        ax.set_title(display(name))
     for ax in list(axes.flat)[len(plans):]:
         ax.axis("off")
     fig.suptitle("Figure 5: HyPar's parallelism per layer (columns) and hierarchy level (rows); "
-                 "blue dp, orange mp", fontsize=10)
-    save_figure(fig, path)
+                 "blue dp, orange mp")
+    return fig
 
 
 def report(table: pd.DataFrame) -> str:

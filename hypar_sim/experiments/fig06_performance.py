@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import matplotlib.pyplot as plt
 import pandas as pd
 
@@ -15,13 +13,12 @@ from hypar_sim.experiments.common import (
     display,
     grouped_bars,
     markdown_table,
-    save_figure,
 )
 
 PAPER_HYPAR_SPEEDUP = 3.39  # abstract: HyPar vs Data Parallelism, geometric mean
 
 
-def plot_normalized(table: pd.DataFrame, path: Path, column: str, ylabel: str, title: str) -> None:
+def plot_normalized(table: pd.DataFrame, column: str, ylabel: str, title: str):
     groups = list(dict.fromkeys(table.network))
     fig, ax = plt.subplots(figsize=(12, 4.5))
     grouped_bars(ax, table, groups, main_runs.STRATEGIES, column, "network", "strategy",
@@ -30,14 +27,14 @@ def plot_normalized(table: pd.DataFrame, path: Path, column: str, ylabel: str, t
     ax.axhline(1.0, color="black", linewidth=0.6)
     ax.set_ylabel(ylabel)
     ax.set_title(title)
-    ax.legend(fontsize=8)
-    ax.grid(axis="y", which="both", alpha=0.3)
-    save_figure(fig, path)
+    ax.legend()
+    ax.grid(axis="y", which="both")
+    return fig
 
 
-def plot(table: pd.DataFrame, path: Path) -> None:
+def plot(table: pd.DataFrame):
     acc = int(table.accelerators.iloc[0])
-    plot_normalized(table, path, "speedup_vs_data",
+    return plot_normalized(table, "speedup_vs_data",
                     "performance relative to Data Parallelism (x, log scale)",
                     f"Figure 6: training-step performance, {acc} accelerators, H-tree, batch 256 "
                     "(higher is better)")

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pandas as pd
 
 from hypar_sim.experiments import main_runs
@@ -13,9 +11,9 @@ from hypar_sim.experiments.fig06_performance import plot_normalized, summary_tab
 PAPER_HYPAR_EFFICIENCY = 1.51  # abstract: HyPar vs Data Parallelism, geometric mean
 
 
-def plot(table: pd.DataFrame, path: Path) -> None:
+def plot(table: pd.DataFrame):
     acc = int(table.accelerators.iloc[0])
-    plot_normalized(table, path, "efficiency_vs_data",
+    return plot_normalized(table, "efficiency_vs_data",
                     "energy efficiency relative to Data Parallelism (x, log scale)",
                     f"Figure 7: energy efficiency of a training step, {acc} accelerators, H-tree "
                     "(higher is better)")

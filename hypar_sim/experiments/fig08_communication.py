@@ -9,7 +9,6 @@ weights, and the standard 62.4M-weight AlexNet would give 7.48 GB.
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import matplotlib.pyplot as plt
 import pandas as pd
@@ -21,7 +20,6 @@ from hypar_sim.experiments.common import (
     Figure,
     geomean,
     markdown_table,
-    save_figure,
 )
 from hypar_sim.paper import (
     DISPLAY_NAMES,
@@ -73,7 +71,7 @@ def compute(quick: bool = False, workers: int | None = None, cache: dict | None 
     return pd.concat([table, pd.DataFrame(means)], ignore_index=True)
 
 
-def plot(table: pd.DataFrame, path: Path) -> None:
+def plot(table: pd.DataFrame):
     names = list(dict.fromkeys(table.display_name))
     fig, ax = plt.subplots(figsize=(12, 4.8))
     width = 0.13
@@ -93,9 +91,9 @@ def plot(table: pd.DataFrame, path: Path) -> None:
     acc = int(table.accelerators.iloc[0])
     ax.set_title(f"Figure 8: total communication, {acc} accelerators, batch 256 "
                  "(solid: hypar-sim, hatched: HyPar paper)")
-    ax.legend(ncol=3, fontsize=8, loc="upper left")
-    ax.grid(axis="y", which="both", alpha=0.3)
-    save_figure(fig, path)
+    ax.legend(ncol=3, loc="upper left")
+    ax.grid(axis="y", which="both")
+    return fig
 
 
 def report(table: pd.DataFrame) -> str:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pandas as pd
 
 from hypar_sim.experiments.common import Figure
@@ -21,10 +19,10 @@ def compute(quick: bool = False, workers: int | None = None, cache: dict | None 
                    workers, cache, 16)
 
 
-def plot(table: pd.DataFrame, path: Path) -> None:
+def plot(table: pd.DataFrame):
     acc = int(table.accelerators.iloc[0])
     last = "H4" if acc == 16 else "H2"
-    plot_space(table, path, f"Figure 9: Lenet-c, {acc} accelerators, H-tree: performance of every "
+    return plot_space(table, f"Figure 9: Lenet-c, {acc} accelerators, H-tree: performance of every "
                f"choice at H1 and {last}", ROW_LABEL, COL_LABEL.replace("H4", last))
 
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pandas as pd
 
 from hypar_sim.experiments.common import Figure
@@ -21,10 +19,10 @@ def compute(quick: bool = False, workers: int | None = None, cache: dict | None 
                    workers, cache, 16)
 
 
-def plot(table: pd.DataFrame, path: Path) -> None:
+def plot(table: pd.DataFrame):
     name = "VGG-A" if table.network.iloc[0] == "vgg_a" else table.network.iloc[0]
     acc = int(table.accelerators.iloc[0])
-    plot_space(table, path, f"Figure 10: {name}, {acc} accelerators, H-tree: performance of every "
+    return plot_space(table, f"Figure 10: {name}, {acc} accelerators, H-tree: performance of every "
                "choice for conv5_2 and fc1", ROW_LABEL, COL_LABEL)
 
 

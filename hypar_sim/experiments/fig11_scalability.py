@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import matplotlib.pyplot as plt
 import pandas as pd
 
 from hypar_sim.experiments.common import (
     STRATEGY_COLORS,
     STRATEGY_LABELS,
+    STRATEGY_MARKERS,
     Figure,
     markdown_table,
     rows_frame,
-    save_figure,
 )
 from hypar_sim.sweep import Case
 
@@ -32,30 +30,30 @@ def compute(quick: bool = False, workers: int | None = None, cache: dict | None 
     return table
 
 
-def plot(table: pd.DataFrame, path: Path) -> None:
+def plot(table: pd.DataFrame):
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
     counts = sorted(table.accelerators.unique())
     for strategy in STRATEGIES:
         part = table[table.strategy == strategy].sort_values("accelerators")
-        style = {"color": STRATEGY_COLORS[strategy], "marker": "o",
+        style = {"color": STRATEGY_COLORS[strategy], "marker": STRATEGY_MARKERS[strategy],
                  "label": STRATEGY_LABELS[strategy]}
         left.plot(part.accelerators, part.gain_vs_one, **style)
         shown = part[part.accelerators > 1]
         right.plot(shown.accelerators, shown.traffic_gb, **style)
-    left.plot(counts, counts, color="gray", linestyle=":", label="linear")
+    left.plot(counts, counts, color="gray", linestyle=":", marker="", label="linear")
     for ax in (left, right):
         ax.set_xscale("log", base=2)
         ax.set_xticks(counts, [str(c) for c in counts])
         ax.set_xlabel("accelerators")
-        ax.grid(alpha=0.3, which="both")
-        ax.legend(fontsize=8)
+        ax.grid(which="both")
+        ax.legend()
     left.set_yscale("log", base=2)
     left.set_ylabel("performance gain over one accelerator (x)")
     right.set_yscale("log")
     right.set_ylabel("communication per training step (GB, log scale)")
     name = "VGG-A" if table.network.iloc[0] == "vgg_a" else table.network.iloc[0]
-    fig.suptitle(f"Figure 11: scalability of {name}, H-tree, batch 256", fontsize=11)
-    save_figure(fig, path)
+    fig.suptitle(f"Figure 11: scalability of {name}, H-tree, batch 256")
+    return fig
 
 
 def report(table: pd.DataFrame) -> str:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import matplotlib.pyplot as plt
 import pandas as pd
 
@@ -16,8 +14,8 @@ from hypar_sim.experiments.common import (
     grouped_bars,
     markdown_table,
     rows_frame,
-    save_figure,
 )
+from hypar_sim.figure_style import HATCHES, PALETTE
 from hypar_sim.paper import PAPER_NETWORKS
 from hypar_sim.sweep import Case
 
@@ -25,8 +23,9 @@ SERIES = ("data/htree", "data/torus", "hypar/htree", "hypar/torus", "hypar/torus
 LABELS = {"data/htree": "Data Parallelism, H-tree", "data/torus": "Data Parallelism, torus",
           "hypar/htree": "HyPar, H-tree", "hypar/torus": "HyPar, torus",
           "hypar/torus-equal-total": "HyPar, torus at the H-tree's total link bandwidth"}
-COLORS = {"data/htree": "#1f77b4", "data/torus": "#9ecae1", "hypar/htree": "#2ca02c",
-          "hypar/torus": "#a1d99b", "hypar/torus-equal-total": "#e5f5e0"}
+COLORS = dict(zip(SERIES, PALETTE, strict=True))  # apart in grey
+TORUS_HATCHES = {"data/torus": HATCHES[0], "hypar/torus": HATCHES[0],
+                 "hypar/torus-equal-total": HATCHES[1]}
 
 
 def equal_total_bandwidth_gbps(accelerators: int) -> float:
@@ -67,19 +66,19 @@ def compute(quick: bool = False, workers: int | None = None, cache: dict | None 
     return pd.concat([table, pd.DataFrame(means)], ignore_index=True)
 
 
-def plot(table: pd.DataFrame, path: Path) -> None:
+def plot(table: pd.DataFrame):
     groups = list(dict.fromkeys(table.network))
     fig, ax = plt.subplots(figsize=(12, 4.5))
     grouped_bars(ax, table, groups, SERIES, "speedup_vs_data_htree", "network", "series",
-                 LABELS, COLORS)
+                 LABELS, COLORS, TORUS_HATCHES)
     ax.set_yscale("log")
     ax.axhline(1.0, color="black", linewidth=0.6)
     ax.set_ylabel("performance relative to Data Parallelism on the H-tree (x, log)")
     acc = int(table.accelerators.iloc[0])
     ax.set_title(f"Figure 12: H-tree vs 2-D torus, {acc} accelerators, batch 256 (higher is better)")
-    ax.legend(fontsize=8, ncol=2)
-    ax.grid(axis="y", which="both", alpha=0.3)
-    save_figure(fig, path)
+    ax.legend(ncol=2)
+    ax.grid(axis="y", which="both")
+    return fig
 
 
 def report(table: pd.DataFrame) -> str:

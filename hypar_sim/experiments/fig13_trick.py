@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from hypar_sim.experiments.common import Figure, geomean, markdown_table, rows_frame, save_figure
+from hypar_sim.experiments.common import Figure, geomean, markdown_table, rows_frame
+from hypar_sim.figure_style import PALETTE, SMALL
 from hypar_sim.partition.kinds import paper_label
 from hypar_sim.sweep import Case
 from hypar_sim.workload.network import WORKLOADS_DIR
@@ -44,23 +44,23 @@ def compute(quick: bool = False, workers: int | None = None, cache: dict | None 
     return pd.concat([table, pd.DataFrame([mean])], ignore_index=True)
 
 
-def plot(table: pd.DataFrame, path: Path) -> None:
+def plot(table: pd.DataFrame):
     fig, ax = plt.subplots(figsize=(10, 4.2))
     width = 0.38
     positions = range(len(table))
     for k, (column, label, color) in enumerate((
-            ("performance_vs_trick", "performance", "#2ca02c"),
-            ("efficiency_vs_trick", "energy efficiency", "#9467bd"))):
+            ("performance_vs_trick", "performance", PALETTE[2]),
+            ("efficiency_vs_trick", "energy efficiency", PALETTE[4]))):
         bars = ax.bar([p + (k - 0.5) * width for p in positions], table[column], width,
                       label=label, color=color, edgecolor="black", linewidth=0.4)
-        ax.bar_label(bars, fmt="%.2f", fontsize=7)
+        ax.bar_label(bars, fmt="%.2f", fontsize=SMALL)
     ax.axhline(1.0, color="black", linewidth=0.6)
-    ax.set_xticks(list(positions), table.case, fontsize=8)
+    ax.set_xticks(list(positions), table.case)
     ax.set_ylabel("HyPar relative to one weird trick (x)")
     ax.set_title("Figure 13: HyPar vs one weird trick (conv dp, fc mp); VGG-E parts, H-tree")
-    ax.legend(fontsize=8)
-    ax.grid(axis="y", alpha=0.3)
-    save_figure(fig, path)
+    ax.legend()
+    ax.grid(axis="y")
+    return fig
 
 
 def report(table: pd.DataFrame) -> str:

@@ -11,18 +11,10 @@ the greedy search with fewer kinds: the table checks it.
 
 from __future__ import annotations
 
-from pathlib import Path
-
+import matplotlib.pyplot as plt
 import pandas as pd
 
-from hypar_sim.experiments.common import (
-    QUICK_NETWORKS,
-    Figure,
-    geomean,
-    markdown_table,
-    plt,
-    save_figure,
-)
+from hypar_sim.experiments.common import QUICK_NETWORKS, Figure, geomean, markdown_table
 from hypar_sim.paper import DISPLAY_NAMES, PAPER_NETWORKS
 from hypar_sim.planner.strategies import PlanOptions, make_plan
 from hypar_sim.workload.network import load_network
@@ -54,7 +46,7 @@ def compute(quick: bool = False, workers: int | None = None, cache: dict | None 
     return pd.DataFrame(rows)
 
 
-def plot(table: pd.DataFrame, path: Path) -> None:
+def plot(table: pd.DataFrame):
     names = list(dict.fromkeys(table.display_name))
     labels = [v[0] for v in VARIANTS]
     fig, ax = plt.subplots(figsize=(12, 4.8))
@@ -69,9 +61,9 @@ def plot(table: pd.DataFrame, path: Path) -> None:
     acc = int(table.accelerators.iloc[0])
     ax.set_title(f"Traffic models and split kinds: HyPar's search vs the joint search, {acc} "
                  "accelerators, batch 256")
-    ax.legend(fontsize=8, loc="upper left", ncol=2)
-    ax.grid(axis="y", which="both", alpha=0.3)
-    save_figure(fig, path)
+    ax.legend(loc="upper left", ncol=2)
+    ax.grid(axis="y", which="both")
+    return fig
 
 
 def report(table: pd.DataFrame) -> str:

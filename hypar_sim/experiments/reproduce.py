@@ -19,7 +19,7 @@ from tqdm import tqdm
 from hypar_sim import __version__
 from hypar_sim.atomic import atomic_write_text
 from hypar_sim.experiments import FIGURES
-from hypar_sim.experiments.common import RESULTS, Figure
+from hypar_sim.experiments.common import FIGURE_FORMATS, RESULTS, Figure
 
 PAPER = {
     "fig05_plans": (
@@ -119,13 +119,16 @@ def load_figure(name: str) -> Figure:
 
 def section(figure: Figure, table, seconds: float, out: Path) -> str:
     csv_path, png_path = figure.paths(out)
+    vector = [png_path.with_suffix(f".{fmt}").name for fmt in ("pdf", "svg")
+              if png_path.with_suffix(f".{fmt}").exists()]
     return "\n".join([
         f"## {figure.title}",
         "",
         f"![{figure.name}]({png_path.name})",
         "",
         f"Table: [{csv_path.name}]({csv_path.name})"
-        + (f" (computed in {seconds:.1f} s)." if seconds == seconds else "."),
+        + (f" (computed in {seconds:.1f} s)" if seconds == seconds else "")
+        + "".join(f"; figure as [{name}]({name})" for name in vector) + ".",
         "",
         f"**The paper.** {PAPER[figure.name]}",
         "",
@@ -139,9 +142,11 @@ def section(figure: Figure, table, seconds: float, out: Path) -> str:
 
 
 def reproduce(out: Path = RESULTS, quick: bool = False, workers: int | None = None,
-              names: tuple[str, ...] = FIGURES, progress: bool = True) -> Path:
-    """Run the figures `names`, write their CSV and PNG files, and out/README.md with a
-    section for every figure (those not run now are described from their existing CSV)."""
+              names: tuple[str, ...] = FIGURES, progress: bool = True,
+              formats: tuple[str, ...] = FIGURE_FORMATS) -> Path:
+    """Run the figures `names`, write their CSV and figure files (PNG and the other
+    `formats`), and out/README.md with a section for every figure (those not run now
+    are described from their existing CSV)."""
     cache: dict = {}
     sections, timings = {}, []
     started = time.perf_counter()
@@ -149,7 +154,7 @@ def reproduce(out: Path = RESULTS, quick: bool = False, workers: int | None = No
     for name in bar:
         bar.set_postfix_str(name)
         figure = load_figure(name)
-        table, seconds = figure.run(out, quick, workers, cache)
+        table, seconds = figure.run(out, quick, workers, cache, formats)
         sections[name] = section(figure, table, seconds, out)
         timings.append((name, seconds))
     for name in FIGURES:

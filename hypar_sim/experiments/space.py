@@ -9,12 +9,13 @@ Each group is four (layer, level) positions; its 16 assignments are the
 from __future__ import annotations
 
 import itertools
-from pathlib import Path
 
 import matplotlib.pyplot as plt
 import pandas as pd
+from matplotlib import patheffects
 
-from hypar_sim.experiments.common import markdown_table, rows_frame, save_figure
+from hypar_sim.experiments.common import markdown_table, rows_frame
+from hypar_sim.figure_style import SMALL
 from hypar_sim.partition.kinds import paper_label
 from hypar_sim.planner.strategies import make_plan
 from hypar_sim.sweep import Case
@@ -60,7 +61,7 @@ def explore(network: str, levels: int, rows: list[tuple[int, int]], cols: list[t
     return table
 
 
-def plot_space(table: pd.DataFrame, path: Path, title: str, row_label: str, col_label: str) -> None:
+def plot_space(table: pd.DataFrame, title: str, row_label: str, col_label: str):
     rows = list(dict.fromkeys(table.row))
     cols = list(dict.fromkeys(table.col))
     values = table.pivot(index="row", columns="col", values="speedup_vs_data").loc[rows, cols]
@@ -69,18 +70,21 @@ def plot_space(table: pd.DataFrame, path: Path, title: str, row_label: str, col_
     fig.colorbar(image, ax=ax, label="performance relative to Data Parallelism (x)")
     best = table.loc[table.latency_s.idxmin()]
     hypar = table[table.is_hypar].iloc[0]
+    # Black marks in a white halo: seen on any cell of the map and in the (white) legend.
+    halo = [patheffects.withStroke(linewidth=3.5, foreground="white")]
     ax.scatter([cols.index(best.col)], [rows.index(best.row)], marker="*", s=260, color="red",
-               edgecolor="white", label=f"peak ({best.speedup_vs_data:.3g}x)")
+               edgecolor="black", linewidth=0.8, path_effects=halo,
+               label=f"peak ({best.speedup_vs_data:.3g}x)")
     ax.scatter([cols.index(hypar.col)], [rows.index(hypar.row)], marker="o", s=140,
-               facecolor="none", edgecolor="white", linewidth=2,
+               facecolor="none", edgecolor="black", linewidth=2, path_effects=halo,
                label=f"HyPar's plan ({hypar.speedup_vs_data:.3g}x)")
-    ax.set_xticks(range(len(cols)), cols, rotation=90, fontsize=7)
-    ax.set_yticks(range(len(rows)), rows, fontsize=7)
+    ax.set_xticks(range(len(cols)), cols, rotation=90, fontsize=SMALL)
+    ax.set_yticks(range(len(rows)), rows, fontsize=SMALL)
     ax.set_xlabel(col_label)
     ax.set_ylabel(row_label)
-    ax.set_title(title, fontsize=10)
-    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2, fontsize=8)
-    save_figure(fig, path)
+    ax.set_title(title)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2)
+    return fig
 
 
 def report_space(table: pd.DataFrame, row_label: str, col_label: str) -> str:
