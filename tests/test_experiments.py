@@ -9,22 +9,56 @@ import pandas as pd
 import pytest
 
 from hypar_sim.experiments import FIGURES
+from hypar_sim.experiments.common import geomean
+from hypar_sim.experiments.fig12_topology import equal_total_bandwidth_gbps
 from hypar_sim.experiments.reproduce import load_figure, reproduce
+from hypar_sim.hardware.config import load_hardware
+from hypar_sim.partition.hierarchy import Hierarchy
+from hypar_sim.planner.strategies import PlanOptions, make_plan
+from hypar_sim.runner import SimOptions, simulate
+from hypar_sim.workload.network import load_network
 from tests.conftest import REPO
+from tests.test_simulator import layer_phase_cycles
+
+# Rows of every quick table: fig05 (4 + 4 + 5 layers) x 2 levels; 3 networks x 3 strategies
+# + 3 geometric means; the 16 x 16 and 4 x 4 plan grids; 2 strategies x 4 counts; 3 networks
+# x (2 + 2 + 1) series + 5 means; 2 parts x 2 levels + the mean; 3 networks x 5 variants.
+QUICK_ROWS = {"fig05_plans": 26, "fig06_performance": 12, "fig07_energy": 12,
+              "fig08_communication": 12, "fig09_lenet_space": 256, "fig10_vgga_space": 16,
+              "fig11_scalability": 8, "fig12_topology": 20, "fig13_trick": 5,
+              "partition_kinds": 15}
+
+
+def data_traffic_bytes(network: str, accelerators: int) -> float:
+    """Data parallelism's bytes by hand (paper model, fp32): every level h of the binary
+    hierarchy has 2**h pairs, each exchanging the whole weight gradient both ways, so
+    sum_h 2**h x 2 x 4 W = (accelerators - 1) x 8 W."""
+    return (accelerators - 1) * 2 * 4 * load_network(network).weights
+
+
+def planned_bytes(network: str, strategy: str, accelerators: int, **plan) -> float:
+    """The planner's traffic for the case (paper model unless `plan` says otherwise)."""
+    options = PlanOptions(**plan) if plan else None
+    return make_plan(load_network(network), strategy, Hierarchy.for_count(accelerators), 256,
+                     options=options).traffic_bytes
+
+
+def simulated_rows(table: pd.DataFrame) -> pd.DataFrame:
+    return table[table.network != "geomean"]
 
 
 @pytest.fixture(scope="module")
 def quick(tmp_path_factory):
     """Every figure, reduced configuration, in one folder (one shared run cache)."""
     out = tmp_path_factory.mktemp("results")
-    reproduce(out, quick=True, workers=2, progress=False)
+    reproduce(out, quick=True, workers=2, progress=False, formats=("png",))  # PDFs: figure_style
     return out
 
 
 @pytest.mark.parametrize("name", FIGURES)
 def test_each_figure_writes_csv_and_png(quick, name):
     table = pd.read_csv(quick / f"{name}.csv")
-    assert len(table) > 0
+    assert len(table) == QUICK_ROWS[name]  # pins every case of the quick configuration
     assert (quick / f"{name}.png").read_bytes()[:4] == b"\x89PNG"
     assert not list(quick.glob(".*.tmp"))
 
@@ -44,6 +78,79 @@ def test_hypar_traffic_never_above_data_and_sconv_is_data(quick):
     assert (plans[plans.network == "sconv"].choice == "dp").all()
 
 
+def test_quick_data_parallel_traffic_is_the_hand_formula(quick):
+    """Pins Data Parallelism's bytes in every table that has them to (N - 1) x 8 W: e.g.
+    lenet_c (W = 430,500) moves 10,332,000 B on 4 accelerators, 24,108,000 on 8."""
+    columns = {"fig06_performance": ("traffic_bytes", 1), "fig07_energy": ("traffic_bytes", 1),
+               "fig08_communication": ("ours_gb", 1e9), "fig11_scalability": ("traffic_bytes", 1),
+               "fig12_topology": ("traffic_bytes", 1)}
+    for name, (column, scale) in columns.items():
+        table = simulated_rows(pd.read_csv(quick / f"{name}.csv"))
+        data = table[table.strategy == "data"]
+        assert len(data) >= 3
+        for row in data.itertuples():
+            assert getattr(row, column) * scale == pytest.approx(
+                data_traffic_bytes(row.network, int(row.accelerators)), rel=1e-12), (name, row)
+
+
+def test_quick_simulated_traffic_matches_the_planner(quick):
+    """Every simulated row's bytes (the sum of its messages) are the planner's traffic for
+    that case; Figure 8's planner-only numbers are Figure 6's simulated ones; the
+    partition_kinds table's paper/greedy row is Figure 8's HyPar."""
+    for name in ("fig06_performance", "fig07_energy", "fig11_scalability", "fig12_topology"):
+        for row in simulated_rows(pd.read_csv(quick / f"{name}.csv")).itertuples():
+            assert row.traffic_bytes == planned_bytes(row.network, row.strategy,
+                                                      int(row.accelerators)), (name, row)
+    for name, hierarchy in (("fig09_lenet_space", (2, 2)), ("fig10_vgga_space", (2, 2))):
+        table = pd.read_csv(quick / f"{name}.csv")
+        net = load_network(table.network.iloc[0])
+        for row in table.itertuples():
+            assert row.traffic_bytes == make_plan(net, "explicit", Hierarchy(hierarchy), 256,
+                                                  plan_text=row.plan_text).traffic_bytes
+    fig08 = simulated_rows(pd.read_csv(quick / "fig08_communication.csv"))
+    fig06 = simulated_rows(pd.read_csv(quick / "fig06_performance.csv"))
+    ours = fig08.set_index(["network", "strategy"]).ours_gb * 1e9
+    simulated = fig06.set_index(["network", "strategy"]).traffic_bytes
+    assert ours.to_dict() == pytest.approx(simulated.loc[ours.index].to_dict(), rel=1e-12)
+    kinds = pd.read_csv(quick / "partition_kinds.csv")
+    paper = kinds[kinds.variant == "paper, greedy, batch+in"].set_index("network").traffic_gb
+    assert paper.to_dict() == pytest.approx(
+        fig08[fig08.strategy == "hypar"].set_index("network").ours_gb.to_dict(), rel=1e-12)
+    for row in kinds.itertuples():  # every variant: the planner with its options
+        assert row.traffic_gb * 1e9 == pytest.approx(planned_bytes(
+            row.network, "hypar", int(row.accelerators), kinds=tuple(row.kinds.split(",")),
+            search=row.search, traffic_model=row.traffic_model), rel=1e-12), row
+
+
+def test_quick_latency_agrees_with_the_analytic_engine(quick):
+    """Pins every simulated latency of Figures 6 and 12 to the closed-form engine's: on 4
+    accelerators every pair has links of its own (H-tree and 2 x 2 torus), where the two
+    engines agree within 2% (sim/analytic.py; measured at most 1.8e-4). The speedups are
+    the latency ratios they claim to be."""
+    fig06 = simulated_rows(pd.read_csv(quick / "fig06_performance.csv"))
+    fig12 = simulated_rows(pd.read_csv(quick / "fig12_topology.csv"))
+    for row in [*fig06.itertuples(), *fig12.itertuples()]:
+        count = int(row.accelerators)
+        overrides = {"accelerators": count, "batch": 256}
+        topology = row.topology
+        if topology == "torus-equal-total":
+            overrides["link_bandwidth_gbps"] = equal_total_bandwidth_gbps(count)
+            topology = "torus"
+        net = load_network(row.network)
+        plan = make_plan(net, row.strategy, Hierarchy.for_count(count), 256)
+        analytic = simulate(net, plan, load_hardware(overrides=overrides),
+                            SimOptions(topology=topology, engine="analytic"))
+        assert row.latency_s == pytest.approx(analytic.latency_s, rel=0.02), row
+    latency = fig06.set_index(["network", "strategy"]).latency_s
+    for row in fig06.itertuples():
+        assert row.speedup_vs_data == pytest.approx(latency[(row.network, "data")]
+                                                    / row.latency_s, rel=1e-12)
+    means = pd.read_csv(quick / "fig06_performance.csv").query("network == 'geomean'")
+    for row in means.itertuples():
+        assert row.speedup_vs_data == pytest.approx(
+            geomean(fig06[fig06.strategy == row.strategy].speedup_vs_data), rel=1e-12)
+
+
 def test_hypar_never_slower_than_data(quick):
     table = pd.read_csv(quick / "fig06_performance.csv")
     hypar = table[(table.strategy == "hypar") & (table.network != "geomean")]
@@ -55,6 +162,26 @@ def test_hypar_scales_further(quick):
     top = table[table.accelerators == table.accelerators.max()].set_index("strategy")
     assert top.gain_vs_one["hypar"] > top.gain_vs_one["data"]
     assert top.traffic_gb["hypar"] < top.traffic_gb["data"]
+    check_scalability_values(table)
+
+
+def check_scalability_values(table: pd.DataFrame) -> None:
+    """Figure 11's quick table (lenet_c on 1, 2, 4, 8 accelerators) by hand: one accelerator
+    takes the sum of its layers' phase costs (hardware/costs.py; 1,658,744.6 cycles = 6.635
+    ms at 250 MHz) for either strategy, the gains are that over each latency, and Data
+    Parallelism moves (N - 1) x 8 W bytes."""
+    config = load_hardware(overrides={"accelerators": 1})
+    net = load_network("lenet_c")
+    one = sum(layer_phase_cycles(layer, i, 256, config) for i, layer in enumerate(net.layers))
+    assert sorted(table.accelerators.unique()) == [1, 2, 4, 8]
+    for row in table.itertuples():
+        if row.accelerators == 1:
+            assert row.latency_s == pytest.approx(one / config.clock_hz, rel=1e-12)
+            assert row.traffic_bytes == 0
+        assert row.gain_vs_one == pytest.approx(one / config.clock_hz / row.latency_s, rel=1e-12)
+        assert row.traffic_gb == pytest.approx(row.traffic_bytes / 1e9, rel=1e-12)
+        if row.strategy == "data":
+            assert row.traffic_bytes == data_traffic_bytes("lenet_c", int(row.accelerators))
 
 
 def test_space_exploration_finds_peak_and_hypar(quick):
@@ -64,11 +191,29 @@ def test_space_exploration_finds_peak_and_hypar(quick):
         assert table.relative_to_best.max() == pytest.approx(1.0)
         hypar = table[table.is_hypar].iloc[0]
         assert hypar.traffic_bytes == table.traffic_bytes.min()  # HyPar minimises traffic
+        # the relative column is what it says; HyPar's cell is Figure 5's plan
+        assert table.relative_to_best.to_list() == pytest.approx(
+            (table.latency_s.min() / table.latency_s).to_list(), rel=1e-12)
+        plans = pd.read_csv(quick / "fig05_plans.csv")
+        plans = plans[plans.network == hypar.network]
+        assert hypar.plan_text == "; ".join(" ".join(level.choice)
+                                            for _, level in plans.groupby("level", sort=True))
 
 
 def test_trick_never_beats_hypar(quick):
     table = pd.read_csv(quick / "fig13_trick.csv")
     assert (table.performance_vs_trick >= 0.999).all()
+    # The quick run's two-level cases (4 accelerators) are cases of the full run: every value
+    # equals the committed results/fig13_trick.csv row (e.g. conv5-b32-h2's trick step
+    # 0.3287 s, HyPar's 0.2408 s).
+    committed = pd.read_csv(REPO / "results" / "fig13_trick.csv").set_index("case")
+    shared = table.set_index("case").loc[["conv5-b32-h2", "fc3-b4096-h2"]]
+    for column in ("trick_latency_s", "hypar_latency_s", "trick_energy_j", "hypar_energy_j",
+                   "trick_traffic_gb", "hypar_traffic_gb", "performance_vs_trick",
+                   "efficiency_vs_trick"):
+        assert shared[column].to_list() == pytest.approx(
+            committed.loc[shared.index, column].to_list(), rel=1e-9), column
+    assert shared.hypar_plan.to_list() == committed.loc[shared.index, "hypar_plan"].to_list()
 
 
 def test_htree_beats_torus_at_equal_total_bandwidth():
@@ -91,7 +236,9 @@ def test_script_runs_alone(tmp_path):
                              str(tmp_path)], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     assert "HyPar scales further than Data Parallelism: **True**" in result.stdout
-    assert len(pd.read_csv(tmp_path / "fig11_scalability.csv")) == 8
+    table = pd.read_csv(tmp_path / "fig11_scalability.csv")
+    assert len(table) == 8
+    check_scalability_values(table)
 
 
 def test_committed_results_are_complete():
@@ -99,6 +246,32 @@ def test_committed_results_are_complete():
         assert (REPO / "results" / f"{name}.csv").exists()
         assert (REPO / "results" / f"{name}.png").exists()
     assert load_figure("fig08_communication").title in (REPO / "results" / "README.md").read_text()
+
+
+def test_committed_results_match_the_planner():
+    """The committed tables' bytes and plans are the current planner's: Data Parallelism's
+    (N - 1) x 8 W by hand (e.g. VGG-A on 16 accelerators: 15 x 8 x 132.9 M = 15.94 GB),
+    every other strategy's plan traffic, and Figure 5's choices HyPar's plan (16
+    accelerators unless the row says otherwise)."""
+    columns = {"fig06_performance": ("traffic_bytes", 1), "fig07_energy": ("traffic_bytes", 1),
+               "fig08_communication": ("ours_gb", 1e9), "fig11_scalability": ("traffic_bytes", 1),
+               "fig12_topology": ("traffic_bytes", 1)}
+    for name, (column, scale) in columns.items():
+        table = simulated_rows(pd.read_csv(REPO / "results" / f"{name}.csv"))
+        for row in table.itertuples():
+            value, count = getattr(row, column) * scale, int(row.accelerators)
+            if row.strategy == "data":
+                assert value == pytest.approx(data_traffic_bytes(row.network, count),
+                                              rel=1e-12), (name, row)
+            assert value == pytest.approx(planned_bytes(row.network, row.strategy, count),
+                                          rel=1e-12), (name, row)
+    plans = pd.read_csv(REPO / "results" / "fig05_plans.csv")
+    for network, part in plans.groupby("network"):
+        net = load_network(network)
+        plan = make_plan(net, "hypar", 4, 256)
+        for row in part.itertuples():
+            kind = plan.choices[int(row.level[1:]) - 1][net.layer_names.index(row.layer)]
+            assert {"batch": "dp", "in": "mp"}[kind] == row.choice, row
 
 
 def test_reproduce_command_rejects_unknown_figure(cli, tmp_path):

@@ -51,10 +51,13 @@ def test_eyeriss_alexnet_active_pes(layer: str) -> None:
 
 
 @pytest.mark.parametrize("layer", sorted(ALEXNET))
-def test_eyeriss_alexnet_processing_latency_within_25_percent(layer: str) -> None:
+def test_eyeriss_alexnet_processing_latency_within_12_percent(layer: str) -> None:
+    # The README's claim ("its Table V latencies within 12%"). Measured (model vs Table V, ms):
+    # CONV1 14.67 vs 16.5 (-11.1%), CONV2 34.79 vs 39.2 (-11.3%), CONV3 21.40 vs 21.8 (-1.8%),
+    # CONV4 16.05 vs 16.0 (+0.3%), CONV5 10.70 vs 10.0 (+7.0%).
     cost = map_conv(ALEXNET[layer], EYERISS)
     paper_ms = TABLE_V[layer][1]
-    assert cost.latency_s * 1e3 == pytest.approx(paper_ms, rel=0.25)
+    assert cost.latency_s * 1e3 == pytest.approx(paper_ms, rel=0.12)
 
 
 @pytest.mark.parametrize("layer", sorted(ALEXNET))

@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import pandas as pd
+import pytest
 
 from tests.conftest import REPO
 
@@ -19,6 +20,14 @@ def test_fig08_script_writes_csv_and_png(tmp_path):
     assert table[table.network == "geomean"].ratio.between(0.99, 1.01).sum() == 2  # DP, HyPar
     hypar_data = table[table.strategy.isin(["data", "hypar"]) & (table.network != "vgg_b")]
     assert ((hypar_data.ratio - 1).abs() < 0.01).all()
+    # The script's default run is the committed one (16 accelerators, batch 256): every
+    # number equals results/fig08_communication.csv (e.g. SFC's HyPar 0.6808 GB, paper 0.681).
+    committed = pd.read_csv(REPO / "results" / "fig08_communication.csv")
+    assert table[["network", "strategy", "accelerators", "batch"]].equals(
+        committed[["network", "strategy", "accelerators", "batch"]])
+    for column in ("ours_gb", "paper_gb", "ratio"):
+        assert table[column].to_list() == pytest.approx(committed[column].to_list(), rel=1e-12,
+                                                        nan_ok=True), column
     assert (tmp_path / "fig08_communication.png").read_bytes()[:4] == b"\x89PNG"
     assert not list(tmp_path.glob(".*.tmp"))
 
