@@ -11,6 +11,28 @@ from hypar_sim.workload.network import Network
 
 GB = 1e9  # bytes; the paper's GB is decimal
 
+#: Units people read, largest first: (name, size in the base unit).
+TIME_UNITS = (("s", 1.0), ("ms", 1e-3), ("us", 1e-6), ("ns", 1e-9))
+BYTE_UNITS = (("GB", 1e9), ("MB", 1e6), ("kB", 1e3), ("B", 1.0))
+
+
+def unit_for(values: Sequence[float], units: Sequence[tuple[str, float]]) -> tuple[str, float]:
+    """The largest unit in which the largest of `values` is at least 1 (the smallest unit
+    when all are 0): one unit for a whole column, named in its header."""
+    largest = max((abs(v) for v in values), default=0.0)
+    return next(((name, size) for name, size in units if largest >= size), units[-1])
+
+
+def quantity(value: float, units: Sequence[tuple[str, float]], digits: int = 4) -> str:
+    """`value` in the unit that fits it, e.g. 0.0012 s -> '1.2 ms', 3.4e9 B -> '3.4 GB'."""
+    name, size = unit_for([value], units)
+    return f"{value / size:.{digits}g} {name}"
+
+
+def plural(count: int, word: str) -> str:
+    """'1 accelerator', '16 accelerators'."""
+    return f"{count} {word}{'' if count == 1 else 's'}"
+
 #: Widest plan grid printed with layer names as headers (wider ones are numbered).
 MAX_GRID_WIDTH = 110
 
@@ -108,19 +130,21 @@ def comparison_table(results: Sequence, objectives: Sequence[str] | None = None,
     base = next(r for r in results if r.strategy == "data")
     first = results[0]
     objectives = objectives or ["bytes"] * len(results)
+    time_unit, time_size = unit_for([r.latency_s for r in results], TIME_UNITS)
+    byte_unit, byte_size = unit_for([r.traffic_bytes for r in results], BYTE_UNITS)
     rows = []
     for r, objective in zip(results, objectives, strict=True):
-        rows.append((r.strategy, objective, f"{r.latency_s * 1e3:.4g}",
+        rows.append((r.strategy, objective, f"{r.latency_s / time_size:.4g}",
                      f"{base.latency_cycles / r.latency_cycles:.2f}x", f"{r.energy_j:.4g}",
-                     f"{base.energy_pj / r.energy_pj:.2f}x", f"{r.traffic_bytes / GB:.4g}",
+                     f"{base.energy_pj / r.energy_pj:.2f}x", f"{r.traffic_bytes / byte_size:.4g}",
                      f"{r.traffic_bytes / base.traffic_bytes:.2f}x" if base.traffic_bytes else "-",
                      f"{r.time_shares['communication']:.0%}", _kind_counts(r.plan)))
-    head = (f"{first.network} on {first.accelerators} accelerators ({first.topology}), batch "
+    head = (f"{first.network} on {plural(first.accelerators, 'accelerator')} ({first.topology}), batch "
             f"{first.batch}, {first.engine} engine; speedup, energy efficiency and bytes "
             "relative to data parallelism\n\n")
-    text = head + table(("strategy", "minimises", "latency ms", "speedup", "energy J",
-                         "efficiency", "traffic GB", "bytes", "comm share", "plan (kind: layers x "
-                         "levels)"), rows)
+    text = head + table(("strategy", "minimises", f"latency {time_unit}", "speedup", "energy J",
+                         "efficiency", f"traffic {byte_unit}", "bytes", "comm share",
+                         "plan (kind: layers x levels)"), rows)
     if bound_bytes is not None:
         text += (f"\n\nlower bound on the bytes of any plan of kinds {','.join(kinds)}: "
                  f"{bound_bytes / GB:.4g} GB (planner.bound; plans using other kinds may move "
@@ -157,7 +181,7 @@ def graph_plan_summary(plan: GraphPlan, graph: Graph) -> str:
     """A graph's plan: every node's kinds (top level first) and the bytes into it."""
     search = f", {plan.search} search" if plan.search else ""
     head = (f"{plan.network}: strategy {plan.strategy}{search}, hierarchy {plan.hierarchy} "
-            f"({plan.accelerators} accelerator{'s' if plan.accelerators != 1 else ''}), batch "
+            f"({plural(plan.accelerators, 'accelerator')}), batch "
             f"{plan.batch}, traffic model layout\n\n")
     rows = [(node.name, node.op, " ".join(column) or "-", f"{moved / 1e6:.4g}")
             for node, column, moved in zip(graph.nodes, plan.columns, plan.node_bytes,
@@ -194,7 +218,7 @@ def plan_summary(plan: Plan, clock_hz: float | None = None) -> str:
     planner's estimate (`planner.estimate`; `run` gives the simulated figure)."""
     search = f", {plan.search} search" if plan.search else ""
     head = (f"{plan.network}: strategy {plan.strategy}{search}, hierarchy {plan.hierarchy} "
-            f"({plan.accelerators} accelerator{'s' if plan.accelerators != 1 else ''}), batch "
+            f"({plural(plan.accelerators, 'accelerator')}), batch "
             f"{plan.batch}, traffic model {plan.traffic_model}\n\n")
     total = f"\n\ntotal traffic per training step: {plan.traffic_bytes / GB:.4g} GB"
     if plan.objective == "time":

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import pandas as pd
 
-from hypar_sim.report import GB, table
+from hypar_sim.report import BYTE_UNITS, TIME_UNITS, plural, quantity, table, unit_for
 
 
 @dataclass(frozen=True)
@@ -163,25 +163,27 @@ class SimResult:
         """A few lines a person reads at a glance."""
         shares = self.time_shares
         lines = [
-            f"{self.network}: {self.strategy} plan on {self.accelerators} accelerators "
+            f"{self.network}: {self.strategy} plan on {plural(self.accelerators, 'accelerator')} "
             f"({self.topology}), batch {self.batch}, {self.engine} engine",
             "",
-            f"step latency   {self.latency_s * 1e3:.4g} ms  ({self.latency_cycles:,.0f} cycles "
+            f"step latency   {quantity(self.latency_s, TIME_UNITS)}  ({self.latency_cycles:,.0f} cycles "
             f"at {self.clock_hz / 1e6:g} MHz)",
             f"time shares    compute {shares['compute']:.1%}, DRAM stalls {shares['dram']:.1%}, "
             f"communication {shares['communication']:.1%}",
             f"energy         {self.energy_j:.4g} J: " + ", ".join(
                 f"{action} {joules:.3g}" for action, joules in self.energy_breakdown_j.items()
                 if joules > 0),
-            f"traffic        {self.traffic_bytes / GB:.4g} GB: " + ", ".join(
-                f"H{level + 1} {level_bytes / GB:.4g}"
+            f"traffic        {quantity(self.traffic_bytes, BYTE_UNITS)}" + "".join(
+                (": " if level == 0 else ", ")
+                + f"H{level + 1} {level_bytes / unit_for([self.traffic_bytes], BYTE_UNITS)[1]:.4g}"
                 for level, level_bytes in enumerate(self.traffic_bytes_per_level)),
         ]
         links = sorted(self.per_link, key=lambda link: (-link.busy_fraction, link.link))[:busiest]
+        links_unit = unit_for([link.bytes for link in links], BYTE_UNITS)
         if links and links[0].bytes > 0:
             lines += ["", "busiest links:",
-                      table(("link", "GB", "busy"),
-                            [(link.link, f"{link.bytes / GB:.4g}", f"{link.busy_fraction:.1%}")
-                             for link in links])]
+                      table(("link", links_unit[0], "busy"),
+                            [(link.link, f"{link.bytes / links_unit[1]:.4g}",
+                              f"{link.busy_fraction:.1%}") for link in links])]
         lines.append(f"\n{self.events:,} events in {self.wall_s:.2f} s")
         return "\n".join(lines)
