@@ -181,7 +181,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     reproduce = commands.add_parser("reproduce", help="every figure of the paper's evaluation "
                                                       "into results/, with results/README.md")
-    reproduce.add_argument("--out", default=None, help="output folder (default: results/)")
+    reproduce.add_argument("--out", default=None,
+                           help="output folder (default: results/; with --quick, a new scratch "
+                                "folder, never the committed results)")
     reproduce.add_argument("--quick", action="store_true",
                            help="reduced configuration (4 accelerators, small networks)")
     reproduce.add_argument("--only", default=None,

@@ -41,6 +41,7 @@ from hypar_sim.report import (
     networks_table,
     nodes_table,
     plan_summary,
+    plural,
 )
 from hypar_sim.sim.defaults import ENGINES
 from hypar_sim.workload.graph import Graph
@@ -234,7 +235,7 @@ def cmd_sweep(args: argparse.Namespace) -> str:
 
 def cmd_reproduce(args: argparse.Namespace) -> str:
     from hypar_sim.experiments import FIGURES
-    from hypar_sim.experiments.common import RESULTS, figure_formats
+    from hypar_sim.experiments.common import figure_formats, output_folder
     from hypar_sim.experiments.reproduce import reproduce
 
     names = FIGURES
@@ -244,10 +245,10 @@ def cmd_reproduce(args: argparse.Namespace) -> str:
             if name not in FIGURES:
                 raise InputError(f"--only: unknown figure '{name}'; allowed: {', '.join(FIGURES)}")
     formats = figure_formats(args.formats)
-    out = Path(args.out) if args.out else RESULTS
+    out = output_folder(args.out, args.quick)
     path = reproduce(out, args.quick, args.workers, names, progress=not args.no_progress,
                      formats=formats)
-    return f"wrote {len(names)} figures and {path}"
+    return f"wrote {plural(len(names), 'figure')} and {path}"
 
 
 def hardware_overrides(args: argparse.Namespace) -> dict[str, Any]:

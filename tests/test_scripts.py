@@ -43,3 +43,23 @@ def test_readme_commands_are_what_ci_runs():
         assert part.replace('pip install -e', 'pip install --quiet --disable-pip-version-check -e') \
             in ci or part in ci
     assert test.strip() in ci.split()
+
+
+def test_a_quick_run_never_writes_into_results(tmp_path):
+    """`reproduce --quick` and a figure script's `--quick` without --out go to a new scratch
+    folder: the committed results/ keep their bytes."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    results = Path(__file__).resolve().parents[1] / "results"
+    before = {p.name: p.read_bytes() for p in results.iterdir() if p.is_file()}
+    run = subprocess.run([sys.executable, "-m", "hypar_sim", "reproduce", "--quick", "--only",
+                          "fig08_communication", "--no-progress", "--formats", "png"],
+                         capture_output=True, text=True, check=True)
+    assert "hypar-sim-quick-" in run.stdout and "wrote 1 figure and" in run.stdout
+    script = subprocess.run([sys.executable, str(results.parent / "scripts" /
+                                                 "fig08_communication.py"), "--quick",
+                             "--formats", "png"], capture_output=True, text=True, check=True)
+    assert "hypar-sim-quick-" in script.stdout
+    assert {p.name: p.read_bytes() for p in results.iterdir() if p.is_file()} == before

@@ -6,6 +6,7 @@ import argparse
 import dataclasses
 import json
 import math
+import tempfile
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -72,7 +73,9 @@ class Figure:
 
     def main(self, argv: Sequence[str] | None = None) -> pd.DataFrame:
         parser = argparse.ArgumentParser(description=self.title)
-        parser.add_argument("--out", type=Path, default=RESULTS, help="output folder (results/)")
+        parser.add_argument("--out", type=Path, default=None,
+                            help="output folder (default: results/; with --quick, a new scratch "
+                                 "folder: quick runs never write over the committed results)")
         parser.add_argument("--quick", action="store_true",
                             help="reduced configuration: 4 accelerators, small networks")
         parser.add_argument("--workers", type=int, default=None, help="processes (all cores)")
@@ -80,6 +83,7 @@ class Figure:
                             help=f"figure formats, comma-separated among {', '.join(FORMATS)} "
                                  f"(default {','.join(FIGURE_FORMATS)}; png is always written)")
         args = parser.parse_args(argv)
+        args.out = output_folder(args.out, args.quick)
         try:
             formats = figure_formats(args.formats)
             table, seconds = self.run(args.out, args.quick, args.workers, formats=formats)
@@ -90,6 +94,16 @@ class Figure:
         print(self.report(table))
         print(f"\nwrote {', '.join(map(str, written))} in {seconds:.1f} s")
         return table
+
+
+def output_folder(out: Path | str | None, quick: bool) -> Path:
+    """Where figures go: `out`; else results/ for a full run and a new scratch folder for a
+    quick one (the reduced configuration must never replace the committed results)."""
+    if out is not None:
+        return Path(out)
+    if quick:
+        return Path(tempfile.mkdtemp(prefix="hypar-sim-quick-"))
+    return RESULTS
 
 
 def figure_formats(text: str) -> tuple[str, ...]:
