@@ -133,6 +133,9 @@ def build_parser() -> argparse.ArgumentParser:
                               "is added as the base if missing; --objective applies to those that "
                               "take it, the others minimise their own cost")
     compare.add_argument("--json", action="store_true", help="print a JSON list of the runs")
+    compare.add_argument("--workers", type=int, default=None,
+                         help="processes running the strategies side by side (default: all "
+                              "cores; 1: one after another)")
 
     sweep = commands.add_parser(
         "sweep", help="many simulations (a cartesian product), one CSV row each; parallel, "

@@ -147,7 +147,7 @@ def cmd_run(args: argparse.Namespace) -> str:
 
 def cmd_compare(args: argparse.Namespace) -> str:
     from hypar_sim.api import CHAIN_STRATEGIES, GRAPH_COMPARED
-    from hypar_sim.runner import simulate_strategy
+    from hypar_sim.executors import parallel_map
 
     network, config, options = _simulation_inputs(args)
     plan_options = plan_options_from_args(args)
@@ -157,9 +157,12 @@ def cmd_compare(args: argparse.Namespace) -> str:
                            tuple(GRAPH_STRATEGIES) if graph else tuple(s for s in STRATEGIES
                                                                 if s != "explicit"))
     objectives = [objective_for(s, plan_options.objective) for s in strategies]
-    results = [simulate_strategy(network, strategy, config, options, None,
-                                 dataclasses.replace(plan_options, objective=objective), hierarchy)
-               for strategy, objective in zip(strategies, objectives, strict=True)]
+    if args.workers is not None and args.workers < 1:
+        raise InputError(f"--workers: must be a positive integer, got {args.workers}")
+    jobs = [(network, strategy, config, options, dataclasses.replace(
+        plan_options, objective=objective, progress=False), hierarchy)
+        for strategy, objective in zip(strategies, objectives, strict=True)]
+    results = parallel_map(_simulate_job, jobs, args.workers)
     bound = None
     if not graph:
         bound = sum(layer_bounds(network.layers, config.batch, hierarchy, plan_options.kinds,
@@ -171,6 +174,14 @@ def cmd_compare(args: argparse.Namespace) -> str:
     return comparison_table(results, [minimised(s, o) for s, o in zip(strategies, objectives,
                                                                        strict=True)],
                             bound, plan_options.kinds)
+
+
+def _simulate_job(job: tuple) -> Any:
+    """One strategy of `compare` (a process pool's unit of work)."""
+    from hypar_sim.runner import simulate_strategy
+
+    network, strategy, config, options, plan_options, hierarchy = job
+    return simulate_strategy(network, strategy, config, options, None, plan_options, hierarchy)
 
 
 def _compared(text: str | None, default: tuple[str, ...], allowed: tuple[str, ...]) -> list[str]:

@@ -37,6 +37,17 @@ def _leave_interrupts_to_the_parent() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
+def parallel_map(function: Callable[[Any], Any], items: Sequence[Any],
+                 workers: int | None = None) -> list[Any]:
+    """`function` over `items` in a process pool (Ctrl-C left to the caller), results in
+    order; one after another with one worker or one item."""
+    workers = min(workers or os.cpu_count() or 1, len(items))
+    if workers <= 1:
+        return [function(item) for item in items]
+    with ProcessPoolExecutor(workers, initializer=_leave_interrupts_to_the_parent) as pool:
+        return list(pool.map(function, items))
+
+
 def _run_pool(cases: list[Case], workers: int, options, on_row, runner: Runner) -> list[Case]:
     """Run `cases` in one process pool; returns the cases lost when a worker died."""
     lost = []

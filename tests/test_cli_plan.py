@@ -153,3 +153,18 @@ def test_exhaustive_search_says_how_many_plans_it_will_visit(capsys):
     make_plan(load_network("lenet_c"), "exhaustive", 2, 64,
               options=PlanOptions(kinds=("batch", "in"), progress=True))
     assert "0/64" in capsys.readouterr().err  # conv1 (1 input channel) batch only: 1x4x4x4
+
+
+def test_compare_in_parallel_gives_the_same_results():
+    """`compare` runs its strategies in a process pool: the results are those of running
+    them one after another (wall time aside)."""
+    import json
+
+    def runs(*extra):
+        rows = json.loads(run_cli("compare", "lenet_c", "--engine", "analytic", "--strategies",
+                                  "data,hypar,tofu,optimal", "--json", *extra).stdout)
+        for row in rows:
+            row.pop("wall_s")
+        return rows
+
+    assert runs("--workers", "1") == runs("--workers", "2")
