@@ -67,7 +67,6 @@ import numpy as np
 
 from hypar_sim.errors import InputError, closest
 from hypar_sim.hardware.config import HardwareConfig
-from hypar_sim.hardware.costs import phase_cost
 from hypar_sim.hardware.energy import Action, EnergyTable
 from hypar_sim.hardware.topology import Topology
 from hypar_sim.hardware.transfer import (
@@ -343,6 +342,8 @@ class Estimator:
         (cached by its shape: the members of many columns compute the same)."""
         key = (_shape(share), first)
         if key not in self._phases:
+            from hypar_sim.hardware.costs import phase_cost  # loaded when first estimated
+
             costs = [phase_cost(share, phase, self.config, first) for phase in _PHASES]
             self._phases[key] = (*(cost.cycles for cost in costs),
                                  sum(self._table.energy(cost.counts).total_pj for cost in costs))
