@@ -30,6 +30,7 @@ from hypar_sim.partition.shares import Column
 from hypar_sim.partition.steps import Message, TransferKind
 from hypar_sim.planner.graph_dp import Factor, StateLimit, local_search, minimise
 from hypar_sim.planner.strategies import STRATEGIES, PlanOptions
+from hypar_sim.registry import LazyRegistry
 from hypar_sim.workload.graph import Graph, Node
 
 
@@ -54,7 +55,8 @@ class GraphRequest:
 GraphColumns = Callable[[GraphRequest], list[Column]]
 
 #: Graph strategies by name (the command line's choices for graphs come from it).
-GRAPH_STRATEGIES: dict[str, GraphColumns] = {}
+GRAPH_STRATEGIES: LazyRegistry[GraphColumns] = LazyRegistry({
+    name: f"hypar_sim.planner.{name}_graph" for name in ("accpar", "grid", "tofu")})
 
 
 def register_graph_strategy(name: str) -> Callable[[GraphColumns], GraphColumns]:

@@ -37,6 +37,7 @@ from hypar_sim.planner import search as searches
 from hypar_sim.planner.estimate import OBJECTIVES, Estimator, check_objective
 from hypar_sim.planner.plan import Choices, Plan, evaluate_plan
 from hypar_sim.planner.traffic import DEFAULT_TRAFFIC_MODEL, TrafficModel, traffic_model
+from hypar_sim.registry import LazyRegistry
 from hypar_sim.workload.layers import Layer, LayerKind
 from hypar_sim.workload.network import Network
 
@@ -116,7 +117,10 @@ class Strategy:
     own_cost: str = ""  # what it minimises when that is its paper's own cost (for tables)
 
 
-STRATEGIES: dict[str, Strategy] = {}
+#: The seed papers' planners register themselves in their own modules, loaded when one
+#: of them is first asked for (listing the names loads none of them).
+STRATEGIES: LazyRegistry[Strategy] = LazyRegistry({
+    name: f"hypar_sim.planner.{name}" for name in ("accpar", "grid", "soybean", "tofu")})
 
 
 def register_strategy(name: str, searches: bool = False, honours_search: bool = False,
