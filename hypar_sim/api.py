@@ -9,6 +9,7 @@
     result.per_link_frame()                # one row per directed link: bytes, busy share
     hypar_sim.plan("resnet50", accelerators=64, kinds=("batch", "in", "out"))
     hypar_sim.compare("vgg_a")             # data, model, trick, hypar (graphs: data, model, hypar)
+    hypar_sim.simulate("vgg_a", strategy="optimal", objective="time")   # or "energy"
 
 A network is a shipped name, a path to a YAML or ONNX file, or a `Network` or
 `Graph` object. Keyword arguments beyond the named ones set hardware config
