@@ -115,9 +115,6 @@ def test_branches_concat_add_pool_and_consumers():
     assert g.node("cat").shape == (12, 10, 12)
     assert g.node("gp").shape == (12, 1, 1) and g.node("fc").params == 12 * 3 + 3
     assert g.consumers()["x"] == ["a", "b", "skip"] and g.outputs == ("fc",)
-    assert not g.is_chain
-    assert graph([{"type": "conv", "out_channels": 4, "kernel": 1},
-                  {"type": "act", "function": "relu"}]).is_chain
 
 
 def test_nodes_in_any_order_are_sorted_by_their_inputs():

@@ -81,16 +81,6 @@ class Graph:
                 readers[source].append(node.name)
         return readers
 
-    @property
-    def is_chain(self) -> bool:
-        """One input, and every node reads only the node before it."""
-        previous = next(iter(self.inputs)) if len(self.inputs) == 1 else None
-        for node in self.nodes:
-            if node.inputs != (previous,):
-                return False
-            previous = node.name
-        return True
-
 
 def _shape(where: str, value: Any) -> Shape:
     if not isinstance(value, list) or not value:
