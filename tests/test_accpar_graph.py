@@ -17,10 +17,8 @@ from hypar_sim.partition.hierarchy import Hierarchy
 from hypar_sim.planner import accpar
 from hypar_sim.planner.graph_plan import GRAPH_STRATEGIES, make_graph_plan
 from hypar_sim.planner.strategies import PlanOptions
-from hypar_sim.runner import SimOptions, simulate_graph
 from hypar_sim.workload.graph import parse_graph
 from hypar_sim.workload.layers import FeatureShape, make_fc
-from hypar_sim.workload.network import load_workload
 
 ALL = ("batch", "in", "out")
 DEFAULT = accpar.Hardware.from_config(load_hardware())
@@ -172,29 +170,6 @@ def test_differs_from_hypar_where_a_partial_output_has_three_readers():
     assert costs.edge(sites[0], sites[1], 0, ("in",), ("out",), hierarchy) == 512
     assert costs.edge(sites[0], sites[1], 0, ("out",), ("out",), hierarchy) == 256
     assert (hypar.traffic_bytes, mine.traffic_bytes) == (768, 1536)
-
-
-def test_resnet18_plan_runs_in_the_simulator():
-    """16 cubes, batch 256, AccPar's own kinds: every column offered; the analytic engine
-    runs the plan and sends the plan's bytes."""
-    graph, hierarchy = load_workload("resnet18"), Hierarchy((2, 2, 2, 2))
-    plan = make_graph_plan(graph, "accpar", hierarchy, 256)
-    assert {kind for column in plan.columns for kind in column} <= set(ALL)
-    assert all(graph_layout.offered(site, 256, column, hierarchy)
-               for site, column in zip(graph_sites(graph), plan.columns, strict=True))
-    result = simulate_graph(graph, plan, load_hardware(None, {"accelerators": 16, "batch": 256}),
-                            SimOptions(engine="analytic"))
-    assert result.latency_s > 0
-    assert result.traffic_bytes == pytest.approx(plan.traffic_bytes, rel=1e-12)
-
-
-def test_three_by_two_hierarchy():
-    """inception_v1 on a 3x2 array, batch 12: every node gets an offered column."""
-    graph, hierarchy = load_workload("inception_v1"), Hierarchy((3, 2))
-    plan = make_graph_plan(graph, "accpar", hierarchy, 12)
-    assert all(graph_layout.offered(site, 12, column, hierarchy)
-               for site, column in zip(graph_sites(graph), plan.columns, strict=True))
-    assert plan.traffic_bytes > 0
 
 
 def test_kinds_are_honoured():

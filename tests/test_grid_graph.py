@@ -10,7 +10,6 @@ import pytest
 
 import hypar_sim.planner.grid_graph as gg  # registers the graph strategy
 from hypar_sim.errors import InputError
-from hypar_sim.hardware.config import load_hardware
 from hypar_sim.partition import graph_layout
 from hypar_sim.partition.graph_axes import sites as graph_sites
 from hypar_sim.partition.hierarchy import Hierarchy
@@ -22,10 +21,8 @@ from hypar_sim.planner.graph_plan import (
     make_graph_plan,
 )
 from hypar_sim.planner.strategies import PlanOptions
-from hypar_sim.runner import SimOptions, simulate_graph
 from hypar_sim.workload.graph import parse_graph
 from hypar_sim.workload.layers import FeatureShape, make_conv, make_fc
-from hypar_sim.workload.network import load_workload
 
 ALL = ("batch", "spatial", "out", "in")
 MIB = 2 ** 20
@@ -240,28 +237,6 @@ def test_differs_from_hypar_on_a_residual_block():
 
     assert paper(mine) < paper(hypar)
     assert hypar.traffic_bytes < mine.traffic_bytes
-
-
-def test_resnet18_plan_runs_in_the_simulator():
-    """16 cubes, batch 256, the paper's four kinds: every column offered; the analytic engine
-    runs the plan and sends the plan's bytes."""
-    graph, hierarchy = load_workload("resnet18"), Hierarchy((2, 2, 2, 2))
-    plan = make_graph_plan(graph, "grid", hierarchy, 256)
-    assert all(graph_layout.offered(site, 256, column, hierarchy)
-               for site, column in zip(graph_sites(graph), plan.columns, strict=True))
-    result = simulate_graph(graph, plan, load_hardware(None, {"accelerators": 16, "batch": 256}),
-                            SimOptions(engine="analytic"))
-    assert result.latency_s > 0
-    assert result.traffic_bytes == pytest.approx(plan.traffic_bytes, rel=1e-12)
-
-
-def test_three_by_two_hierarchy():
-    """bert_base on a 3x2 array, batch 12: every node gets an offered column."""
-    graph, hierarchy = load_workload("bert_base"), Hierarchy((3, 2))
-    plan = make_graph_plan(graph, "grid", hierarchy, 12)
-    assert all(graph_layout.offered(site, 12, column, hierarchy)
-               for site, column in zip(graph_sites(graph), plan.columns, strict=True))
-    assert plan.traffic_bytes > 0
 
 
 def test_kinds_are_honoured():

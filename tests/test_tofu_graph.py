@@ -214,16 +214,6 @@ def test_resnet18_plans_and_runs() -> None:
     assert result.latency_cycles > 0 and result.strategy == "tofu"
 
 
-def test_a_non_binary_hierarchy() -> None:
-    """3 x 2 members on mobilenet_v2 (depthwise convs: in and out split nothing there, so
-    their units take batch or spatial): one step per level, offered columns."""
-    graph, hierarchy = load_workload("mobilenet_v2"), Hierarchy((3, 2))
-    plan = plan_graph(graph, "tofu", hierarchy, 48, tofu.TOFU_KINDS)
-    assert all(len(column) == 2 for column in plan.columns)
-    assert _offered_everywhere(graph, 48, hierarchy, plan.columns)
-    assert plan.traffic_bytes > 0
-
-
 def test_plan_differs_from_hypar() -> None:
     """The two fcs as a graph, kinds batch and in, two accelerators. HyPar replicates
     weights: fc_b by batch costs an all-reduce, 2 |W| = 512 elements, less than by in
