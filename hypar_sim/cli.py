@@ -95,9 +95,10 @@ def build_parser() -> argparse.ArgumentParser:
                            "one row of kinds per level, rows separated by ';' or new lines")
     _add_array_arguments(plan)
     _add_plan_arguments(plan)
-    plan.add_argument("--topology", default="htree", choices=TOPOLOGIES, metavar="TOPOLOGY",
+    plan.add_argument("--topology", default="htree", metavar="TOPOLOGY",
                       help=f"with --objective time or energy: the topology the estimate "
-                           f"uses, one of {', '.join(TOPOLOGIES)} (default htree)")
+                           f"uses, one of {', '.join(TOPOLOGIES)} (default htree) or a "
+                           "topology file (.yaml)")
     plan.add_argument("--config", default=None,
                       help="a hardware YAML file (the estimate's hardware and the cube's memory "
                            "every plan must fit)")
@@ -215,8 +216,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _add_simulation_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("network", help="a network name (see `networks`) or a .yaml path")
-    parser.add_argument("--topology", default="htree", choices=TOPOLOGIES, metavar="TOPOLOGY",
-                        help=f"one of {', '.join(TOPOLOGIES)} (default htree)")
+    parser.add_argument("--topology", default="htree", metavar="TOPOLOGY",
+                        help=f"one of {', '.join(TOPOLOGIES)} (default htree), or a topology "
+                             "file (.yaml: links per level; see hardware/topology_file.py)")
     parser.add_argument("--accelerators", type=int, default=None,
                         help="accelerators (default from the config: 16)")
     parser.add_argument("--batch", type=int, default=None,

@@ -14,6 +14,7 @@ from hypar_sim.atomic import atomic_write_text, check_writable
 from hypar_sim.errors import InputError, Unfinished, closest
 from hypar_sim.hardware.config import derived, describe, load_hardware, parse_overrides
 from hypar_sim.hardware.topology import TOPOLOGIES
+from hypar_sim.hardware.topology_file import is_topology_file, read_topology_file
 from hypar_sim.partition.hierarchy import MAX_MEMBERS, Hierarchy
 from hypar_sim.partition.kinds import parse_kinds
 from hypar_sim.planner.bound import layer_bounds, node_bounds
@@ -195,6 +196,19 @@ def _compared(text: str | None, default: tuple[str, ...], allowed: tuple[str, ..
     return names if "data" in names else ["data", *names]
 
 
+def _topologies(names: tuple[str, ...]) -> tuple[str, ...]:
+    """Built-in topologies or topology files (read now: a bad file stops the sweep first)."""
+    if names == ("all",):
+        return tuple(TOPOLOGIES)
+    for name in names:
+        if is_topology_file(name):
+            read_topology_file(name)
+        elif name not in TOPOLOGIES:
+            raise InputError(f"--topologies: unknown '{name}'{closest(name, TOPOLOGIES)}; "
+                             f"allowed: {', '.join(TOPOLOGIES)}, all, or topology files (.yaml)")
+    return names
+
+
 def cmd_sweep(args: argparse.Namespace) -> str:
     from hypar_sim import sweep
 
@@ -210,7 +224,7 @@ def cmd_sweep(args: argparse.Namespace) -> str:
     spec = sweep.SweepSpec(
         networks=networks,
         strategies=sweep.parse_list(args.strategies, None, "--strategies"),
-        topologies=sweep.parse_list(args.topologies, TOPOLOGIES, "--topologies"),
+        topologies=_topologies(sweep.parse_list(args.topologies, None, "--topologies")),
         accelerators=sweep.parse_ints(args.accelerators, "--accelerators"),
         batches=sweep.parse_ints(args.batch, "--batch"),
         overrides=parse_overrides(args.overrides),

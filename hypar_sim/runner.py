@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from hypar_sim.errors import InputError, closest
 from hypar_sim.hardware.config import HardwareConfig
 from hypar_sim.hardware.topology import TOPOLOGIES, make_topology
+from hypar_sim.hardware.topology_file import is_topology_file
 from hypar_sim.partition.hierarchy import Hierarchy
 from hypar_sim.planner.graph_plan import GraphPlan, make_graph_plan
 from hypar_sim.planner.plan import Plan
@@ -43,9 +44,9 @@ class SimOptions:
     trace: bool = False  # the result carries a Chrome/Perfetto trace of the step (des only)
 
     def __post_init__(self) -> None:
-        if self.topology not in TOPOLOGIES:
+        if self.topology not in TOPOLOGIES and not is_topology_file(self.topology):
             raise InputError(f"topology: unknown '{self.topology}'{closest(self.topology, TOPOLOGIES)}"
-                             f"; allowed: {', '.join(TOPOLOGIES)}")
+                             f"; allowed: {', '.join(TOPOLOGIES)} or a topology file (.yaml)")
         if self.engine not in ENGINES:
             raise InputError(f"engine: unknown '{self.engine}'; allowed: {', '.join(ENGINES)}")
         if isinstance(self.chunk_bytes, bool) or not isinstance(self.chunk_bytes, int) \

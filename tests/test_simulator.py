@@ -282,7 +282,7 @@ def test_overlap_helps_data_parallelism():
 
 
 @pytest.mark.parametrize("args, fragment", [
-    (("run", "lenet_c", "--topology", "ring"), "invalid choice: 'ring'"),
+    (("run", "lenet_c", "--topology", "ring"), "topology: unknown 'ring'"),
     (("run", "lenet_c", "--strategy", "best"), "invalid choice: 'best'"),
     (("run", "lenet_c", "--accelerators", "12", "--hierarchy", "4x4"),
      "--hierarchy: 4x4 has 16 members, but there are 12 accelerators"),

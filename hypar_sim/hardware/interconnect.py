@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from hypar_sim.errors import InputError
 from hypar_sim.hardware.config import HardwareConfig
 
 
@@ -21,14 +22,27 @@ class LinkSpec:
 
     bandwidth_bytes_per_cycle: float  # payload bytes per array cycle (packet overhead removed)
     latency_cycles: float  # fixed latency of one traversal (SerDes, wire, controller)
+    energy_scale: float = 1.0  # its pJ/bit over the hardware config's energy_link_pj_per_bit
 
 
-def link_spec(config: HardwareConfig, width: int = 1) -> LinkSpec:
-    """A link `width` base links wide (a fat-tree link at height k has width 2**k)."""
+def link_spec(config: HardwareConfig, width: int = 1,
+              base: HardwareConfig | None = None) -> LinkSpec:
+    """A link `width` base links wide (a fat-tree link at height k has width 2**k), from
+    `config`'s link keys; `base` is the hardware config whose energy_link_pj_per_bit the
+    energy table charges (a topology file's level may differ from it)."""
     raw_bytes_per_cycle = width * config.link_bandwidth_gbps * 1e9 / 8 / config.clock_hz
+    base = base or config
+    if base.energy_link_pj_per_bit > 0:
+        scale = config.energy_link_pj_per_bit / base.energy_link_pj_per_bit
+    elif config.energy_link_pj_per_bit == 0:
+        scale = 1.0
+    else:
+        raise InputError("topology: energy_link_pj_per_bit of a level needs the hardware "
+                         "config's energy_link_pj_per_bit > 0 (the energy table scales it)")
     return LinkSpec(
         bandwidth_bytes_per_cycle=raw_bytes_per_cycle * config.packet_efficiency,
         latency_cycles=config.link_latency_ns / config.cycle_ns,
+        energy_scale=scale,
     )
 
 

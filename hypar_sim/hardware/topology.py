@@ -30,6 +30,7 @@ from typing import TypeVar
 from hypar_sim.errors import InputError, closest
 from hypar_sim.hardware.config import HardwareConfig
 from hypar_sim.hardware.interconnect import LinkSpec, link_spec
+from hypar_sim.hardware.topology_file import TopologyFile, is_topology_file, read_topology_file
 from hypar_sim.partition.hierarchy import Hierarchy
 
 
@@ -77,8 +78,13 @@ class Topology:
 
     name = "abstract"
 
-    def __init__(self, config: HardwareConfig, hierarchy: Hierarchy | None = None) -> None:
+    def __init__(self, config: HardwareConfig, hierarchy: Hierarchy | None = None,
+                 file: TopologyFile | None = None) -> None:
         self.hierarchy = resolve_hierarchy(config, hierarchy)
+        self.file = file
+        if file is not None:
+            file.check(self.hierarchy.levels)
+            self.name = file.path  # results name the file
         self.accelerators = self.hierarchy.members
         self.links: tuple[Link, ...] = ()
         self._routes: dict[tuple[int, int], Route] = {}
@@ -127,17 +133,20 @@ class FatTree(Topology):
 
     name = "htree"
 
-    def __init__(self, config: HardwareConfig, hierarchy: Hierarchy | None = None) -> None:
-        super().__init__(config, hierarchy)
+    def __init__(self, config: HardwareConfig, hierarchy: Hierarchy | None = None,
+                 file: TopologyFile | None = None) -> None:
+        super().__init__(config, hierarchy, file)
         sizes = self.hierarchy.sizes
         self.levels = len(sizes)
         # below[k]: accelerators under a node of height k (below[0] = 1, below[H] = all)
         self.below = tuple(math.prod(sizes[len(sizes) - k:]) for k in range(self.levels + 1))
-        spec = link_spec(config)
         links: list[Link] = []
         self._up: dict[tuple[int, int], Link] = {}
         self._down: dict[tuple[int, int], Link] = {}
         for height in range(self.levels):
+            # the links above height `height` join the groups of level levels - 1 - height
+            level = self.levels - 1 - height
+            spec = link_spec(file.level_config(config, level) if file else config, base=config)
             lanes = self.below[height]
             fan_in = self.below[height + 1] // lanes  # children per parent
             for index in range(self.accelerators // lanes):
@@ -189,16 +198,18 @@ class Torus(Topology):
     name = "torus"
 
     def __init__(self, config: HardwareConfig, hierarchy: Hierarchy | None = None,
-                 rows: int | None = None) -> None:
-        super().__init__(config, hierarchy)
+                 rows: int | None = None, file: TopologyFile | None = None) -> None:
+        super().__init__(config, hierarchy, file)
         count = self.accelerators
+        if rows is None and file is not None:
+            rows = file.rows
         if rows is None:
             rows = default_rows(count)
         elif isinstance(rows, bool) or not isinstance(rows, int) or rows < 1 or count % rows:
             raise InputError(f"torus: rows = {rows!r} does not divide {count} accelerators; "
                              f"allowed: a divisor of {count}")
         self.rows, self.cols = rows, count // rows
-        spec = link_spec(config)
+        spec = link_spec(file.link_config(config) if file else config, base=config)
         links: list[Link] = []
         self._link: dict[tuple[int, int], Link] = {}
         for node in range(count):
@@ -256,10 +267,13 @@ class Ideal(Topology):
 
 def make_topology(name: str, config: HardwareConfig,
                   hierarchy: Hierarchy | None = None) -> Topology:
-    """The topology called `name` for the array of `config`, grouped by `hierarchy`
-    (default: `Hierarchy.for_count(config.accelerators)`)."""
+    """The topology called `name` (or described by the topology file `name`, .yaml) for the
+    array of `config`, grouped by `hierarchy` (default: `Hierarchy.for_count(...)`)."""
+    if is_topology_file(name):
+        file = read_topology_file(name)
+        return TOPOLOGIES[file.kind](config, hierarchy, file=file)
     cls = TOPOLOGIES.get(name)
     if cls is None:
         raise InputError(f"topology: unknown '{name}'{closest(name, TOPOLOGIES)}; "
-                         f"allowed: {', '.join(TOPOLOGIES)}")
+                         f"allowed: {', '.join(TOPOLOGIES)} or a topology file (.yaml)")
     return cls(config, hierarchy)

@@ -114,7 +114,7 @@ class Pattern:
     busiest_link_cycles: float  # cycles on the busiest link, per byte a message
     message_cycles: float  # cycles per byte of the slowest message alone (its slowest hop)
     latency_cycles: float  # the longest route's fixed latency
-    links_per_edge: float  # links crossed, mean over the edges
+    links_per_edge: float  # links crossed (weighted by their energy per bit), mean over edges
     switches_per_edge: float  # switches passed, mean over the edges
 
     @classmethod
@@ -130,7 +130,7 @@ class Pattern:
             latency = max(latency, route_latency_cycles(route, config))
             for link in route.links:
                 load[link.index] += 1
-            links += len(route.links)
+            links += sum(link.spec.energy_scale for link in route.links)
             switches += route.switches
         busiest = max((count / topology.links[index].bandwidth_bytes_per_cycle
                        for index, count in load.items()), default=0.0)

@@ -241,7 +241,8 @@ class Estimator:
             for message in messages:
                 route = self.topology.route(message.src, message.dst)
                 pj += message.bytes * self._pj_per_byte(
-                    Pattern(1, 0.0, 0.0, 0.0, len(route.links), route.switches))
+                    Pattern(1, 0.0, 0.0, 0.0,
+                            sum(link.spec.energy_scale for link in route.links), route.switches))
         return cycles, pj, bool(steps.get((0, TransferKind.ERROR_GATHER)))
 
     def combine(self, parts: Parts) -> np.ndarray:

@@ -25,7 +25,8 @@ from dataclasses import dataclass, field
 
 from hypar_sim.errors import InputError, closest
 from hypar_sim.hardware.config import HardwareConfig, load_hardware
-from hypar_sim.hardware.topology import make_topology
+from hypar_sim.hardware.topology import TOPOLOGIES, make_topology
+from hypar_sim.hardware.topology_file import is_topology_file
 from hypar_sim.partition.hierarchy import Hierarchy
 from hypar_sim.partition.kinds import KINDS, resolve_kind
 from hypar_sim.partition.shares import Column
@@ -69,6 +70,10 @@ class PlanOptions:
         for kind in self.kinds:
             resolve_kind(kind)
         check_objective(self.objective)
+        if self.topology not in TOPOLOGIES and not is_topology_file(self.topology):
+            raise InputError(f"--topology: unknown '{self.topology}'"
+                             f"{closest(self.topology, TOPOLOGIES)}; allowed: "
+                             f"{', '.join(TOPOLOGIES)} or a topology file (.yaml)")
         if self.search not in searches.SEARCHES:
             raise InputError(f"--search: unknown '{self.search}'"
                              f"{closest(self.search, searches.SEARCHES)}; "

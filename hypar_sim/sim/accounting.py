@@ -33,7 +33,9 @@ def communication_counts(schedule: Schedule, topology: Topology,
     for message in schedule.messages:
         route = topology.route(message.src, message.dst)
         dram_words += 2 * message.bytes / config.word_bytes
-        link_bits += message.bytes * bits_per_byte * len(route.links)
+        # a link of a topology file's level may cost more or less per bit than the table's
+        link_bits += message.bytes * bits_per_byte * sum(link.spec.energy_scale
+                                                         for link in route.links)
         switch_bits += message.bytes * bits_per_byte * route.switches
     return {Action.DRAM: dram_words, Action.LINK_BIT: link_bits, Action.SWITCH_BIT: switch_bits}
 
