@@ -100,7 +100,8 @@ def _simulation_inputs(args: argparse.Namespace):
         raise InputError(f"--max-chunks: must be a positive integer, got {args.max_chunks}")
     options = SimOptions(topology=args.topology, engine=args.engine,
                          chunk_bytes=args.chunk_kib * 1024, max_chunks=args.max_chunks,
-                         overlap_gradients=not args.no_overlap, bucket_mb=args.bucket_mb)
+                         overlap_gradients=not args.no_overlap, bucket_mb=args.bucket_mb,
+                         progress=sys.stderr.isatty())
     return network, config, options
 
 
@@ -160,10 +161,11 @@ def cmd_compare(args: argparse.Namespace) -> str:
     objectives = [objective_for(s, plan_options.objective) for s in strategies]
     if args.workers is not None and args.workers < 1:
         raise InputError(f"--workers: must be a positive integer, got {args.workers}")
-    jobs = [(network, strategy, config, options, dataclasses.replace(
+    quiet = dataclasses.replace(options, progress=False)  # one bar here, not one per worker
+    jobs = [(network, strategy, config, quiet, dataclasses.replace(
         plan_options, objective=objective, progress=False), hierarchy)
         for strategy, objective in zip(strategies, objectives, strict=True)]
-    results = parallel_map(_simulate_job, jobs, args.workers)
+    results = parallel_map(_simulate_job, jobs, args.workers, progress=options.progress)
     bound = None
     if not graph:
         bound = sum(layer_bounds(network.layers, config.batch, hierarchy, plan_options.kinds,

@@ -38,14 +38,26 @@ def _leave_interrupts_to_the_parent() -> None:
 
 
 def parallel_map(function: Callable[[Any], Any], items: Sequence[Any],
-                 workers: int | None = None) -> list[Any]:
+                 workers: int | None = None, progress: bool = False) -> list[Any]:
     """`function` over `items` in a process pool (Ctrl-C left to the caller), results in
-    order; one after another with one worker or one item."""
+    order; one after another with one worker or one item. With `progress`, a bar on stderr
+    once the whole has taken 2 s."""
+    from tqdm import tqdm
+
     workers = min(workers or os.cpu_count() or 1, len(items))
-    if workers <= 1:
-        return [function(item) for item in items]
-    with ProcessPoolExecutor(workers, initializer=_leave_interrupts_to_the_parent) as pool:
-        return list(pool.map(function, items))
+    with tqdm(total=len(items), unit="run", delay=2, disable=not progress) as bar:
+        if workers <= 1:
+            results = []
+            for item in items:
+                results.append(function(item))
+                bar.update(1)
+            return results
+        with ProcessPoolExecutor(workers, initializer=_leave_interrupts_to_the_parent) as pool:
+            results = []
+            for result in pool.map(function, items):
+                results.append(result)
+                bar.update(1)
+            return results
 
 
 def _run_pool(cases: list[Case], workers: int, options, on_row, runner: Runner) -> list[Case]:

@@ -168,3 +168,19 @@ def test_compare_in_parallel_gives_the_same_results():
         return rows
 
     assert runs("--workers", "1") == runs("--workers", "2")
+
+
+def test_progress_changes_nothing_but_stderr(capsys):
+    """A run with its progress bar on (the command line turns it on for a terminal) gives the
+    same result, with no trace of the bar in it; a run under 2 s shows no bar at all."""
+    from hypar_sim.hardware.config import load_hardware
+    from hypar_sim.runner import SimOptions, simulate_strategy
+    from hypar_sim.workload.network import load_network
+
+    network, config = load_network("lenet_c"), load_hardware(overrides={"accelerators": 4})
+    quiet = simulate_strategy(network, "hypar", config, SimOptions()).to_dict()
+    loud = simulate_strategy(network, "hypar", config, SimOptions(progress=True)).to_dict()
+    for data in (quiet, loud):
+        data.pop("wall_s")
+    assert loud == quiet and "progress" not in loud["config"]
+    assert capsys.readouterr().err == ""

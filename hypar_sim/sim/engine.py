@@ -89,8 +89,9 @@ class _Step:
     """The SimPy state of one training step."""
 
     def __init__(self, schedule: Schedule, topology: Topology, chunk_bytes: float,
-                 max_chunks: int, trace: bool = False) -> None:
+                 max_chunks: int, trace: bool = False, progress: bool = False) -> None:
         config: HardwareConfig = schedule.config
+        self.progress = progress
         self.schedule = schedule
         self.topology = topology
         self.chunk_bytes = chunk_bytes
@@ -139,9 +140,11 @@ class _Step:
             for message in messages:
                 self.env.process(self.message(message))
 
-    def accelerator(self, index: int):
+    def accelerator(self, index: int, bar=None):
         env = self.env
         for task in self.schedule.tasks:
+            if bar is not None:
+                bar.update(1)
             if isinstance(task, Compute | Parallel):
                 cycles = task_cycles(task, index)
                 if cycles > 0:
@@ -229,9 +232,14 @@ class _Step:
             self.arrived[key].succeed()
 
     def run(self) -> tuple[float, int]:
-        """Run to the end; (latency in cycles, events processed)."""
+        """Run to the end; (latency in cycles, events processed). With `progress`, a bar on
+        stderr of the first member's tasks, shown once the run has taken 2 s."""
+        from tqdm import tqdm
+
+        bar = tqdm(total=len(self.schedule.tasks), unit="task", desc="simulating", delay=2,
+                   disable=not self.progress, mininterval=0.5)
         for index in range(self.schedule.accelerators):
-            self.env.process(self.accelerator(index))
+            self.env.process(self.accelerator(index, bar if index == 0 else None))
         events = 0
         step = self.env.step
         try:
@@ -240,16 +248,18 @@ class _Step:
                 events += 1
         except EmptySchedule:
             pass
+        finally:
+            bar.close()
         return self.env.now, events
 
 
 def simulate_des(schedule: Schedule, topology: Topology,
                  chunk_bytes: float = DEFAULT_CHUNK_BYTES, max_chunks: int = DEFAULT_MAX_CHUNKS,
-                 config_dict=None, trace: bool = False) -> SimResult:
+                 config_dict=None, trace: bool = False, progress: bool = False) -> SimResult:
     """Simulate one training step event by event (with `trace`, the result carries its
-    trace events: `sim.trace`)."""
+    trace events: `sim.trace`; with `progress`, a bar on stderr for runs over 2 s)."""
     started = time.perf_counter()
-    state = _Step(schedule, topology, chunk_bytes, max_chunks, trace)
+    state = _Step(schedule, topology, chunk_bytes, max_chunks, trace, progress)
     latency, events = state.run()
     unfinished = [key for key, count in state.pending.items() if count]
     if unfinished:
