@@ -105,32 +105,35 @@ def _costs(model: TrafficModel, layers: Sequence[Layer], batch: int,
     return own, boundary
 
 
+def _plan_terms(model: TrafficModel, layers: Sequence[Layer], batch: int,
+                columns: Sequence[Column], hierarchy: Hierarchy,
+                word_bytes: int) -> tuple[list[float], list[float]]:
+    """One plan's terms of the DP's sum: every layer's own cost, every boundary's."""
+    last = len(layers) - 1
+    own = [float(model.own_costs(layer, batch, [column], hierarchy, word_bytes,
+                                 index == last)[0])
+           for index, (layer, column) in enumerate(zip(layers, columns, strict=True))]
+    between = [float(model.boundary_costs(layers[i - 1], layers[i], batch, [columns[i - 1]],
+                                          [columns[i]], hierarchy, word_bytes)[0, 0])
+               for i in range(1, len(layers))]
+    return own, between
+
+
 def layer_costs(model: TrafficModel, layers: Sequence[Layer], batch: int,
                 columns: Sequence[Column], hierarchy: Hierarchy, word_bytes: int) -> list[float]:
     """Every layer's own cost plus those of the boundaries on both its sides."""
-    last = len(layers) - 1
-    costs = [float(model.own_costs(layer, batch, [column], hierarchy, word_bytes,
-                                   index == last)[0])
-             for index, (layer, column) in enumerate(zip(layers, columns, strict=True))]
-    for i in range(1, len(layers)):
-        between = float(model.boundary_costs(layers[i - 1], layers[i], batch, [columns[i - 1]],
-                                             [columns[i]], hierarchy, word_bytes)[0, 0])
-        costs[i - 1] += between
-        costs[i] += between
-    return costs
+    own, between = _plan_terms(model, layers, batch, columns, hierarchy, word_bytes)
+    for i, cost in enumerate(between):
+        own[i] += cost
+        own[i + 1] += cost
+    return own
 
 
 def chain_cost(model: TrafficModel, layers: Sequence[Layer], batch: int,
                columns: Sequence[Column], hierarchy: Hierarchy, word_bytes: int) -> float:
     """The DP's sum for one plan: every layer's own cost and every boundary's."""
-    last = len(layers) - 1
-    own = sum(float(model.own_costs(layer, batch, [column], hierarchy, word_bytes,
-                                    index == last)[0])
-              for index, (layer, column) in enumerate(zip(layers, columns, strict=True)))
-    return own + sum(float(model.boundary_costs(layers[i - 1], layers[i], batch,
-                                                [columns[i - 1]], [columns[i]], hierarchy,
-                                                word_bytes)[0, 0])
-                     for i in range(1, len(layers)))
+    own, between = _plan_terms(model, layers, batch, columns, hierarchy, word_bytes)
+    return sum(own) + sum(between)
 
 
 def greedy(model: TrafficModel, layers: Sequence[Layer], batch: int, hierarchy: Hierarchy,
