@@ -52,9 +52,11 @@ power over T.
 Where the simulator differs (the error `scripts/objective_table.py` reports):
 a gradient exchange can start only once its layer's gradient is computed, and
 steps leave an accelerator's port one after another, so an error transfer
-sent after a large gradient exchange waits for it (cifar_c: fc1's gradient
-before conv3's error gather); links shared by overlapped steps (the torus)
-slow both, which the analytic engine does not model either.
+sent after a large gradient exchange waits for it. The estimate charges that
+wait where the error gather comes right after the consumer's reduce-scatter
+(`boundary_parts`), not where a backlog of several exchanges delays a later
+one (cifar_c: the estimate is 8% low); links shared by overlapped steps (the
+torus) slow both, which the analytic engine does not model either.
 """
 
 from __future__ import annotations
