@@ -74,7 +74,7 @@ from hypar_sim.partition.kinds import Dim
 from hypar_sim.partition.redistribute import Region
 from hypar_sim.partition.shares import Column
 from hypar_sim.planner.accpar import TYPES, AccParPlan, Hardware, check_types, request_hardware
-from hypar_sim.planner.graph_dp import Factor, StateLimit, local_search, minimise
+from hypar_sim.planner.graph_dp import Factor, minimise_or_search
 from hypar_sim.planner.graph_plan import GraphRequest, graph_edges, register_graph_strategy
 from hypar_sim.workload.graph import Graph
 
@@ -264,14 +264,8 @@ def plan_levels(graph: Graph, batch: int, hierarchy: Hierarchy, kinds: Sequence[
             zip(tables.communication, tables.computation, strict=True))]
         factors += [Factor((p, c), table)
                     for (p, c, _), table in zip(model.edges, tables.edges, strict=True)]
-        domains = [len(o) for o in options]
-        try:
-            _, choice = minimise(domains, factors, range(len(sites)))
-        except StateLimit as limit:
-            _, choice = local_search(domains, factors, range(len(sites)))
-            if notes is not None:
-                notes.append(f"local search where the exact elimination needed "
-                             f"{limit.cells:,} states")
+        choice = minimise_or_search([len(o) for o in options], factors, range(len(sites)),
+                                    notes)
         communication.append(
             sum(float(t[s]) for t, s in zip(tables.communication, choice, strict=True))
             + sum(float(t[choice[p], choice[c]])

@@ -120,3 +120,17 @@ def local_search(domains: Sequence[int], factors: Sequence[Factor],
             break
     cost = sum(float(f.table[tuple(assignment[u] for u in f.variables)]) for f in factors)
     return cost, assignment
+
+
+def minimise_or_search(domains: Sequence[int], factors: Sequence[Factor], order: Sequence[int],
+                       notes: list[str] | None = None, approximate: bool = True) -> list[int]:
+    """The exact assignment (`minimise`), or where the graph is too entangled for it and
+    `approximate` allows, the local search's, with a line in `notes` saying so."""
+    try:
+        return minimise(domains, factors, order)[1]
+    except StateLimit as limit:
+        if not approximate:
+            raise
+        if notes is not None:
+            notes.append(f"local search where the exact elimination needed {limit.cells:,} states")
+        return local_search(domains, factors, order)[1]

@@ -28,7 +28,7 @@ from hypar_sim.partition.graph_ops import NODE_OPS
 from hypar_sim.partition.hierarchy import Hierarchy
 from hypar_sim.partition.shares import Column
 from hypar_sim.partition.steps import Message, TransferKind
-from hypar_sim.planner.graph_dp import Factor, StateLimit, local_search, minimise
+from hypar_sim.planner.graph_dp import Factor, minimise_or_search
 from hypar_sim.planner.strategies import STRATEGIES, PlanOptions
 from hypar_sim.registry import LazyRegistry
 from hypar_sim.workload.graph import Graph, Node
@@ -124,14 +124,8 @@ def _solve(graph: Graph, sites: Sequence[Site], options: Sequence[Sequence[Colum
         table = np.array([[costs.edge(sites[p], sites[c], k, a, b, hierarchy)
                            for b in options[c]] for a in options[p]])
         factors.append(Factor((p, c), table))
-    domains = [len(o) for o in options]
-    try:
-        _, choice = minimise(domains, factors, range(len(graph.nodes)))
-    except StateLimit as limit:
-        if not approximate:
-            raise
-        _, choice = local_search(domains, factors, range(len(graph.nodes)))
-        notes.append(f"local search where the exact elimination needed {limit.cells:,} states")
+    choice = minimise_or_search([len(o) for o in options], factors, range(len(graph.nodes)),
+                                notes, approximate)
     return [opts[i] for opts, i in zip(options, choice, strict=True)]
 
 

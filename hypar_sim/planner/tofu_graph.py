@@ -64,7 +64,7 @@ from hypar_sim.partition.hierarchy import Hierarchy
 from hypar_sim.partition.kinds import Dim
 from hypar_sim.partition.redistribute import Region
 from hypar_sim.partition.shares import Column
-from hypar_sim.planner.graph_dp import Factor, StateLimit, local_search, minimise
+from hypar_sim.planner.graph_dp import Factor, minimise_or_search
 from hypar_sim.planner.graph_plan import GraphRequest, graph_edges, register_graph_strategy
 from hypar_sim.planner.tofu import TOFU_KINDS
 from hypar_sim.workload.graph import Graph, Node
@@ -398,14 +398,8 @@ def recursive_search(graph: Graph, batch: int, hierarchy: Hierarchy, kinds: Sequ
         options = [unit_options(costs, members, prefix, kinds)
                    for members, prefix in zip(coarse.units, prefixes, strict=True)]
         factors = step_factors(costs, coarse, prefixes, options)
-        domains = [len(o) for o in options]
-        try:
-            _, choice = minimise(domains, factors, range(len(domains)))
-        except StateLimit as limit:
-            _, choice = local_search(domains, factors, range(len(domains)))
-            if notes is not None:
-                notes.append(f"local search where the exact elimination needed "
-                             f"{limit.cells:,} states")
+        choice = minimise_or_search([len(o) for o in options], factors, range(len(options)),
+                                    notes)
         prefixes = [prefix + (opts[i],)
                     for prefix, opts, i in zip(prefixes, options, choice, strict=True)]
     return [prefixes[u] for u in coarse.unit_of]
