@@ -54,9 +54,9 @@ def _add_plan_arguments(parser: argparse.ArgumentParser) -> None:
                              "one DP over every level at once (exact)")
     parser.add_argument("--traffic-model", default=DEFAULT_TRAFFIC_MODEL,
                         choices=tuple(TRAFFIC_MODELS), metavar="MODEL",
-                        help="layout: needs minus holds on the members' real layouts "
-                             "(default); paper: HyPar's reading of Tables 1 and 2 (batch and "
-                             "in on two-way levels; Figure 8)")
+                        help="; ".join(f"{m.name}: {m.summary}"
+                                       + (" (default)" if m.name == DEFAULT_TRAFFIC_MODEL else "")
+                                       for m in TRAFFIC_MODELS.values()))
     parser.add_argument("--objective", default="bytes", choices=OBJECTIVES,
                         help="what a searching strategy minimises: bytes between accelerators "
                              "(default, HyPar's), or the step's time or energy as the planner "

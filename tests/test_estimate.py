@@ -33,11 +33,13 @@ def _setup(name: str, accelerators: int, objective: str = "time", topology: str 
 
 
 @pytest.mark.parametrize(("strategy", "model"), [("data", "layout"), ("data", "paper"),
-                                                 ("model", "layout")])
+                                                 ("model", "layout"), ("data", "layout_levels"),
+                                                 ("model", "layout_levels")])
 @pytest.mark.parametrize("objective", ["time", "energy"])
 def test_estimate_matches_the_analytic_engine_on_uniform_plans(strategy, model, objective):
-    """Data parallelism (one gradient ring per layer) and model parallelism on cifar_c: the
-    estimate is the analytic engine's step time and energy within 1%."""
+    """Data parallelism (one gradient ring per layer, or its stages level by level) and model
+    parallelism on cifar_c: the estimate is the analytic engine's step time and energy
+    within 1%."""
     network, config, hierarchy, estimator = _setup("cifar_c", 16, objective, model=model)
     plan = make_plan(network, strategy, hierarchy, 64, options=PlanOptions(traffic_model=model))
     estimate = estimator.total(network.layers, 64, plan.columns, hierarchy, 4)

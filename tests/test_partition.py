@@ -209,11 +209,13 @@ def test_a_registered_kind_is_planned_and_simulated(cols_kind):
 @given(net=networks(max_layers=4, max_channels=12, max_size=10, max_out=24),
        sizes=st.sampled_from([(2,), (3,), (2, 2), (3, 2), (2, 3), (2, 2, 2)]),
        kinds=st.sets(st.sampled_from(["batch", "in", "out", "spatial"]), min_size=1),
-       batch=st.integers(8, 13), topology=st.sampled_from(["htree", "torus", "ideal"]))
-def test_bytes_sent_equal_received_equal_planner_traffic(net, sizes, kinds, batch, topology):
+       batch=st.integers(8, 13), topology=st.sampled_from(["htree", "torus", "ideal"]),
+       model=st.sampled_from([LAYOUT, "layout_levels"]))
+def test_bytes_sent_equal_received_equal_planner_traffic(net, sizes, kinds, batch, topology,
+                                                         model):
     hierarchy = Hierarchy(sizes)
     options = PlanOptions(kinds=tuple(k for k in KINDS if k in kinds | {"batch"}),
-                          traffic_model=LAYOUT)
+                          traffic_model=model)
     plan = make_plan(net, "hypar", hierarchy, batch, options=options)
     config = load_hardware(overrides={"accelerators": hierarchy.members, "batch": batch})
     schedule = build_schedule(net, plan, config)

@@ -80,20 +80,30 @@ def message_cycles(message: Message, topology: Topology, config: HardwareConfig,
 
 def step_cycles(messages: Iterable[Message], topology: Topology, config: HardwareConfig,
                 chunk_bytes: float, max_chunks: int) -> float:
-    """Cycles for all messages of one communication step to arrive: the slowest message
-    alone (a collective's round r message r + 1 times that, the rounds following each
-    other), the busiest link carrying all the step's bytes, or the busiest cube's DRAM
-    reading and writing them, whichever is longest."""
+    """Cycles for all messages of one communication step to arrive: its rounds one after
+    another, each as long as its slowest message alone, its busiest link carrying all the
+    round's bytes or its busiest cube's DRAM reading and writing them, whichever is longest
+    (a ring's k - 1 equal rounds: k - 1 times one)."""
+    rounds: dict[int, list[Message]] = defaultdict(list)
+    for message in messages:
+        rounds[message.round].append(message)
+    seen: dict[tuple, float] = {}  # many messages share a route shape and a size
+    return rounds_cycles({round_: _round_cycles(sent, topology, config, chunk_bytes, max_chunks,
+                                                seen)
+                          for round_, sent in rounds.items()})
+
+
+def _round_cycles(messages: list[Message], topology: Topology, config: HardwareConfig,
+                  chunk_bytes: float, max_chunks: int, seen: dict[tuple, float]) -> float:
     slowest = 0.0
     per_link: dict[int, float] = defaultdict(float)
     per_cube: dict[int, float] = defaultdict(float)
-    seen: dict[tuple, float] = {}  # many messages share a route shape and a size
     for message in messages:
         route = topology.route(message.src, message.dst)
         key = (tuple((link.lanes, link.spec) for link in route.links), route.switches, message.bytes)
         if key not in seen:
             seen[key] = message_cycles(message, topology, config, chunk_bytes, max_chunks)
-        slowest = max(slowest, seen[key] * (message.round + 1))
+        slowest = max(slowest, seen[key])
         for link in route.links:
             per_link[link.index] += message.bytes
         per_cube[message.src] += message.bytes  # read at the source
@@ -101,8 +111,19 @@ def step_cycles(messages: Iterable[Message], topology: Topology, config: Hardwar
     busiest = max((carried / topology.links[index].bandwidth_bytes_per_cycle
                    for index, carried in per_link.items()), default=0.0)
     dram = config.vault_bandwidth_bytes_per_cycle * config.vaults_per_cube
-    busiest_cube = max(per_cube.values(), default=0.0) / dram
-    return max(slowest, busiest, busiest_cube)
+    return max(slowest, busiest, max(per_cube.values(), default=0.0) / dram)
+
+
+def rounds_cycles(per_round: dict[int, float]) -> float:
+    """Rounds one after another: the sum of their cycles (equal rounds multiplied, so a
+    ring's k - 1 rounds are exactly k - 1 times one)."""
+    total, run, count = 0.0, None, 0
+    for round_ in sorted(per_round):
+        if per_round[round_] != run:
+            total += run * count if count else 0.0
+            run, count = per_round[round_], 0
+        count += 1
+    return total + (run * count if count else 0.0)
 
 
 @dataclass(frozen=True)

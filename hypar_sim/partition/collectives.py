@@ -10,10 +10,25 @@ index order, the last to the first); a member sends round r + 1 once it has
 received round r. Each member sends (k - 1) b either way, so bytes are
 those of `direct` (every entry one message, all at once); the links used
 and the dependencies differ. Other matrices are sent directly.
+
+The `levels` algorithm sends such a block level by level instead, where the
+block spans whole levels of the hierarchy (BlueConnect: Cho et al.,
+"BlueConnect: Decomposing all-reduce for deep learning on heterogeneous network
+hierarchy", SysML 2019; with two-way levels, the recursive halving of Thakur,
+Rabenseifner and Gropp, IJHPCA 2005): a reduce-scatter runs one stage per
+level of the block, the lowest level first, each a ring among the s_l members
+of a level group in which every member passes on the part of its data that
+one sub-group will own; an all-gather runs the same stages top level first. A
+stage at level l takes s_l - 1 rounds of b k / P_l, with P_l the product of
+the block's level sizes at l and below, so each member again sends (k - 1) b
+in all: bytes are those of `ring` and `direct`, in sum(s_l - 1) rounds where
+a ring takes k - 1 (a thousand members on two-way levels: 10 rounds, not
+1023). Blocks that do not span whole levels are sent as rings.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -49,7 +64,8 @@ def _sorted(src: np.ndarray, dst: np.ndarray, size: np.ndarray, round_: np.ndarr
     return Transfers(src[order], dst[order], size[order].astype(np.float64), round_[order])
 
 
-def direct(matrix: np.ndarray) -> Transfers:
+def direct(matrix: np.ndarray, hierarchy: Hierarchy | None = None,
+           reduce: bool = True) -> Transfers:
     """Every nonzero entry one message, all in round 0."""
     src, dst = np.nonzero(matrix)
     return _sorted(src, dst, matrix[src, dst], np.zeros(len(src), dtype=np.int64))
@@ -70,27 +86,90 @@ def _blocks(matrix: np.ndarray) -> list[np.ndarray]:
     return [active[label[active] == root] for root in np.unique(label[active])]
 
 
-def ring(matrix: np.ndarray) -> Transfers:
-    """Uniform all-to-all blocks of more than two members as rings; the rest direct."""
+def _uniform(matrix: np.ndarray, block: np.ndarray) -> float:
+    """b where the block's members all exchange b > 0 with each other (k > 2), else 0."""
+    off = matrix[np.ix_(block, block)][~np.eye(len(block), dtype=bool)]
+    return float(off[0]) if len(block) > 2 and np.all(off == off[0]) and off[0] > 0 else 0.0
+
+
+def _ring_part(block: np.ndarray, size: float) -> tuple[np.ndarray, ...]:
+    k = len(block)
+    src = np.tile(block, k - 1)
+    return (src, np.tile(np.roll(block, -1), k - 1), np.full(len(src), size),
+            np.repeat(np.arange(k - 1), k))
+
+
+def _spanned_levels(block: np.ndarray, hierarchy: Hierarchy) -> tuple[int, ...] | None:
+    """The levels along which the block's members differ, if the block is every member
+    that agrees with its first outside them; else None."""
+    coords = np.stack([(block // stride) % size
+                       for stride, size in zip(hierarchy.strides, hierarchy.sizes, strict=True)])
+    levels = tuple(h for h in range(hierarchy.levels) if np.any(coords[h] != coords[h, 0]))
+    spans = len(block) == math.prod(hierarchy.sizes[h] for h in levels)
+    return levels if spans else None
+
+
+def _level_stages(block: np.ndarray, size: float, levels: tuple[int, ...], hierarchy: Hierarchy,
+                  reduce: bool) -> tuple[np.ndarray, ...]:
+    """A uniform block as one stage per level (bottom first to reduce, top first to
+    gather), each a ring of the level's s members (s - 1 rounds, each member sending
+    size * k / P_l to its successor in the level group)."""
+    k = len(block)
+    below = {}  # P_l: the product of the block's level sizes at l and below
+    product = 1
+    for level in reversed(levels):
+        product *= hierarchy.sizes[level]
+        below[level] = product
+    parts, first = [], 0  # the stage's first round
+    for level in (reversed(levels) if reduce else levels):
+        stride, count = hierarchy.strides[level], hierarchy.sizes[level]
+        own = (block // stride) % count
+        successor = block + ((own + 1) % count - own) * stride
+        for round_ in range(first, first + count - 1):
+            parts.append((block, successor, np.full(k, size * k / below[level]),
+                          np.full(k, round_)))
+        first += count - 1
+    return tuple(np.concatenate([part[i] for part in parts]) for i in range(4))
+
+
+def _collective(matrix: np.ndarray, uniform_block) -> Transfers:
+    """Uniform blocks as `uniform_block(block, b)` sends them (None: directly); the rest
+    directly."""
     parts = []
     rest = np.zeros_like(matrix)
     for block in _blocks(matrix):
-        sub = matrix[np.ix_(block, block)]
-        off = sub[~np.eye(len(block), dtype=bool)]
-        if len(block) > 2 and np.all(off == off[0]) and off[0] > 0:
-            k = len(block)
-            rounds = np.repeat(np.arange(k - 1), k)
-            src = np.tile(block, k - 1)
-            dst = np.tile(np.roll(block, -1), k - 1)
-            parts.append((src, dst, np.full(len(src), off[0]), rounds))
+        size = _uniform(matrix, block)
+        sent = uniform_block(block, size) if size else None
+        if sent is None:
+            rest[np.ix_(block, block)] = matrix[np.ix_(block, block)]
         else:
-            rest[np.ix_(block, block)] = sub
+            parts.append(sent)
     src, dst = np.nonzero(rest)
     parts.append((src, dst, rest[src, dst], np.zeros(len(src), dtype=np.int64)))
     return _sorted(*(np.concatenate([p[i] for p in parts]) for i in range(4)))
 
 
-COLLECTIVES: dict[str, Callable[[np.ndarray], Transfers]] = {"ring": ring, "direct": direct}
+def ring(matrix: np.ndarray, hierarchy: Hierarchy | None = None, reduce: bool = True) -> Transfers:
+    """Uniform all-to-all blocks of more than two members as rings; the rest direct."""
+    return _collective(matrix, _ring_part)
+
+
+def levels(matrix: np.ndarray, hierarchy: Hierarchy, reduce: bool = True) -> Transfers:
+    """Uniform all-to-all blocks that span whole levels one stage per level (bottom level
+    first where `reduce`, top first to gather); other uniform blocks as rings; the rest
+    direct."""
+    def stages(block: np.ndarray, size: float) -> tuple[np.ndarray, ...]:
+        spanned = _spanned_levels(block, hierarchy)
+        if spanned is None:
+            return _ring_part(block, size)
+        return _level_stages(block, size, spanned, hierarchy, reduce)
+
+    return _collective(matrix, stages)
+
+
+#: A collective: (bytes matrix [src, dst], hierarchy, whether the step reduces) -> messages.
+Collective = Callable[[np.ndarray, Hierarchy, bool], Transfers]
+COLLECTIVES: dict[str, Collective] = {"ring": ring, "levels": levels, "direct": direct}
 
 
 def level_bytes(transfers: Transfers, hierarchy: Hierarchy) -> np.ndarray:

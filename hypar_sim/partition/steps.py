@@ -50,6 +50,12 @@ class TransferKind(StrEnum):
         return _PHASES[self]
 
     @property
+    def reduces(self) -> bool:
+        """Whether the step sums what members send (a reduce-scatter), rather than
+        gathering it (`partition.collectives` orders a collective's stages by this)."""
+        return self in _REDUCING
+
+    @property
     def is_intra(self) -> bool:
         """Intra-layer (HyPar's Table 1) rather than inter-layer (Table 2) communication."""
         return self in _INTRA
@@ -57,6 +63,8 @@ class TransferKind(StrEnum):
 
 _INTRA = frozenset({TransferKind.PARTIAL_SUM, TransferKind.GRADIENT,
                     TransferKind.GRADIENT_GATHER})
+_REDUCING = frozenset({TransferKind.PARTIAL_SUM, TransferKind.ERROR_REDUCE,
+                       TransferKind.GRADIENT})
 _PHASES = {
     TransferKind.RELAYOUT_FEATURE: Phase.FORWARD, TransferKind.PARTIAL_SUM: Phase.FORWARD,
     TransferKind.RELAYOUT_ERROR: Phase.BACKWARD, TransferKind.ERROR_REDUCE: Phase.BACKWARD,

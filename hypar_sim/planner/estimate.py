@@ -22,7 +22,9 @@ topology (`hardware.transfer.Pattern`):
 - the `layout` model's gradient steps are rings among the members that hold
   the same weights (the levels whose kind does not split K or C): k - 1
   rounds of 1/k of a member's weights to reduce-scatter (overlapped), as many
-  to all-gather (at the update, as `partition.steps` places it);
+  to all-gather (at the update, as `partition.steps` places it); under
+  `layout_levels`, one stage per level of those, as `partition.collectives`
+  sends them;
 - other bytes (boundaries; every step of the `paper` model) are split by
   level: the bytes crossing level h are what the model moves between the
   groups of the top h + 1 levels minus what it moves between those of the
@@ -225,7 +227,7 @@ class Estimator:
 
     def _sends(self, hierarchy: Hierarchy) -> bool:
         """Boundaries are sent as messages for the layout model on the whole array."""
-        return getattr(self.model, "collective", "") == "ring" \
+        return getattr(self.model, "collective", "") in ("ring", "levels") \
             and hierarchy == self.topology.hierarchy
 
     def _send_boundary(self, producer: Layer, consumer: Layer, batch: int,
@@ -295,9 +297,8 @@ class Estimator:
                          for column in columns]).reshape(len(columns), 3)
         gradient = np.asarray(self.model.own_costs(layer, batch, columns, hierarchy, word_bytes,
                                                    False), dtype=float)
-        if getattr(self.model, "collective", "") == "ring" \
-                and hierarchy == self.topology.hierarchy:
-            port, port_pj = self._rings(layer, columns, hierarchy, gradient)
+        if self._sends(hierarchy):
+            port, port_pj = self._collectives(layer, columns, hierarchy, gradient)
             gather, gather_pj = port / 2, port_pj / 2  # the all-gather: at the update
             port, port_pj = port / 2, port_pj / 2
         else:  # pairs per level (the paper model; the top levels of the greedy search)
@@ -400,10 +401,12 @@ class Estimator:
             pattern.links_per_edge * pj[Action.LINK_BIT]
             + pattern.switches_per_edge * pj[Action.SWITCH_BIT])
 
-    def _rings(self, layer: Layer, columns: Sequence[Column], hierarchy: Hierarchy,
-               gradient: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(cycles, pJ) of the gradient reduce-scatter and all-gather rings of each column
-        among the members that hold the same weights."""
+    def _collectives(self, layer: Layer, columns: Sequence[Column], hierarchy: Hierarchy,
+                     gradient: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(cycles, pJ) of the gradient reduce-scatter and all-gather of each column among
+        the members that hold the same weights, sent as the model's collective does
+        (`partition.collectives`): a ring of k - 1 rounds of 1/k of a member's weights, or
+        one stage per level, the stage at level l moving 1/P_l of them to each partner."""
         weights = OPERATORS[layer.kind].weights
         cycles, pj = np.zeros(len(columns)), np.zeros(len(columns))
         for i, column in enumerate(columns):
@@ -411,10 +414,17 @@ class Estimator:
             size = math.prod(hierarchy.sizes[h] for h in ring)
             if size < 2 or gradient[i] <= 0:
                 continue
-            pattern = self._pattern(("ring", ring))
-            per_message = gradient[i] / (2 * hierarchy.members * (size - 1))
-            time, energy = self._send(pattern, per_message, size - 1)
-            cycles[i], pj[i] = 2 * time, 2 * energy
+            if self.model.collective == "levels":
+                held = gradient[i] / (2 * hierarchy.members) * size / (size - 1)  # a member's
+                product = 1
+                for level in reversed(ring):
+                    product *= hierarchy.sizes[level]
+                    time, energy = self._send(self._pattern(("level", level)), held / product, 1)
+                    cycles[i], pj[i] = cycles[i] + 2 * time, pj[i] + 2 * energy
+            else:
+                per_message = gradient[i] / (2 * hierarchy.members * (size - 1))
+                time, energy = self._send(self._pattern(("ring", ring)), per_message, size - 1)
+                cycles[i], pj[i] = 2 * time, 2 * energy
         return cycles, pj
 
     def _send(self, pattern: Pattern, per_edge: float, rounds: int) -> tuple[float, float]:

@@ -247,7 +247,7 @@ class LayoutTraffic:
         steps = {}
         for (index, kind), matrix in layout.chain_transfers(layers, batch, columns, hierarchy,
                                                             word_bytes).items():
-            transfers = COLLECTIVES[self.collective](matrix)
+            transfers = COLLECTIVES[self.collective](matrix, hierarchy, kind.reduces)
             if len(transfers):
                 steps[(index, kind)] = transfers.messages(index, kind, hierarchy)
         return dict(sorted(steps.items(), key=lambda item: (item[0][0], list(TransferKind)
@@ -262,10 +262,22 @@ class LayoutTraffic:
         return [[(intra, inter) for intra, inter in row] for row in table]
 
 
+class LevelsLayoutTraffic(LayoutTraffic):
+    """The layout rule's bytes, its collectives sent level by level (`partition.collectives`
+    `levels`): the same bytes and plans, in sum(level sizes - 1) rounds per collective
+    instead of a ring's k - 1 (the choice for arrays of hundreds of accelerators and more)."""
+
+    name = "layout_levels"
+    summary = ("the same bytes, reduce-scatters and all-gathers sent one level at a time (a "
+               "round per level, not a ring's k - 1: for hundreds of accelerators and more)")
+    collective = "levels"
+
+
 TrafficModel = PaperTraffic | LayoutTraffic
 
 
-TRAFFIC_MODELS: dict[str, TrafficModel] = {m.name: m for m in (LayoutTraffic(), PaperTraffic())}
+TRAFFIC_MODELS: dict[str, TrafficModel] = {
+    m.name: m for m in (LayoutTraffic(), LevelsLayoutTraffic(), PaperTraffic())}
 DEFAULT_TRAFFIC_MODEL = "layout"
 
 
