@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cached_property
 from typing import TypeVar
 
 from hypar_sim.errors import InputError, closest
@@ -55,6 +56,16 @@ class Route:
 
     links: tuple[Link, ...]
     switches: int
+
+    @cached_property
+    def indices(self) -> tuple[int, ...]:
+        """The links' positions in `Topology.links`."""
+        return tuple(link.index for link in self.links)
+
+    @cached_property
+    def energy_links(self) -> float:
+        """Links crossed, each weighted by its energy per bit relative to the table's."""
+        return sum(link.spec.energy_scale for link in self.links)
 
 
 def resolve_hierarchy(config: HardwareConfig, hierarchy: Hierarchy | None) -> Hierarchy:
@@ -88,6 +99,8 @@ class Topology:
         self.accelerators = self.hierarchy.members
         self.links: tuple[Link, ...] = ()
         self._routes: dict[tuple[int, int], Route] = {}
+        self._shapes: dict[tuple, int] = {}  # route shape -> a small number
+        self._shape_of: dict[tuple[int, int], int] = {}
 
     def _route(self, src: int, dst: int) -> Route:  # pragma: no cover - overridden
         raise NotImplementedError
@@ -100,6 +113,16 @@ class Topology:
         if key not in self._routes:
             self._routes[key] = self._route(src, dst)
         return self._routes[key]
+
+    def shape_id(self, src: int, dst: int) -> int:
+        """A number per route shape (each link's lanes and spec object in order, and the
+        switches): what a message's time alone depends on besides its bytes."""
+        key = (src, dst)
+        if key not in self._shape_of:
+            route = self.route(src, dst)
+            shape = (tuple((link.lanes, id(link.spec)) for link in route.links), route.switches)
+            self._shape_of[key] = self._shapes.setdefault(shape, len(self._shapes))
+        return self._shape_of[key]
 
 
 #: Topology classes by name, in registration order (htree, torus, ideal).

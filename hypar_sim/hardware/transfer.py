@@ -18,6 +18,7 @@ import math
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from itertools import chain
 
 import numpy as np
 
@@ -96,22 +97,32 @@ def step_cycles(messages: Iterable[Message], topology: Topology, config: Hardwar
 def _round_cycles(messages: list[Message], topology: Topology, config: HardwareConfig,
                   chunk_bytes: float, max_chunks: int, seen: dict[tuple, float]) -> float:
     slowest = 0.0
-    per_link: dict[int, float] = defaultdict(float)
-    per_cube: dict[int, float] = defaultdict(float)
+    routes = [topology.route(message.src, message.dst) for message in messages]
     for message in messages:
-        route = topology.route(message.src, message.dst)
-        key = (tuple((link.lanes, link.spec) for link in route.links), route.switches, message.bytes)
+        key = (topology.shape_id(message.src, message.dst), message.bytes)
         if key not in seen:
             seen[key] = message_cycles(message, topology, config, chunk_bytes, max_chunks)
         slowest = max(slowest, seen[key])
-        for link in route.links:
-            per_link[link.index] += message.bytes
-        per_cube[message.src] += message.bytes  # read at the source
-        per_cube[message.dst] += message.bytes  # written at the destination
-    busiest = max((carried / topology.links[index].bandwidth_bytes_per_cycle
-                   for index, carried in per_link.items()), default=0.0)
+    carried = link_loads(messages, topology, routes)
+    bandwidth = np.array([link.bandwidth_bytes_per_cycle for link in topology.links])
+    busiest = float((carried / bandwidth).max(initial=0.0)) if len(bandwidth) else 0.0
+    ends = np.array([(message.src, message.dst) for message in messages], dtype=np.intp).ravel()
+    sizes = np.repeat([message.bytes for message in messages], 2)
+    per_cube = np.bincount(ends, sizes)  # read at the source, written at the destination
     dram = config.vault_bandwidth_bytes_per_cycle * config.vaults_per_cube
-    return max(slowest, busiest, max(per_cube.values(), default=0.0) / dram)
+    return max(slowest, busiest, float(per_cube.max(initial=0.0)) / dram)
+
+
+def link_loads(messages: Sequence[Message], topology: Topology,
+               routes: Sequence[Route] | None = None) -> np.ndarray:
+    """Bytes each directed link of the topology carries for `messages` (each link's bytes
+    added in the messages' order)."""
+    if routes is None:
+        routes = [topology.route(message.src, message.dst) for message in messages]
+    crossed = np.fromiter(chain.from_iterable(route.indices for route in routes), dtype=np.intp)
+    sizes = np.repeat(np.array([message.bytes for message in messages], dtype=float),
+                      [len(route.indices) for route in routes])
+    return np.bincount(crossed, sizes, minlength=len(topology.links))
 
 
 def rounds_cycles(per_round: dict[int, float]) -> float:

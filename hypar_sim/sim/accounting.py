@@ -11,6 +11,7 @@ from hypar_sim.hardware.config import HardwareConfig
 from hypar_sim.hardware.costs import PieceCost
 from hypar_sim.hardware.energy import Action, EnergyTable, add_counts, scale_counts
 from hypar_sim.hardware.topology import Topology
+from hypar_sim.hardware.transfer import link_loads
 from hypar_sim.partition.steps import Phase
 from hypar_sim.results import AcceleratorResult, LayerResult, LinkResult, SimResult
 from hypar_sim.sim.schedule import Compute, Parallel, Schedule, task_cycles
@@ -18,11 +19,7 @@ from hypar_sim.sim.schedule import Compute, Parallel, Schedule, task_cycles
 
 def link_bytes(schedule: Schedule, topology: Topology) -> list[float]:
     """Bytes each directed link carries in the step."""
-    carried = [0.0] * len(topology.links)
-    for message in schedule.messages:
-        for link in topology.route(message.src, message.dst).links:
-            carried[link.index] += message.bytes
-    return carried
+    return link_loads(schedule.messages, topology).tolist()
 
 
 def communication_counts(schedule: Schedule, topology: Topology,
@@ -34,8 +31,7 @@ def communication_counts(schedule: Schedule, topology: Topology,
         route = topology.route(message.src, message.dst)
         dram_words += 2 * message.bytes / config.word_bytes
         # a link of a topology file's level may cost more or less per bit than the table's
-        link_bits += message.bytes * bits_per_byte * sum(link.spec.energy_scale
-                                                         for link in route.links)
+        link_bits += message.bytes * bits_per_byte * route.energy_links
         switch_bits += message.bytes * bits_per_byte * route.switches
     return {Action.DRAM: dram_words, Action.LINK_BIT: link_bits, Action.SWITCH_BIT: switch_bits}
 
