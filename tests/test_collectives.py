@@ -118,3 +118,17 @@ def test_levels_model_keeps_the_plans_and_bytes_and_the_engines_agree(sizes, str
     gap = results["analytic"].latency_cycles / results["des"].latency_cycles - 1
     assert abs(gap) < (0.001 if strategy == "data" else 0.1)
     assert results["des"].events < simulate(net, plans["layout"], config).events
+
+
+def test_cli_runs_the_levels_model_and_lists_it(cli):
+    """`run --traffic-model layout_levels` end to end on a 3 x 2 x 2 array, both engines;
+    `--help` names the model; a misspelt model is refused with the allowed ones."""
+    for engine in ("des", "analytic"):
+        done = cli("run", "cifar_c", "--accelerators", "12", "--batch", "96", "--engine", engine,
+                   "--traffic-model", "layout_levels")
+        assert done.returncode == 0, done.stderr
+        assert "step latency" in done.stdout
+    assert "layout_levels" in cli("run", "--help").stdout
+    wrong = cli("run", "cifar_c", "--traffic-model", "levels")
+    assert wrong.returncode == 2 and "layout_levels" in wrong.stderr
+    assert "Traceback" not in wrong.stderr
