@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import chain
 
@@ -26,7 +26,7 @@ from hypar_sim.hardware.config import HardwareConfig
 from hypar_sim.hardware.interconnect import switch_latency_cycles
 from hypar_sim.hardware.topology import Route, Topology
 from hypar_sim.partition.hierarchy import Hierarchy
-from hypar_sim.partition.steps import Message
+from hypar_sim.partition.steps import Message, StepMessages
 
 
 def chunk_sizes(total_bytes: float, chunk_bytes: float,
@@ -73,56 +73,102 @@ def cut_through_cycles(chunks: Sequence[float], route: Route, config: HardwareCo
 def message_cycles(message: Message, topology: Topology, config: HardwareConfig,
                    chunk_bytes: float, max_chunks: int) -> float:
     """Time of a message alone in the array (no contention), cycles."""
-    route = topology.route(message.src, message.dst)
-    chunks = chunk_sizes(message.bytes, chunk_bytes, max_chunks)
+    return _alone_cycles(topology.route(message.src, message.dst), message.bytes, config,
+                         chunk_bytes, max_chunks)
+
+
+def _alone_cycles(route: Route, size: float, config: HardwareConfig, chunk_bytes: float,
+                  max_chunks: int) -> float:
+    chunks = chunk_sizes(size, chunk_bytes, max_chunks)
     return cut_through_cycles(chunks, route, config) + route_latency_cycles(route, config)
 
 
+@dataclass(frozen=True)
+class Routed:
+    """Many messages' routes as arrays: each message's route shape (`Topology.shape_id`),
+    the links it crosses (all messages' in a row, message by message) and how many, its
+    links weighted by their energy per bit (`Route.energy_links`) and its switches."""
 
-def step_cycles(messages: Iterable[Message], topology: Topology, config: HardwareConfig,
+    shapes: np.ndarray
+    crossed: np.ndarray
+    per_message: np.ndarray
+    energy_links: np.ndarray
+    switches: np.ndarray
+
+    @classmethod
+    def of(cls, src: np.ndarray, dst: np.ndarray, topology: Topology) -> Routed:
+        count = topology.accelerators
+        pairs, inverse = np.unique(np.asarray(src) * count + np.asarray(dst),
+                                   return_inverse=True)
+        shapes = np.empty(len(pairs), dtype=np.int64)
+        lengths = np.empty(len(pairs), dtype=np.int64)
+        energy = np.empty(len(pairs))
+        switches = np.empty(len(pairs))
+        indices = []
+        for i, pair in enumerate(pairs.tolist()):
+            a, b = divmod(pair, count)
+            route = topology.route(a, b)
+            shapes[i] = topology.shape_id(a, b)
+            lengths[i] = len(route.indices)
+            energy[i] = route.energy_links
+            switches[i] = route.switches
+            indices.append(route.indices)
+        flat = np.fromiter(chain.from_iterable(indices), dtype=np.intp, count=int(lengths.sum()))
+        offsets = np.cumsum(lengths) - lengths
+        per_message = lengths[inverse]
+        within = np.arange(int(per_message.sum())) - np.repeat(np.cumsum(per_message)
+                                                                - per_message, per_message)
+        crossed = flat[np.repeat(offsets[inverse], per_message) + within]
+        return cls(shapes[inverse], crossed, per_message, energy[inverse], switches[inverse])
+
+    def loads(self, sizes: np.ndarray, links: int) -> np.ndarray:
+        """Bytes on each link (each link's added in the messages' order)."""
+        return np.bincount(self.crossed, np.repeat(sizes, self.per_message), minlength=links)
+
+
+def step_cycles(messages: StepMessages, topology: Topology, config: HardwareConfig,
                 chunk_bytes: float, max_chunks: int) -> float:
     """Cycles for all messages of one communication step to arrive: its rounds one after
     another, each as long as its slowest message alone, its busiest link carrying all the
     round's bytes or its busiest cube's DRAM reading and writing them, whichever is longest
     (a ring's k - 1 equal rounds: k - 1 times one)."""
-    rounds: dict[int, list[Message]] = defaultdict(list)
-    for message in messages:
-        rounds[message.round].append(message)
-    seen: dict[tuple, float] = {}  # many messages share a route shape and a size
-    return rounds_cycles({round_: _round_cycles(sent, topology, config, chunk_bytes, max_chunks,
-                                                seen)
-                          for round_, sent in rounds.items()})
-
-
-def _round_cycles(messages: list[Message], topology: Topology, config: HardwareConfig,
-                  chunk_bytes: float, max_chunks: int, seen: dict[tuple, float]) -> float:
-    slowest = 0.0
-    routes = [topology.route(message.src, message.dst) for message in messages]
-    for message in messages:
-        key = (topology.shape_id(message.src, message.dst), message.bytes)
-        if key not in seen:
-            seen[key] = message_cycles(message, topology, config, chunk_bytes, max_chunks)
-        slowest = max(slowest, seen[key])
-    carried = link_loads(messages, topology, routes)
+    if not len(messages):
+        return 0.0
+    order = np.argsort(messages.round, kind="stable")
+    src, dst = messages.src[order], messages.dst[order]
+    sizes, rounds = messages.bytes[order], messages.round[order]
+    routed = Routed.of(src, dst, topology)
     bandwidth = np.array([link.bandwidth_bytes_per_cycle for link in topology.links])
-    busiest = float((carried / bandwidth).max(initial=0.0)) if len(bandwidth) else 0.0
-    ends = np.array([(message.src, message.dst) for message in messages], dtype=np.intp).ravel()
-    sizes = np.repeat([message.bytes for message in messages], 2)
-    per_cube = np.bincount(ends, sizes)  # read at the source, written at the destination
     dram = config.vault_bandwidth_bytes_per_cycle * config.vaults_per_cube
-    return max(slowest, busiest, float(per_cube.max(initial=0.0)) / dram)
+    alone: dict[tuple[int, float], float] = {}  # many messages share a route shape and a size
+    ends = np.stack([src, dst], axis=1).ravel()  # read at the source, written at the destination
+    link_ends = np.cumsum(routed.per_message)
+    per_round = {}
+    bounds = np.flatnonzero(np.diff(rounds)) + 1
+    for first, last in zip(np.concatenate(([0], bounds)).tolist(),
+                           np.concatenate((bounds, [len(rounds)])).tolist(), strict=True):
+        keys = list(zip(routed.shapes[first:last].tolist(), sizes[first:last].tolist(),
+                        strict=True))
+        for key in set(keys).difference(alone):
+            at = first + keys.index(key)
+            alone[key] = _alone_cycles(topology.route(int(src[at]), int(dst[at])), key[1], config,
+                                       chunk_bytes, max_chunks)
+        slowest = max(alone[key] for key in set(keys))
+        low = int(link_ends[first - 1]) if first else 0
+        carried = np.bincount(routed.crossed[low:int(link_ends[last - 1])],
+                              np.repeat(sizes[first:last], routed.per_message[first:last]),
+                              minlength=len(bandwidth))
+        busiest = float((carried / bandwidth).max(initial=0.0)) if len(bandwidth) else 0.0
+        per_cube = np.bincount(ends[2 * first:2 * last], np.repeat(sizes[first:last], 2))
+        per_round[int(rounds[first])] = max(slowest, busiest, float(per_cube.max()) / dram)
+    return rounds_cycles(per_round)
 
 
-def link_loads(messages: Sequence[Message], topology: Topology,
-               routes: Sequence[Route] | None = None) -> np.ndarray:
-    """Bytes each directed link of the topology carries for `messages` (each link's bytes
-    added in the messages' order)."""
-    if routes is None:
-        routes = [topology.route(message.src, message.dst) for message in messages]
-    crossed = np.fromiter(chain.from_iterable(route.indices for route in routes), dtype=np.intp)
-    sizes = np.repeat(np.array([message.bytes for message in messages], dtype=float),
-                      [len(route.indices) for route in routes])
-    return np.bincount(crossed, sizes, minlength=len(topology.links))
+def link_loads(src: np.ndarray, dst: np.ndarray, sizes: np.ndarray,
+               topology: Topology) -> np.ndarray:
+    """Bytes each directed link carries for these messages (each link's bytes added in the
+    messages' order)."""
+    return Routed.of(src, dst, topology).loads(sizes, len(topology.links))
 
 
 def rounds_cycles(per_round: dict[int, float]) -> float:

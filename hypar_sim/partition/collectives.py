@@ -35,7 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from hypar_sim.partition.hierarchy import Hierarchy
-from hypar_sim.partition.steps import Message, TransferKind
+from hypar_sim.partition.steps import StepMessages, TransferKind
 
 
 @dataclass(frozen=True)
@@ -50,13 +50,10 @@ class Transfers:
     def __len__(self) -> int:
         return len(self.src)
 
-    def messages(self, index: int, kind: TransferKind, hierarchy: Hierarchy) -> tuple[
-            Message, ...]:
+    def messages(self, index: int, kind: TransferKind, hierarchy: Hierarchy) -> StepMessages:
         """The step's messages, each with the level at which its two members meet."""
-        levels = hierarchy.meeting_levels(self.src, self.dst).tolist()
-        return tuple(Message(s, d, size, index, level, kind, round_) for s, d, size, level, round_
-                     in zip(self.src.tolist(), self.dst.tolist(), self.bytes.tolist(), levels,
-                            self.round.tolist(), strict=True))
+        return StepMessages(index, kind, self.src, self.dst, self.bytes,
+                            hierarchy.meeting_levels(self.src, self.dst), self.round)
 
 
 def _sorted(src: np.ndarray, dst: np.ndarray, size: np.ndarray, round_: np.ndarray) -> Transfers:

@@ -7,11 +7,12 @@ these rules alone, whichever traffic model produced the messages.
 
 from __future__ import annotations
 
-from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum, StrEnum
 from typing import NamedTuple
+
+import numpy as np
 
 
 class Phase(StrEnum):
@@ -120,11 +121,41 @@ class Message(NamedTuple):
         return self.kind.phase
 
 
-def largest_receive(steps: Mapping[tuple[int, TransferKind], Sequence[Message]]) -> float:
+@dataclass(frozen=True, eq=False)
+class StepMessages:
+    """The messages of one step (one layer, one kind) as arrays, in their order: what the
+    engines and the accounting read at once; iterating gives each as a `Message`."""
+
+    layer: int
+    kind: TransferKind
+    src: np.ndarray
+    dst: np.ndarray
+    bytes: np.ndarray  # float64
+    level: np.ndarray
+    round: np.ndarray
+
+    @classmethod
+    def of(cls, layer: int, kind: TransferKind, messages: Sequence[Message]) -> StepMessages:
+        columns = [[getattr(m, name) for m in messages]
+                   for name in ("src", "dst", "bytes", "level", "round")]
+        return cls(layer, kind, *(np.array(column, dtype=np.float64 if name == "bytes"
+                                           else np.int64)
+                                  for name, column in zip(("src", "dst", "bytes", "level",
+                                                           "round"), columns, strict=True)))
+
+    def __len__(self) -> int:
+        return len(self.src)
+
+    def __iter__(self) -> Iterator[Message]:
+        layer, kind = self.layer, self.kind
+        for src, dst, size, level, round_ in zip(self.src.tolist(), self.dst.tolist(),
+                                                 self.bytes.tolist(), self.level.tolist(),
+                                                 self.round.tolist(), strict=True):
+            yield Message(src, dst, size, layer, level, kind, round_)
+
+
+def largest_receive(steps: Mapping[tuple[int, TransferKind], StepMessages]) -> float:
     """The most bytes one member receives in one step: the communication buffer a cube
     must hold."""
-    received: dict[tuple[tuple[int, TransferKind], int], float] = defaultdict(float)
-    for key, messages in steps.items():
-        for message in messages:
-            received[(key, message.dst)] += message.bytes
-    return max(received.values(), default=0.0)
+    return max((float(np.bincount(messages.dst, messages.bytes).max())
+                for messages in steps.values() if len(messages)), default=0.0)

@@ -27,7 +27,7 @@ from hypar_sim.partition.graph_axes import sites as graph_sites
 from hypar_sim.partition.graph_ops import NODE_OPS
 from hypar_sim.partition.hierarchy import Hierarchy
 from hypar_sim.partition.shares import Column
-from hypar_sim.partition.steps import Message, TransferKind
+from hypar_sim.partition.steps import StepMessages, TransferKind
 from hypar_sim.planner.graph_dp import Factor, minimise_or_search
 from hypar_sim.planner.strategies import STRATEGIES, PlanOptions
 from hypar_sim.registry import LazyRegistry
@@ -260,7 +260,7 @@ StepKey = tuple[int, TransferKind]
 
 def graph_steps(graph: Graph, layouts: Sequence[graph_layout.NodeLayout], batch: int,
                 hierarchy: Hierarchy, word_bytes: int,
-                buckets: Sequence[Sequence[int]] = ()) -> dict[StepKey, tuple[Message, ...]]:
+                buckets: Sequence[Sequence[int]] = ()) -> dict[StepKey, StepMessages]:
     """Every message of a plan, by step (see `graph_transfers`)."""
     return {key: transfers.messages(key[0], key[1], hierarchy) for key, transfers in
             graph_transfers(graph, layouts, batch, word_bytes, buckets).items()}

@@ -25,7 +25,7 @@ from hypar_sim.partition.collectives import COLLECTIVES
 from hypar_sim.partition.hierarchy import Hierarchy
 from hypar_sim.partition.kinds import KINDS
 from hypar_sim.partition.shares import Column, Share
-from hypar_sim.partition.steps import Message, TransferKind
+from hypar_sim.partition.steps import StepMessages, TransferKind
 from hypar_sim.planner.comm_model import LayerSplit, Parallelism, layer_transfers, pair_costs
 from hypar_sim.workload.layers import Layer
 
@@ -178,11 +178,11 @@ class PaperTraffic:
         return costs
 
     def steps(self, layers: Sequence[Layer], batch: int, columns: Sequence[Column],
-              hierarchy: Hierarchy, word_bytes: int) -> dict[StepKey, tuple[Message, ...]]:
+              hierarchy: Hierarchy, word_bytes: int) -> dict[StepKey, StepMessages]:
         """Each member of a half sends its part of what its half sends the other half,
         to its counterpart; levels in order (as HyPar's pairs)."""
-        members = hierarchy.members
-        steps: dict[StepKey, list[Message]] = {}
+        members = np.arange(hierarchy.members)
+        parts: dict[StepKey, list[tuple[np.ndarray, ...]]] = {}
         for level in range(hierarchy.levels):
             half = hierarchy.strides[level]
             previous = None
@@ -191,11 +191,14 @@ class PaperTraffic:
                 choice = _PAPER_KINDS[column[level]]
                 for transfer in layer_transfers(split, previous, choice):
                     part = transfer.bytes_per_direction / half
-                    steps.setdefault((index, transfer.kind), []).extend(
-                        Message(src, src ^ half, part, index, level, transfer.kind)
-                        for src in range(members))
+                    parts.setdefault((index, transfer.kind), []).append(
+                        (members, members ^ half, np.full(len(members), part),
+                         np.full(len(members), level)))
                 previous = choice
-        return {key: tuple(messages) for key, messages in steps.items()}
+        return {key: StepMessages(*key, *(np.concatenate([p[i] for p in pieces])
+                                         for i in range(4)),
+                                  np.zeros(len(pieces) * len(members), dtype=np.int64))
+                for key, pieces in parts.items()}
 
 
 class LayoutTraffic:
@@ -243,7 +246,7 @@ class LayoutTraffic:
                                tuple(producer_columns), tuple(columns), hierarchy, word_bytes)
 
     def steps(self, layers: Sequence[Layer], batch: int, columns: Sequence[Column],
-              hierarchy: Hierarchy, word_bytes: int) -> dict[StepKey, tuple[Message, ...]]:
+              hierarchy: Hierarchy, word_bytes: int) -> dict[StepKey, StepMessages]:
         steps = {}
         for (index, kind), matrix in layout.chain_transfers(layers, batch, columns, hierarchy,
                                                             word_bytes).items():
@@ -257,8 +260,9 @@ class LayoutTraffic:
                       hierarchy: Hierarchy, word_bytes: int) -> list[list[tuple[float, float]]]:
         table = [[[0.0, 0.0] for _ in layers] for _ in range(hierarchy.levels)]
         for messages in self.steps(layers, batch, columns, hierarchy, word_bytes).values():
-            for m in messages:
-                table[m.level][m.layer][0 if m.kind.is_intra else 1] += m.bytes
+            side = 0 if messages.kind.is_intra else 1
+            for level, size in zip(messages.level.tolist(), messages.bytes.tolist(), strict=True):
+                table[level][messages.layer][side] += size
         return [[(intra, inter) for intra, inter in row] for row in table]
 
 

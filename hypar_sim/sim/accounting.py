@@ -6,12 +6,14 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 
+import numpy as np
+
 from hypar_sim import __version__
 from hypar_sim.hardware.config import HardwareConfig
 from hypar_sim.hardware.costs import PieceCost
 from hypar_sim.hardware.energy import Action, EnergyTable, add_counts, scale_counts
 from hypar_sim.hardware.topology import Topology
-from hypar_sim.hardware.transfer import link_loads
+from hypar_sim.hardware.transfer import Routed, link_loads
 from hypar_sim.partition.steps import Phase
 from hypar_sim.results import AcceleratorResult, LayerResult, LinkResult, SimResult
 from hypar_sim.sim.schedule import Compute, Parallel, Schedule, task_cycles
@@ -19,21 +21,25 @@ from hypar_sim.sim.schedule import Compute, Parallel, Schedule, task_cycles
 
 def link_bytes(schedule: Schedule, topology: Topology) -> list[float]:
     """Bytes each directed link carries in the step."""
-    return link_loads(schedule.messages, topology).tolist()
+    flat = schedule.flat
+    return link_loads(flat.src, flat.dst, flat.bytes, topology).tolist()
+
+
+def _running_total(values: np.ndarray) -> float:
+    """The sum added up one value after another, as a loop over the messages would."""
+    return float(np.cumsum(values)[-1]) if len(values) else 0.0
 
 
 def communication_counts(schedule: Schedule, topology: Topology,
                          config: HardwareConfig) -> dict[Action, float]:
-    """Energy actions of all messages: DRAM words at both ends, link and switch bits."""
-    dram_words = link_bits = switch_bits = 0.0
-    bits_per_byte = 8 / config.packet_efficiency  # packet headers ride along
-    for message in schedule.messages:
-        route = topology.route(message.src, message.dst)
-        dram_words += 2 * message.bytes / config.word_bytes
-        # a link of a topology file's level may cost more or less per bit than the table's
-        link_bits += message.bytes * bits_per_byte * route.energy_links
-        switch_bits += message.bytes * bits_per_byte * route.switches
-    return {Action.DRAM: dram_words, Action.LINK_BIT: link_bits, Action.SWITCH_BIT: switch_bits}
+    """Energy actions of all messages: DRAM words at both ends, link and switch bits (a link
+    of a topology file's level may cost more or less per bit than the table's)."""
+    flat = schedule.flat
+    routed = Routed.of(flat.src, flat.dst, topology)
+    bits = flat.bytes * (8 / config.packet_efficiency)  # packet headers ride along
+    return {Action.DRAM: _running_total(2 * flat.bytes / config.word_bytes),
+            Action.LINK_BIT: _running_total(bits * routed.energy_links),
+            Action.SWITCH_BIT: _running_total(bits * routed.switches)}
 
 
 def _distinct(task: Compute) -> list[tuple[PieceCost, int]]:
@@ -72,11 +78,9 @@ def per_accelerator(schedule: Schedule, config: HardwareConfig) -> tuple[Acceler
     for task in schedule.computes:
         for member, cost in enumerate(task.costs):
             counts[member].append(cost.counts)
-    sent = [0.0] * members
-    received = [0.0] * members
-    for message in schedule.messages:
-        sent[message.src] += message.bytes
-        received[message.dst] += message.bytes
+    flat = schedule.flat
+    sent = np.bincount(flat.src, flat.bytes, minlength=members).tolist()
+    received = np.bincount(flat.dst, flat.bytes, minlength=members).tolist()
     table = EnergyTable.from_config(config)
     return tuple(
         AcceleratorResult(member, busy[member], sent[member], received[member],
@@ -107,11 +111,12 @@ def assemble_result(
     cycles = phase_cycles(schedule)
     members = schedule.accelerators
     computes = schedule.computes
-    traffic = defaultdict(float)
-    per_level = [0.0] * units.hierarchy.levels
-    for message in schedule.messages:
-        traffic[message.layer] += message.bytes
-        per_level[message.level] += message.bytes
+    flat = schedule.flat
+    by_layer = np.bincount(flat.layer, flat.bytes, minlength=len(units.names))
+    _, first = np.unique(flat.layer, return_index=True)
+    traffic = {int(flat.layer[i]): float(by_layer[flat.layer[i]]) for i in sorted(first)}
+    traffic = defaultdict(float, traffic)  # layers in the order their first message comes
+    per_level = np.bincount(flat.level, flat.bytes, minlength=units.hierarchy.levels).tolist()
     layers = tuple(
         LayerResult(
             name=name,

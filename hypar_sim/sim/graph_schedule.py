@@ -33,7 +33,7 @@ from hypar_sim.hardware.config import HardwareConfig
 from hypar_sim.hardware.graph_costs import node_cost, params
 from hypar_sim.hardware.hmc import Footprint, check_capacity
 from hypar_sim.partition import graph_layout
-from hypar_sim.partition.steps import Message, Phase, TransferKind
+from hypar_sim.partition.steps import Phase, StepMessages, TransferKind
 from hypar_sim.planner.graph_plan import (
     GraphPlan,
     gradient_buckets,
@@ -162,7 +162,7 @@ def _packed(computes: list[Compute], pus: int) -> list[Task]:
 
 
 def _check_fits(graph: Graph, layouts: list[graph_layout.NodeLayout],
-                steps: dict[StepKey, tuple[Message, ...]], config: HardwareConfig) -> None:
+                steps: dict[StepKey, StepMessages], config: HardwareConfig) -> None:
     """Every member's parameters, gradients and kept activations (every node's output box:
     what the backward pass reads), plus the most it receives in one step, fit its cube."""
     word = config.word_bytes

@@ -23,7 +23,11 @@ message in a step does not wait for it.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
 
 from hypar_sim.hardware.config import HardwareConfig
 from hypar_sim.hardware.costs import PieceCost, footprint, phase_cost
@@ -34,6 +38,7 @@ from hypar_sim.partition.steps import (
     Message,
     Phase,
     Slot,
+    StepMessages,
     TransferKind,
     largest_receive,
     step_rule,
@@ -116,7 +121,7 @@ class Schedule:
     units: Units
     config: HardwareConfig
     tasks: tuple[Task, ...]  # the same order for every member
-    steps: dict[StepKey, tuple[Message, ...]]  # all messages of the array, per step
+    steps: dict[StepKey, StepMessages]  # all messages of the array, per step
     overlap_gradients: bool = True
     shares: tuple[tuple[Share, ...], ...] = ()  # a chain's [layer][member] shares
 
@@ -131,12 +136,38 @@ class Schedule:
             task.computes if isinstance(task, Parallel) else (task,) if isinstance(task, Compute)
             else ()))
 
+    @cached_property
+    def flat(self) -> FlatMessages:
+        """Every message of the step in one set of arrays, steps in order."""
+        return FlatMessages.of(self.steps.values())
+
     @property
     def messages(self) -> tuple[Message, ...]:
         return tuple(m for messages in self.steps.values() for m in messages)
 
 
-def plan_messages(network: Network, plan: Plan) -> dict[StepKey, tuple[Message, ...]]:
+@dataclass(frozen=True)
+class FlatMessages:
+    """Messages of many steps as arrays (each step's in order, steps one after another)."""
+
+    src: np.ndarray
+    dst: np.ndarray
+    bytes: np.ndarray
+    level: np.ndarray
+    layer: np.ndarray
+
+    @classmethod
+    def of(cls, steps: Iterable[StepMessages]) -> FlatMessages:
+        steps = list(steps)
+        if not steps:
+            empty = np.zeros(0, dtype=np.int64)
+            return cls(empty, empty, np.zeros(0), empty, empty)
+        return cls(*(np.concatenate([getattr(step, name) for step in steps])
+                     for name in ("src", "dst", "bytes", "level")),
+                   np.concatenate([np.full(len(step), step.layer) for step in steps]))
+
+
+def plan_messages(network: Network, plan: Plan) -> dict[StepKey, StepMessages]:
     """Every message of the plan, grouped by (layer, kind)."""
     return traffic_model(plan.traffic_model).steps(network.layers, plan.batch, plan.columns,
                                                    plan.hierarchy, plan.word_bytes)
@@ -149,7 +180,7 @@ def member_shares(network: Network, plan: Plan) -> tuple[tuple[Share, ...], ...]
                  for layer, column in zip(network.layers, plan.columns, strict=True))
 
 
-def _step_tasks(steps: dict[StepKey, tuple[Message, ...]], overlap: bool) -> dict[
+def _step_tasks(steps: dict[StepKey, StepMessages], overlap: bool) -> dict[
         tuple[Slot, int], list[Send | Wait]]:
     """Sends and waits of every step, by (slot, layer), in the order they run there."""
     placed: dict[tuple[Slot, int], list[tuple[int, int, Send | Wait]]] = defaultdict(list)
