@@ -6,6 +6,7 @@ import copy
 import functools
 import math
 
+import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -17,10 +18,12 @@ from hypar_sim.hardware.topology import (
     TOPOLOGIES,
     FatTree,
     Ideal,
+    Topology,
     Torus,
     make_topology,
 )
 from hypar_sim.partition.hierarchy import Hierarchy
+from tests.conftest import REPO
 
 
 @functools.cache
@@ -220,3 +223,25 @@ def test_ideal_and_unknown():
 def test_hierarchy_must_match_the_accelerators(name):
     with pytest.raises(InputError, match="3x2x2 has 12 members, but there are 16 accelerators"):
         make_topology(name, config(16), Hierarchy((3, 2, 2)))
+
+
+@pytest.mark.parametrize("sizes", [(2, 2, 2, 2), (3, 2, 2), (2, 3), (5,)])
+@pytest.mark.parametrize("name", ["htree", "configs/topologies/htree_per_level.yaml"])
+def test_fat_tree_routes_as_arrays_equal_the_routes_one_by_one(sizes, name):
+    """The fat tree's vectorised `route_arrays` gives, for every ordered pair in a shuffled
+    order, the links, shapes, energy weights and switches of the generic per-route one."""
+    hierarchy = Hierarchy(sizes)
+    if name.endswith(".yaml") and hierarchy.levels != 4:
+        pytest.skip("the file describes four levels")
+    config = load_hardware(overrides={"accelerators": hierarchy.members})
+    topology = make_topology(str(REPO / name) if name.endswith(".yaml") else name, config,
+                             hierarchy)
+    count = hierarchy.members
+    pairs = np.array([(a, b) for a in range(count) for b in range(count) if a != b])
+    pairs = pairs[np.random.default_rng(0).permutation(len(pairs))]
+    fast = topology.route_arrays(pairs[:, 0], pairs[:, 1])
+    generic = Topology.route_arrays(topology, pairs[:, 0], pairs[:, 1])
+    for mine, theirs in zip(fast, generic, strict=True):
+        assert np.array_equal(mine, theirs)
+    route = topology.route(int(pairs[0, 0]), int(pairs[0, 1]))
+    assert fast[1][:len(route.links)].tolist() == [link.index for link in route.links]

@@ -26,7 +26,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import cached_property
+from itertools import chain
 from typing import TypeVar
+
+import numpy as np
 
 from hypar_sim.errors import InputError, closest
 from hypar_sim.hardware.config import HardwareConfig
@@ -101,6 +104,7 @@ class Topology:
         self._routes: dict[tuple[int, int], Route] = {}
         self._shapes: dict[tuple, int] = {}  # route shape -> a small number
         self._shape_of: dict[tuple[int, int], int] = {}
+        self._records: dict[int, tuple] = {}  # src * members + dst -> `pair_record`
 
     def _route(self, src: int, dst: int) -> Route:  # pragma: no cover - overridden
         raise NotImplementedError
@@ -113,6 +117,36 @@ class Topology:
         if key not in self._routes:
             self._routes[key] = self._route(src, dst)
         return self._routes[key]
+
+    def route_arrays(self, src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, ...]:
+        """Routes of many messages as arrays (`hardware.transfer.Routed`): each one's
+        `shape_id`, the links all cross (message by message, in route order), how many each
+        crosses, `Route.energy_links` and switches. Topologies may compute them directly."""
+        pairs, inverse = np.unique(src * self.accelerators + dst, return_inverse=True)
+        records = [self.pair_record(pair) for pair in pairs.tolist()]
+        shapes = np.fromiter((r[0] for r in records), dtype=np.int64, count=len(records))
+        lengths = np.fromiter((len(r[1]) for r in records), dtype=np.int64, count=len(records))
+        energy = np.fromiter((r[2] for r in records), dtype=np.float64, count=len(records))
+        switches = np.fromiter((r[3] for r in records), dtype=np.float64, count=len(records))
+        flat = np.fromiter(chain.from_iterable(r[1] for r in records), dtype=np.intp,
+                           count=int(lengths.sum()))
+        offsets = np.cumsum(lengths) - lengths
+        per_message = lengths[inverse]
+        within = np.arange(int(per_message.sum())) - np.repeat(np.cumsum(per_message)
+                                                                - per_message, per_message)
+        crossed = flat[np.repeat(offsets[inverse], per_message) + within]
+        return shapes[inverse], crossed, per_message, energy[inverse], switches[inverse]
+
+    def pair_record(self, pair: int) -> tuple[int, tuple[int, ...], float, int]:
+        """For the route of pair `src * members + dst`: (`shape_id`, the links' indices,
+        `Route.energy_links`, switches), cached (what `hardware.transfer.Routed` reads)."""
+        record = self._records.get(pair)
+        if record is None:
+            src, dst = divmod(pair, self.accelerators)
+            route = self.route(src, dst)
+            record = (self.shape_id(src, dst), route.indices, route.energy_links, route.switches)
+            self._records[pair] = record
+        return record
 
     def shape_id(self, src: int, dst: int) -> int:
         """A number per route shape (each link's lanes and spec object in order, and the
@@ -183,6 +217,33 @@ class FatTree(Topology):
     @staticmethod
     def node(height: int, index: int) -> str:
         return f"A{index}" if height == 0 else f"S{height}.{index}"
+
+    def route_arrays(self, src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, ...]:
+        """As `Topology.route_arrays`, computed for all messages at once: a route is the up
+        links of heights 0 .. top - 1 above `src`, then the down links of heights top - 1 .. 0
+        above `dst` (links are listed height by height, node by node, up before down)."""
+        if not len(src):
+            empty = np.zeros(0, dtype=np.int64)
+            return empty, empty, empty, np.zeros(0), np.zeros(0)
+        top = self.levels - self.hierarchy.meeting_levels(src, dst)  # meeting switch height
+        heights = np.arange(self.levels)
+        below = np.array(self.below[:self.levels])
+        first = np.concatenate(([0], np.cumsum(2 * (self.accelerators // below))))[:-1]
+        up = first + 2 * (src[:, None] // below)  # [message, height]
+        down_height = np.maximum(top[:, None] - 1 - heights, 0)  # the i-th link down
+        down = first[down_height] + 2 * (dst[:, None] // below[down_height]) + 1
+        valid = heights < top[:, None]
+        crossed = np.concatenate([up, down], axis=1)[np.concatenate([valid, valid], axis=1)]
+        by_top = {}  # top -> (shape_id, energy_links): equal for every route of a height
+        for height in np.unique(top).tolist():
+            at = int(np.argmax(top == height))
+            a, b = int(src[at]), int(dst[at])
+            by_top[height] = (self.shape_id(a, b), self.route(a, b).energy_links)
+        table = np.zeros((self.levels + 1, 2))
+        for height, (shape, energy) in by_top.items():
+            table[height] = shape, energy
+        return (table[top, 0].astype(np.int64), crossed, 2 * top, table[top, 1],
+                (2 * top - 1).astype(np.float64))
 
     def _route(self, src: int, dst: int) -> Route:
         top = self.levels - self.hierarchy.meeting_level(src, dst)  # the meeting switch

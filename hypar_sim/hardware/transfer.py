@@ -18,7 +18,6 @@ import math
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from itertools import chain
 
 import numpy as np
 
@@ -97,29 +96,8 @@ class Routed:
 
     @classmethod
     def of(cls, src: np.ndarray, dst: np.ndarray, topology: Topology) -> Routed:
-        count = topology.accelerators
-        pairs, inverse = np.unique(np.asarray(src) * count + np.asarray(dst),
-                                   return_inverse=True)
-        shapes = np.empty(len(pairs), dtype=np.int64)
-        lengths = np.empty(len(pairs), dtype=np.int64)
-        energy = np.empty(len(pairs))
-        switches = np.empty(len(pairs))
-        indices = []
-        for i, pair in enumerate(pairs.tolist()):
-            a, b = divmod(pair, count)
-            route = topology.route(a, b)
-            shapes[i] = topology.shape_id(a, b)
-            lengths[i] = len(route.indices)
-            energy[i] = route.energy_links
-            switches[i] = route.switches
-            indices.append(route.indices)
-        flat = np.fromiter(chain.from_iterable(indices), dtype=np.intp, count=int(lengths.sum()))
-        offsets = np.cumsum(lengths) - lengths
-        per_message = lengths[inverse]
-        within = np.arange(int(per_message.sum())) - np.repeat(np.cumsum(per_message)
-                                                                - per_message, per_message)
-        crossed = flat[np.repeat(offsets[inverse], per_message) + within]
-        return cls(shapes[inverse], crossed, per_message, energy[inverse], switches[inverse])
+        return cls(*topology.route_arrays(np.asarray(src, dtype=np.int64),
+                                          np.asarray(dst, dtype=np.int64)))
 
     def loads(self, sizes: np.ndarray, links: int) -> np.ndarray:
         """Bytes on each link (each link's added in the messages' order)."""

@@ -247,14 +247,10 @@ class LayoutTraffic:
 
     def steps(self, layers: Sequence[Layer], batch: int, columns: Sequence[Column],
               hierarchy: Hierarchy, word_bytes: int) -> dict[StepKey, StepMessages]:
-        steps = {}
-        for (index, kind), matrix in layout.chain_transfers(layers, batch, columns, hierarchy,
-                                                            word_bytes).items():
-            transfers = COLLECTIVES[self.collective](matrix, hierarchy, kind.reduces)
-            if len(transfers):
-                steps[(index, kind)] = transfers.messages(index, kind, hierarchy)
-        return dict(sorted(steps.items(), key=lambda item: (item[0][0], list(TransferKind)
-                                                            .index(item[0][1]))))
+        """Every step's messages (the same object for the same plan: the planner's traffic
+        and the schedule read one; do not change it)."""
+        return _layout_steps(self.collective, tuple(layers), batch, tuple(map(tuple, columns)),
+                             hierarchy, word_bytes)
 
     def layer_traffic(self, layers: Sequence[Layer], batch: int, columns: Sequence[Column],
                       hierarchy: Hierarchy, word_bytes: int) -> list[list[tuple[float, float]]]:
@@ -264,6 +260,20 @@ class LayoutTraffic:
             for level, size in zip(messages.level.tolist(), messages.bytes.tolist(), strict=True):
                 table[level][messages.layer][side] += size
         return [[(intra, inter) for intra, inter in row] for row in table]
+
+
+@lru_cache(maxsize=4)
+def _layout_steps(collective: str, layers: tuple[Layer, ...], batch: int,
+                  columns: tuple[Column, ...], hierarchy: Hierarchy,
+                  word_bytes: int) -> dict[StepKey, StepMessages]:
+    steps = {}
+    for (index, kind), matrix in layout.chain_transfers(layers, batch, columns, hierarchy,
+                                                        word_bytes).items():
+        transfers = COLLECTIVES[collective](matrix, hierarchy, kind.reduces)
+        if len(transfers):
+            steps[(index, kind)] = transfers.messages(index, kind, hierarchy)
+    return dict(sorted(steps.items(), key=lambda item: (item[0][0], list(TransferKind)
+                                                        .index(item[0][1]))))
 
 
 class LevelsLayoutTraffic(LayoutTraffic):
