@@ -105,6 +105,10 @@ def _simulation_inputs(args: argparse.Namespace):
     return network, config, options
 
 
+#: From this many accelerators, `run` under the ring collectives suggests layout_levels.
+RING_HINT_ACCELERATORS = 256
+
+
 def cmd_run(args: argparse.Namespace) -> str:
     from hypar_sim.runner import simulate_strategy
 
@@ -118,6 +122,12 @@ def cmd_run(args: argparse.Namespace) -> str:
     network, config, options = _simulation_inputs(args)
     if args.trace:
         options = dataclasses.replace(options, trace=True)
+    if args.traffic_model == "layout" and config.accelerators >= RING_HINT_ACCELERATORS:
+        print(f"note: --traffic-model layout sends each collective as a ring of k - 1 rounds "
+              f"(k(k - 1) messages); on {config.accelerators} accelerators --traffic-model "
+              f"layout_levels sends the same bytes level by level in fewer rounds (faster to "
+              f"simulate)",
+              file=sys.stderr)
     strategy = "explicit" if args.plan_text is not None else args.strategy
     result = simulate_strategy(network, strategy, config, options, args.plan_text,
                                plan_options_from_args(args),

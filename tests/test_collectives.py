@@ -132,3 +132,13 @@ def test_cli_runs_the_levels_model_and_lists_it(cli):
     wrong = cli("run", "cifar_c", "--traffic-model", "levels")
     assert wrong.returncode == 2 and "layout_levels" in wrong.stderr
     assert "Traceback" not in wrong.stderr
+
+
+def test_run_suggests_the_levels_model_on_large_arrays(cli):
+    """From 256 accelerators, `run` under the ring collectives notes layout_levels on stderr
+    (and still runs); under layout_levels, no note."""
+    args = ("run", "sconv", "--accelerators", "256", "--engine", "analytic")
+    ring = cli(*args)
+    assert ring.returncode == 0 and "--traffic-model layout_levels" in ring.stderr
+    levels = cli(*args, "--traffic-model", "layout_levels")
+    assert levels.returncode == 0 and "note:" not in levels.stderr
