@@ -92,6 +92,28 @@ def _without_diagonal(matrix: np.ndarray) -> np.ndarray:
     return matrix
 
 
+def member_products(left: np.ndarray, right: np.ndarray) -> np.ndarray:
+    """[members, members] left @ right.T for [members, cells] arrays (`right` boolean): the
+    elements each member sends each other member. Where few members touch each cell (most
+    relayouts: nnz products far below members^2 x cells) the products are summed cell by
+    cell over the nonzero pairs only; otherwise as one dense product."""
+    members, cells = left.shape
+    cell_left, member_left = np.nonzero(left.T)  # entries by cell, then member
+    cell_right, member_right = np.nonzero(right.T)
+    per_cell = np.bincount(cell_right, minlength=cells)
+    repeats = per_cell[cell_left]
+    pairs = int(repeats.sum())
+    if pairs * 8 > members * members * max(cells, 1):
+        return left.astype(np.float64) @ right.T.astype(np.float64)
+    first = np.cumsum(per_cell) - per_cell  # each cell's first entry in the right ones
+    within = np.arange(pairs) - np.repeat(np.cumsum(repeats) - repeats, repeats)
+    receiver = member_right[np.repeat(first[cell_left], repeats) + within]
+    sender = np.repeat(member_left, repeats)
+    weights = np.repeat(left.T[cell_left, member_left].astype(np.float64), repeats)
+    return np.bincount(sender * members + receiver, weights,
+                       minlength=members * members).reshape(members, members)
+
+
 def reduce_stage(contrib: np.ndarray, need: np.ndarray, volume: np.ndarray) -> tuple[
         np.ndarray, np.ndarray]:
     """(elements [src, dst] of the reduce-scatter, holder fractions [members, cells])."""
@@ -99,13 +121,13 @@ def reduce_stage(contrib: np.ndarray, need: np.ndarray, volume: np.ndarray) -> t
     owners = np.where(both.any(axis=0), both, contrib)
     count = owners.sum(axis=0)
     share = np.divide(volume, count, out=np.zeros_like(volume), where=count > 0)
-    moved = _without_diagonal((contrib * share) @ owners.T.astype(np.float64))
+    moved = _without_diagonal(member_products(contrib * share, owners))
     return moved, owners * np.divide(1.0, count, out=np.zeros_like(volume), where=count > 0)
 
 
 def gather_stage(holders: np.ndarray, need: np.ndarray, volume: np.ndarray) -> np.ndarray:
     """Elements [src, dst] that needers receive from the holders of what they lack."""
-    return _without_diagonal((holders * volume) @ need.T.astype(np.float64))
+    return _without_diagonal(member_products(holders * volume, need))
 
 
 @dataclass(frozen=True)
