@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import matplotlib.pyplot as plt
 import pandas as pd
 import pytest
 
@@ -36,10 +37,11 @@ def data_traffic_bytes(network: str, accelerators: int) -> float:
     return (accelerators - 1) * 2 * 4 * load_network(network).weights
 
 
-def planned_bytes(network: str, strategy: str, accelerators: int, **plan) -> float:
+def planned_bytes(network: str, strategy: str, accelerators: int, batch: int = 256,
+                  **plan) -> float:
     """The planner's traffic for the case (paper model unless `plan` says otherwise)."""
     options = PlanOptions(**plan) if plan else None
-    return make_plan(load_network(network), strategy, Hierarchy.for_count(accelerators), 256,
+    return make_plan(load_network(network), strategy, Hierarchy.for_count(accelerators), batch,
                      options=options).traffic_bytes
 
 
@@ -263,7 +265,8 @@ def test_committed_results_match_the_planner():
             if row.strategy == "data":
                 assert value == pytest.approx(data_traffic_bytes(row.network, count),
                                               rel=1e-12), (name, row)
-            assert value == pytest.approx(planned_bytes(row.network, row.strategy, count),
+            assert value == pytest.approx(planned_bytes(row.network, row.strategy, count,
+                                                        int(getattr(row, "batch", 256))),
                                           rel=1e-12), (name, row)
     plans = pd.read_csv(REPO / "results" / "fig05_plans.csv")
     for network, part in plans.groupby("network"):
@@ -277,3 +280,25 @@ def test_committed_results_match_the_planner():
 def test_reproduce_command_rejects_unknown_figure(cli, tmp_path):
     result = cli("reproduce", "--only", "fig99", "--out", str(tmp_path))
     assert result.returncode == 2 and "unknown figure 'fig99'" in result.stderr
+
+
+def test_fig11_beyond_the_paper_panel_and_text():
+    """With batch-1,024 rows (the full run's 64 to 1,024 accelerators), Figure 11 draws a
+    third panel of throughput and its report states the gain over the range."""
+    from hypar_sim.experiments import fig11_scalability as fig11
+
+    rows = [("data", n, 256, 2.0) for n in (1, 2)] + [("hypar", n, 256, 2.0 / n) for n in (1, 2)]
+    rows += [("data", n, 1024, 4.0) for n in (64, 128)]
+    rows += [("hypar", n, 1024, 1.0 / (n // 64)) for n in (64, 128)]
+    table = pd.DataFrame(rows, columns=["strategy", "accelerators", "batch", "latency_s"])
+    table["network"], table["traffic_gb"] = "vgg_a", 1.0
+    single = table[table.accelerators == 1].set_index("strategy").latency_s
+    table["gain_vs_one"] = table.strategy.map(single) / table.latency_s
+    table["samples_per_s"] = table.batch / table.latency_s
+    figure = fig11.plot(table)
+    assert len(figure.axes) == 3
+    assert "samples/s" in figure.axes[2].get_ylabel()
+    plt.close(figure)
+    text = fig11.report(table)
+    assert "from 64 to 128 accelerators HyPar's throughput goes from 1.02e+03 to 2.05e+03 " \
+           "samples/s (2x for 2x the accelerators)" in text

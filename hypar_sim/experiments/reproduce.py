@@ -92,7 +92,9 @@ DIFFERENCES = {
     "fig11_scalability": (
         "VGG-A at batch 256 fits one cube (8 GB); Data Parallelism's traffic grows as 2 x (N - 1) x "
         "weights, so beyond two accelerators its step gets slower; HyPar's mix keeps most layers "
-        "dp and the fc layers mp."),
+        "dp and the fc layers mp. The right panel is beyond the paper: 64 to 1,024 accelerators "
+        "at batch 1,024 (batch 256 cannot be split further by either strategy), simulated event "
+        "by event like the rest."),
     "fig12_topology": (
         "With every torus link as fast as the H-tree's base link, the 4x4 torus has twice the links "
         "and four ports per accelerator, and ties with the H-tree. The paper's total network "
