@@ -4,7 +4,8 @@ Sections: the cost models (layer pieces costed per second); bare SimPy
 (timeout events per second in a tight loop); the simulator on the ten
 networks x {data, model, hypar} x {htree, torus} at 16 accelerators (wall
 time, events, events per second), the 60 runs spread over all cores; graph
-networks (ResNet-50 on 64 cubes, BERT-base on 16: plan and simulation times).
+networks (ResNet-50 on 64 cubes, BERT-base on 16: plan and simulation times); scale (VGG-A
+from 16 to 1,024 or 4,096 accelerators, both engines).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from hypar_sim.paper import PAPER_NETWORKS
 from hypar_sim.partition.hierarchy import Hierarchy
 from hypar_sim.partition.steps import Phase
 from hypar_sim.planner.graph_plan import make_graph_plan
-from hypar_sim.planner.strategies import make_plan
+from hypar_sim.planner.strategies import PlanOptions, make_plan
 from hypar_sim.runner import SimOptions, simulate, simulate_graph
 from hypar_sim.sim.schedule import member_shares
 from hypar_sim.workload.network import load_network, load_workload
@@ -143,12 +144,42 @@ def bench_graphs() -> None:
               f"simulation alone {'met' if simulated - planned < target else 'MISSED'})")
 
 
+def bench_scale(largest: int) -> None:
+    """Issue "Scale to thousands of accelerators": VGG-A, HyPar, H-tree, batch max(256, N),
+    under the paper's pairs and the layout rule's level-by-level collectives, both engines;
+    planning and simulation timed apart (one process, caches warm after the first case)."""
+    print(f"\n{'accelerators':>12} {'traffic model':14} {'engine':8} {'plan s':>7} "
+          f"{'simulate s':>10} {'events':>10} {'step ms':>8}")
+    counts = [n for n in (16, 64, 256, 1024, 4096) if n <= largest]
+    for count in counts:
+        batch = max(256, count)
+        config = load_hardware(None, {"accelerators": count, "batch": batch})
+        network = load_network("vgg_a")
+        for model in ("paper", "layout_levels"):
+            start = time.perf_counter()
+            plan = make_plan(network, "hypar", Hierarchy.for_count(count), batch,
+                             options=PlanOptions(traffic_model=model), config=config)
+            planned = time.perf_counter() - start
+            for engine in ("analytic", "des"):
+                if engine == "des" and model == "layout_levels" and count > 1024:
+                    continue  # minutes: see the closing note of issue 14
+                start = time.perf_counter()
+                result = simulate(network, plan, config, SimOptions(engine=engine))
+                took = time.perf_counter() - start
+                print(f"{count:12,} {model:14} {engine:8} {planned:7.2f} {took:10.2f} "
+                      f"{result.events:10,} {result.latency_s * 1e3:8.1f}")
+    print("targets (issue 14): DES 1,024 < 2 s, 4,096 < 10 s; analytic 1,024 < 0.2 s")
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1,
                         help="processes for the 60 simulations (default: all cores)")
-    parser.add_argument("--only", choices=("costs", "simulator", "graphs"), default=None,
-                        help="run one section only")
+    parser.add_argument("--only", choices=("costs", "simulator", "graphs", "scale"),
+                        default=None, help="run one section only")
+    parser.add_argument("--scale-to", type=int, default=1024, metavar="N",
+                        help="largest array of the scale section (default 1024; 4096 adds "
+                             "about a minute)")
     args = parser.parse_args(argv)
     if args.only in (None, "costs"):
         bench_costs()
@@ -156,6 +187,8 @@ def main(argv=None) -> None:
         bench_simulator(args.workers)
     if args.only in (None, "graphs"):
         bench_graphs()
+    if args.only in (None, "scale"):
+        bench_scale(args.scale_to)
 
 
 if __name__ == "__main__":
