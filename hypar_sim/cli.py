@@ -15,7 +15,7 @@ from hypar_sim.partition.kinds import allowed_names as allowed_kind_names
 from hypar_sim.planner.estimate import OBJECTIVES
 from hypar_sim.planner.search import SEARCHES
 from hypar_sim.planner.strategies import DEFAULT_KINDS, STRATEGIES
-from hypar_sim.planner.traffic import DEFAULT_TRAFFIC_MODEL, TRAFFIC_MODELS
+from hypar_sim.planner.traffic import DEFAULT_TRAFFIC_MODEL, PHASES, TRAFFIC_MODELS
 from hypar_sim.sim.defaults import (
     DEFAULT_BUCKET_MB,
     DEFAULT_CHUNK_BYTES,
@@ -57,6 +57,10 @@ def _add_plan_arguments(parser: argparse.ArgumentParser) -> None:
                         help="; ".join(f"{m.name}: {m.summary}"
                                        + (" (default)" if m.name == DEFAULT_TRAFFIC_MODEL else "")
                                        for m in TRAFFIC_MODELS.values()))
+    parser.add_argument("--phases", default="training", choices=PHASES,
+                        help="training: a whole step, forward, backward, weight gradient, "
+                             "update (default); forward: inference, the forward pass alone "
+                             "(plan and simulation; chain networks, --objective bytes)")
     parser.add_argument("--objective", default="bytes", choices=OBJECTIVES,
                         help="what a searching strategy minimises: bytes between accelerators "
                              "(default, HyPar's), or the step's time or energy as the planner "

@@ -79,7 +79,8 @@ def plan_options_from_args(args: argparse.Namespace) -> PlanOptions:
                        objective=args.objective, topology=getattr(args, "topology", "htree"),
                        overlap_gradients=not getattr(args, "no_overlap", False),
                        progress=sys.stderr.isatty(),
-                       traffic_model=args.traffic_model)
+                       traffic_model=args.traffic_model,
+                       phases=getattr(args, "phases", "training"))
 
 
 def _workload(args: argparse.Namespace) -> Network | Graph:
@@ -177,7 +178,7 @@ def cmd_compare(args: argparse.Namespace) -> str:
         for strategy, objective in zip(strategies, objectives, strict=True)]
     results = parallel_map(_simulate_job, jobs, args.workers, progress=options.progress)
     bound = None
-    if not graph:
+    if not graph and plan_options.phases == "training":  # the bound counts a training step
         bound = sum(layer_bounds(network.layers, config.batch, hierarchy, plan_options.kinds,
                                  config.word_bytes))
     if args.json:
@@ -360,6 +361,9 @@ def cmd_plan(args: argparse.Namespace) -> str:
     overrides = hardware_overrides(args) | {"accelerators": hierarchy.members,
                                             "batch": args.batch}
     config = load_hardware(args.config, overrides)
+    if args.bound and options.phases != "training":
+        raise InputError("--bound: the lower bound counts a training step's transfers; it is "
+                         "not defined for --phases forward yet")
     plan = make_plan(workload, strategy, hierarchy, args.batch, args.plan_text,
                      config.word_bytes, options, config)
     bounds = layer_bounds(workload.layers, plan.batch, plan.hierarchy, options.kinds,

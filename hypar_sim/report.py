@@ -140,8 +140,9 @@ def comparison_table(results: Sequence, objectives: Sequence[str] | None = None,
                      f"{r.traffic_bytes / base.traffic_bytes:.2f}x" if base.traffic_bytes else "-",
                      f"{r.time_shares['communication']:.0%}", _kind_counts(r.plan)))
     head = (f"{first.network} on {plural(first.accelerators, 'accelerator')} ({first.topology}), batch "
-            f"{first.batch}, {first.engine} engine; speedup, energy efficiency and bytes "
-            "relative to data parallelism\n\n")
+            f"{first.batch}, {first.engine} engine"
+            f"{', inference (forward pass only)' if first.phases == 'forward' else ''}; speedup, "
+            "energy efficiency and bytes relative to data parallelism\n\n")
     text = head + table(("strategy", "minimises", f"latency {time_unit}", "speedup", "energy J",
                          "efficiency", f"traffic {byte_unit}", "bytes", "comm share",
                          "plan (kind: layers x levels)"), rows)
@@ -219,8 +220,10 @@ def plan_summary(plan: Plan, clock_hz: float | None = None) -> str:
     search = f", {plan.search} search" if plan.search else ""
     head = (f"{plan.network}: strategy {plan.strategy}{search}, hierarchy {plan.hierarchy} "
             f"({plural(plan.accelerators, 'accelerator')}), batch "
-            f"{plan.batch}, traffic model {plan.traffic_model}\n\n")
-    total = f"\n\ntotal traffic per training step: {plan.traffic_bytes / GB:.4g} GB"
+            f"{plan.batch}, traffic model {plan.traffic_model}"
+            f"{', inference (forward pass only)' if plan.phases == 'forward' else ''}\n\n")
+    step = "inference (forward pass)" if plan.phases == "forward" else "training step"
+    total = f"\n\ntotal traffic per {step}: {plan.traffic_bytes / GB:.4g} GB"
     if plan.objective == "time":
         ms = f" = {plan.estimate / clock_hz * 1e3:.4g} ms" if clock_hz else ""
         total += f"\nestimated step time (minimised): {plan.estimate:.4g} cycles{ms}"

@@ -92,6 +92,7 @@ class SimResult:
     per_accelerator: tuple[AcceleratorResult, ...] = ()
     hierarchy: tuple[int, ...] = ()
     traffic_model: str = ""
+    phases: str = "training"  # or "forward": inference, the forward pass alone
     version: str = ""
     config: Mapping[str, Any] | None = None  # the full effective hardware configuration
     trace_events: tuple[Mapping[str, Any], ...] = field(default=(), repr=False, compare=False)
@@ -136,7 +137,8 @@ class SimResult:
             "per_link": [asdict(link) for link in self.per_link],
             "per_accelerator": [asdict(item) for item in self.per_accelerator],
             "hierarchy": list(self.hierarchy), "traffic_model": self.traffic_model,
-            "events": self.events, "lane_grants": self.lane_grants, "wall_s": self.wall_s,
+            "phases": self.phases, "events": self.events, "lane_grants": self.lane_grants,
+            "wall_s": self.wall_s,
             "version": self.version,
             "config": dict(self.config or {}),
         }
@@ -164,7 +166,8 @@ class SimResult:
         shares = self.time_shares
         lines = [
             f"{self.network}: {self.strategy} plan on {plural(self.accelerators, 'accelerator')} "
-            f"({self.topology}), batch {self.batch}, {self.engine} engine",
+            f"({self.topology}), batch {self.batch}, {self.engine} engine"
+            + (", inference (forward pass only)" if self.phases == "forward" else ""),
             "",
             f"step latency   {quantity(self.latency_s, TIME_UNITS)}  ({self.latency_cycles:,.0f} cycles "
             f"at {self.clock_hz / 1e6:g} MHz)",

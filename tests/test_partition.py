@@ -44,22 +44,29 @@ def steps_total(steps):
     return {key: float(matrix.sum()) for key, matrix in steps.items() if matrix.sum()}
 
 
-def cell_own_cost(layer, batch, column, hierarchy, word_bytes, last):
-    """The cell rule's bytes that depend on one column: the gradient, the loss if last."""
+def cell_own_cost(layer, batch, column, hierarchy, word_bytes, last, forward_only=False):
+    """The cell rule's bytes that depend on one column: the gradient, the loss if last (with
+    `forward_only`, the forward pass's transfers alone)."""
+    def kept(kind):
+        return not forward_only or kind.phase is Phase.FORWARD
+
     boxes = Boxes.of(layer, batch, column, hierarchy)
-    total = sum(float(m.sum()) for m in gradient_transfers(boxes, word_bytes).values())
+    total = sum(float(m.sum()) for kind, m in gradient_transfers(boxes, word_bytes).items()
+                if kept(kind))
     if last:
-        total += sum(float(m.sum()) for m in boundary_transfers(boxes, None, word_bytes).values())
+        total += sum(float(m.sum()) for (_, kind), m in
+                     boundary_transfers(boxes, None, word_bytes).items() if kept(kind))
     return total
 
 
 def cell_boundary_cost(producer, consumer, batch, producer_column, consumer_column, hierarchy,
-                       word_bytes):
-    """The cell rule's bytes across one boundary, forward and backward."""
+                       word_bytes, forward_only=False):
+    """The cell rule's bytes across one boundary, forward and backward (or forward only)."""
     transfers = boundary_transfers(Boxes.of(producer, batch, producer_column, hierarchy),
                                    Boxes.of(consumer, batch, consumer_column, hierarchy),
                                    word_bytes)
-    return sum(float(m.sum()) for m in transfers.values())
+    return sum(float(m.sum()) for (_, kind), m in transfers.items()
+               if not forward_only or kind.phase is Phase.FORWARD)
 
 
 # --- hierarchies and shares ---------------------------------------------------------------
@@ -296,7 +303,8 @@ def test_bad_partition_input_is_one_line_exit_2(cli, args, fragment):
        pooled=st.booleans())
 def test_closed_form_totals_equal_the_cell_rule(net, sizes, batch, pooled):
     """`partition.totals` (what the searches use) against `partition.layout`'s transfers,
-    for every pair of columns of two adjacent layers (every kind, pooling included)."""
+    for every pair of columns of two adjacent layers (every kind, pooling included), for a
+    training step and for the forward pass alone."""
     import itertools
 
     from hypar_sim.partition import totals
@@ -317,15 +325,16 @@ def test_closed_form_totals_equal_the_cell_rule(net, sizes, batch, pooled):
                 if model.offered(layer, batch, c, hierarchy)]
 
     ps, qs = columns(first), columns(second)
-    fast = totals.boundary_costs(first, second, batch, ps, qs, hierarchy, 4)
-    for i, p in enumerate(ps):
-        for j, q in enumerate(qs):
-            assert fast[i, j] == pytest.approx(
-                cell_boundary_cost(first, second, batch, p, q, hierarchy, 4), abs=1e-6)
-    for last in (False, True):
-        own = totals.own_costs(second, batch, qs, hierarchy, 4, last)
-        assert own == pytest.approx([cell_own_cost(second, batch, q, hierarchy, 4, last)
-                                     for q in qs], abs=1e-6)
+    for forward in (False, True):  # a training step; inference (the forward pass alone)
+        fast = totals.boundary_costs(first, second, batch, ps, qs, hierarchy, 4, forward)
+        for i, p in enumerate(ps):
+            for j, q in enumerate(qs):
+                assert fast[i, j] == pytest.approx(cell_boundary_cost(
+                    first, second, batch, p, q, hierarchy, 4, forward), abs=1e-6)
+        for last in (False, True):
+            own = totals.own_costs(second, batch, qs, hierarchy, 4, last, forward)
+            assert own == pytest.approx([cell_own_cost(second, batch, q, hierarchy, 4, last,
+                                                       forward) for q in qs], abs=1e-6)
 
 
 def test_three_way_ring_uses_only_its_successor_links():

@@ -8,6 +8,7 @@ from hypar_sim.paper import FIGURE_8_GB as FIGURE_8
 from hypar_sim.paper import VGG_B_HYPAR_GB_CONSISTENT
 from hypar_sim.partition.hierarchy import Hierarchy
 from hypar_sim.partition.kinds import paper_label
+from hypar_sim.partition.steps import Phase
 from hypar_sim.planner import search
 from hypar_sim.planner.comm_model import LayerSplit, Parallelism, layer_transfers, pair_costs
 from hypar_sim.planner.strategies import make_plan
@@ -49,11 +50,12 @@ def test_pair_costs_are_the_sums_of_the_transfers(previous, choice):
     """The planner's closed form equals the messages' transfers, both directions."""
     layer = make_conv("conv", FeatureShape(20, 12, 12), 50, 5)
     split = LayerSplit(layer, 24, 0.25)
-    intra = sum(2 * t.bytes_per_direction for t in layer_transfers(split, previous, choice)
-                if t.kind.is_intra)
-    inter = sum(2 * t.bytes_per_direction for t in layer_transfers(split, previous, choice)
-                if not t.kind.is_intra)
-    assert pair_costs(split, previous, choice) == (intra, inter)
+    for forward in (False, True):  # a training step; inference (the forward pass alone)
+        sent = [t for t in layer_transfers(split, previous, choice)
+                if not forward or t.phase is Phase.FORWARD]
+        intra = sum(2 * t.bytes_per_direction for t in sent if t.kind.is_intra)
+        inter = sum(2 * t.bytes_per_direction for t in sent if not t.kind.is_intra)
+        assert pair_costs(split, previous, choice, forward) == (intra, inter)
 
 
 @pytest.mark.parametrize("name", sorted(FIGURE_8))

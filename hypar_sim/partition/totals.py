@@ -16,7 +16,8 @@ boundary costs, in elements,
     r (sum|B_a| - |T|) + sum|B_a & R| + 2 sum|W_a| - |R| - 2 U,
     U = |union_a (B_a & W_a)|
 
-with r the producer's pre/post pooling ratio. Only U depends on both
+with r the producer's pre/post pooling ratio; the forward pass alone (inference)
+costs r (sum|B_a| - |T|) + sum|W_a| - U. Only U depends on both
 columns. Members with the same producer box form a group G, and the group
 members' reads vary along each axis with the coordinates of different
 levels, so union_{a in G} W_a is a product over axes of per-axis unions:
@@ -59,18 +60,23 @@ def _overlap(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def own_costs(layer: Layer, batch: int, columns: Sequence[Column], hierarchy: Hierarchy,
-              word_bytes: int, last: bool) -> np.ndarray:
-    """Bytes of each column's own steps: the gradient all-reduce, and the loss if last."""
+              word_bytes: int, last: bool, forward_only: bool = False) -> np.ndarray:
+    """Bytes of each column's own steps: the gradient all-reduce, and the loss if last
+    (its partial outputs reduced, before pooling, and its error gathered); with
+    `forward_only` (inference), the last layer's partial outputs alone."""
     if not columns:
         return np.zeros(0)
     parts = Columns(columns, hierarchy.levels).boxes(layer, batch, hierarchy)
     out = layer.output
     held = (_lengths(parts[Dim.K]) * _lengths(parts[Dim.C])).sum(axis=1)
     costs = 2 * (held - out.channels * layer.input.channels) * layer.kernel ** 2
+    if forward_only:
+        costs = np.zeros(len(columns))
     if last:
         computed = np.prod([_lengths(parts[d]) for d in (Dim.N, Dim.K, Dim.P, Dim.Q)],
                            axis=0).sum(axis=1)
-        costs = costs + (layer.conv_output.size / out.size + 1) * (computed - batch * out.size)
+        pooled = layer.conv_output.size / out.size
+        costs = costs + (pooled if forward_only else pooled + 1) * (computed - batch * out.size)
     return costs * word_bytes
 
 
@@ -100,8 +106,10 @@ _CONV_AXES = ((Dim.N, Dim.N), (Dim.K, Dim.C), (Dim.P, Dim.P), (Dim.Q, Dim.Q))
 
 def boundary_costs(producer: Layer, consumer: Layer, batch: int,
                    producer_columns: Sequence[Column], columns: Sequence[Column],
-                   hierarchy: Hierarchy, word_bytes: int) -> np.ndarray:
-    """[producer column, consumer column] bytes across the boundary, both passes."""
+                   hierarchy: Hierarchy, word_bytes: int,
+                   forward_only: bool = False) -> np.ndarray:
+    """[producer column, consumer column] bytes across the boundary, both passes (with
+    `forward_only`, the forward pass's: r (sum|B_a| - |T|) + sum|W_a| - U)."""
     if not producer_columns or not columns:
         return np.zeros((len(producer_columns), len(columns)))
     out = producer.output
@@ -125,8 +133,11 @@ def boundary_costs(producer: Layer, consumer: Layer, batch: int,
     dims = OPERATORS[producer.kind]
     union = _union_matrix(held, reads, made, read, hierarchy, shape[1:],
                           dims.reductions(dims.output))
-    result = (pooled * (computed - total) + in_reads)[:, None] \
-        + (2 * reads.volumes() - read_total)[None, :] - 2 * union
+    if forward_only:
+        result = (pooled * (computed - total))[:, None] + reads.volumes()[None, :] - union
+    else:
+        result = (pooled * (computed - total) + in_reads)[:, None] \
+            + (2 * reads.volumes() - read_total)[None, :] - 2 * union
     return result * word_bytes
 
 

@@ -126,12 +126,16 @@ def layer_transfers(
 
 
 def pair_costs(
-    split: LayerSplit, previous: Parallelism | None, choice: Parallelism
+    split: LayerSplit, previous: Parallelism | None, choice: Parallelism,
+    forward_only: bool = False,
 ) -> tuple[float, float]:
     """(intra, inter) bytes exchanged by one pair for one layer, both directions: the sums
     of `layer_transfers` in closed form (the planner calls this in its inner loop; a test
     checks the two agree): dp 2 A(dW_l) intra; mp 2 A(F_{l+1}) intra, and after a dp layer
-    2 x (0.25 + 0.25) A(F_l) = A(F_l) inter (exact: the factors are powers of two)."""
+    2 x (0.25 + 0.25) A(F_l) = A(F_l) inter (exact: the factors are powers of two). With
+    `forward_only` (inference) the forward transfers alone: dp nothing, mp its partial
+    sums, and after a dp layer the features' half of Table 2, A(F_l) / 2."""
     if choice is Parallelism.DP:
-        return 2 * split.gradient_bytes, 0.0
-    return 2 * split.output_bytes, split.input_bytes if previous is Parallelism.DP else 0.0
+        return (0.0 if forward_only else 2 * split.gradient_bytes), 0.0
+    inter = split.input_bytes if previous is Parallelism.DP else 0.0
+    return 2 * split.output_bytes, inter / 2 if forward_only else inter

@@ -235,6 +235,9 @@ def make_graph_plan(graph: Graph, strategy: str, hierarchy: Hierarchy, batch: in
     if options.objective != "bytes":
         raise InputError(f"--objective: {options.objective} takes chain networks so far; "
                          "graph networks are planned for bytes (allowed: bytes)")
+    if options.phases != "training":
+        raise InputError(f"--phases: {options.phases} takes chain networks so far; graph "
+                         f"networks ({graph.name}) simulate a training step (allowed: training)")
     kinds = options.kinds
     chain = STRATEGIES.get(strategy)
     if not options.kinds_given and chain is not None and chain.default_kinds:

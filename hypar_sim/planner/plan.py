@@ -50,6 +50,7 @@ class Plan:
     word_bytes: int = 4
     objective: str = "bytes"  # what the search minimised
     estimate: float = 0.0  # its value for this plan: bytes, cycles or pJ (planner.estimate)
+    phases: str = "training"  # or "forward": inference, the forward pass alone
 
     @property
     def levels(self) -> int:
@@ -100,11 +101,12 @@ class Plan:
 
 def evaluate_plan(network: Network, batch: int, choices: Choices | Sequence[Sequence[str]],
                   strategy: str, word_bytes: int = 4, hierarchy: Hierarchy | None = None,
-                  model: str = "paper", search: str = "") -> Plan:
-    """The traffic of a fixed plan (choices[level][layer], canonical kind names)."""
+                  model: str = "paper", search: str = "", phases: str = "training") -> Plan:
+    """The traffic of a fixed plan (choices[level][layer], canonical kind names) for a
+    training step or, with `phases` "forward", the forward pass alone."""
     choices = tuple(tuple(row) for row in choices)
     hierarchy = hierarchy if hierarchy is not None else Hierarchy.binary(len(choices))
-    traffic = traffic_model(model)
+    traffic = traffic_model(model, phases)
     columns = tuple(zip(*choices, strict=True)) if choices else tuple(() for _ in network.layers)
     traffic.check_plan(network.layers, batch, columns, hierarchy)
     for layer, column in zip(network.layers, columns, strict=True):
@@ -115,4 +117,4 @@ def evaluate_plan(network: Network, batch: int, choices: Choices | Sequence[Sequ
     table = traffic.layer_traffic(network.layers, batch, columns, hierarchy, word_bytes)
     return Plan(network.name, strategy, batch, network.layer_names, choices,
                 tuple(tuple(LayerTraffic(intra, inter) for intra, inter in row) for row in table),
-                hierarchy, model, search, word_bytes)
+                hierarchy, model, search, word_bytes, phases=phases)

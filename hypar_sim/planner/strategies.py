@@ -59,6 +59,7 @@ class PlanOptions:
     overlap_gradients: bool = True
     kinds_given: bool | None = None  # False: each strategy searches its own paper's kinds
     progress: bool = False  # a progress bar on stderr for long searches (exhaustive)
+    phases: str = "training"  # or "forward": plan an inference (the forward pass alone)
 
     def __post_init__(self) -> None:
         if self.kinds is None:  # HyPar's kinds, or the strategy's own (make_plan)
@@ -78,7 +79,11 @@ class PlanOptions:
             raise InputError(f"--search: unknown '{self.search}'"
                              f"{closest(self.search, searches.SEARCHES)}; "
                              f"allowed: {', '.join(searches.SEARCHES)}")
-        traffic_model(self.traffic_model)
+        traffic_model(self.traffic_model, self.phases)
+        if self.phases == "forward" and self.objective != "bytes":
+            raise InputError(f"--objective: {self.objective} is estimated for a training step; "
+                             "with --phases forward the planner minimises bytes (--objective "
+                             "bytes)")
 
 
 @dataclass(frozen=True)
@@ -270,7 +275,11 @@ def make_plan(network: Network, strategy: str, hierarchy: int | Hierarchy, batch
         raise InputError(f"--objective: strategy '{strategy}' takes {', '.join(spec.objectives)}"
                          f" (its own cost), not {options.objective}; strategies that minimise "
                          f"{options.objective}: {', '.join(takers)}")
-    model = traffic_model(options.traffic_model)
+    model = traffic_model(options.traffic_model, options.phases)
+    if options.phases == "forward" and spec.own_cost:
+        takers = [n for n, s in STRATEGIES.items() if not s.own_cost]
+        raise InputError(f"--phases: strategy '{strategy}' plans by its paper's cost of a "
+                         f"training step; with --phases forward use one of {', '.join(takers)}")
     if not options.kinds_given and spec.default_kinds:
         options = dataclasses.replace(options, kinds=tuple(
             kind for kind in spec.default_kinds if kind in model.kinds))
@@ -285,7 +294,7 @@ def make_plan(network: Network, strategy: str, hierarchy: int | Hierarchy, batch
     choices = tuple(zip(*columns, strict=True)) if hierarchy.levels else ()
     search = options.search if spec.honours_search else ""
     plan = evaluate_plan(network, batch, choices, strategy, word_bytes, hierarchy,
-                         options.traffic_model, search)
+                         options.traffic_model, search, options.phases)
     return dataclasses.replace(plan, objective=options.objective,
                                estimate=score if estimator else plan.traffic_bytes)
 

@@ -12,6 +12,7 @@ come from the same transfers, so the two cannot disagree.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import math
 from collections.abc import Sequence
@@ -25,7 +26,7 @@ from hypar_sim.partition.collectives import COLLECTIVES
 from hypar_sim.partition.hierarchy import Hierarchy
 from hypar_sim.partition.kinds import KINDS
 from hypar_sim.partition.shares import Column, Share
-from hypar_sim.partition.steps import StepMessages, TransferKind
+from hypar_sim.partition.steps import Phase, StepMessages, TransferKind
 from hypar_sim.planner.comm_model import LayerSplit, Parallelism, layer_transfers, pair_costs
 from hypar_sim.workload.layers import Layer
 
@@ -44,13 +45,14 @@ def _paper_share(layer: Layer, batch: int, prefix: Column, word_bytes: int) -> L
 
 
 @lru_cache(maxsize=65536)
-def _paper_pair_costs(layer: Layer, batch: int, prefix: Column, word_bytes: int) -> tuple[
-        dict[str, float], float]:
+def _paper_pair_costs(layer: Layer, batch: int, prefix: Column, word_bytes: int,
+                      forward_only: bool) -> tuple[dict[str, float], float]:
     """One pair's bytes at the level below `prefix`: each kind's own (intra) bytes, and the
     inter-layer bytes of a batch -> in boundary (Tables 1 and 2; cached like the shares)."""
     split = _paper_share(layer, batch, prefix, word_bytes)
-    own = {kind: pair_costs(split, None, choice)[0] for kind, choice in _PAPER_KINDS.items()}
-    return own, pair_costs(split, Parallelism.DP, Parallelism.MP)[1]
+    own = {kind: pair_costs(split, None, choice, forward_only)[0]
+           for kind, choice in _PAPER_KINDS.items()}
+    return own, pair_costs(split, Parallelism.DP, Parallelism.MP, forward_only)[1]
 
 
 def _geometry(layer: Layer) -> Layer:
@@ -61,16 +63,41 @@ def _geometry(layer: Layer) -> Layer:
 @lru_cache(maxsize=256)
 def _boundary_costs(producer: Layer, consumer: Layer, batch: int,
                     producer_columns: tuple[Column, ...], columns: tuple[Column, ...],
-                    hierarchy: Hierarchy, word_bytes: int) -> np.ndarray:
+                    hierarchy: Hierarchy, word_bytes: int, forward_only: bool) -> np.ndarray:
     """`totals.boundary_costs`, cached by geometry (VGG repeats its layers' shapes);
     read-only."""
     costs = totals.boundary_costs(producer, consumer, batch, producer_columns, columns,
-                                  hierarchy, word_bytes)
+                                  hierarchy, word_bytes, forward_only)
     costs.flags.writeable = False
     return costs
 
 
-class PaperTraffic:
+#: What a step simulates: a whole training step, or the forward pass alone (inference).
+PHASES = ("training", "forward")
+
+
+class _Phased:
+    """A traffic model counts a training step's transfers, or with `forward_only` (inference:
+    `for_phases("forward")`) those of the forward pass alone."""
+
+    forward_only = False
+
+    def for_phases(self, phases: str):
+        """This model for `phases` (one of `PHASES`)."""
+        if phases not in PHASES:
+            raise InputError(f"--phases: unknown '{phases}'{closest(phases, PHASES)}; allowed: "
+                             f"{', '.join(PHASES)}")
+        if (phases == "forward") == self.forward_only:
+            return self
+        variant = copy.copy(self)
+        variant.forward_only = phases == "forward"
+        return variant
+
+    def _keep(self, kind: TransferKind) -> bool:
+        return not self.forward_only or kind.phase is Phase.FORWARD
+
+
+class PaperTraffic(_Phased):
     """HyPar's per-level reading of Tables 1 and 2 (see `planner.comm_model`)."""
 
     name = "paper"
@@ -136,7 +163,7 @@ class PaperTraffic:
             for layer, column in zip(layers, columns, strict=True):
                 split = _paper_share(layer, batch, column[:level], word_bytes)
                 choice = _PAPER_KINDS[column[level]]
-                intra, inter = pair_costs(split, previous, choice)
+                intra, inter = pair_costs(split, previous, choice, self.forward_only)
                 row.append((pairs * intra, pairs * inter))
                 previous = choice
             table.append(row)
@@ -155,7 +182,8 @@ class PaperTraffic:
         for column in columns:
             cost = 0.0
             for level in range(from_level, len(column)):
-                own, _ = _paper_pair_costs(layer, batch, column[:level], word_bytes)
+                own, _ = _paper_pair_costs(layer, batch, column[:level], word_bytes,
+                                           self.forward_only)
                 cost += groups[level] * own[column[level]]
             costs.append(cost)
         return np.array(costs)
@@ -171,7 +199,7 @@ class PaperTraffic:
                 if column[level] != "in":
                     continue  # only a batch -> in boundary moves bytes (Table 2)
                 inter = groups[level] * _paper_pair_costs(consumer, batch, column[:level],
-                                                          word_bytes)[1]
+                                                          word_bytes, self.forward_only)[1]
                 for i, previous in enumerate(producer_columns):
                     if previous[level] == "batch":
                         costs[i, j] += inter
@@ -190,6 +218,8 @@ class PaperTraffic:
                 split = _paper_share(layer, batch, column[:level], word_bytes)
                 choice = _PAPER_KINDS[column[level]]
                 for transfer in layer_transfers(split, previous, choice):
+                    if not self._keep(transfer.kind):
+                        continue
                     part = transfer.bytes_per_direction / half
                     parts.setdefault((index, transfer.kind), []).append(
                         (members, members ^ half, np.full(len(members), part),
@@ -201,7 +231,7 @@ class PaperTraffic:
                 for key, pieces in parts.items()}
 
 
-class LayoutTraffic:
+class LayoutTraffic(_Phased):
     """The redistribution rule on the members' real layouts (`partition.layout`)."""
 
     name = "layout"
@@ -237,20 +267,25 @@ class LayoutTraffic:
                   hierarchy: Hierarchy, word_bytes: int, last: bool) -> np.ndarray:
         """Closed forms of the rule's totals (`partition.totals`; tests check them against
         the cell-by-cell transfers)."""
-        return totals.own_costs(layer, batch, columns, hierarchy, word_bytes, last)
+        return totals.own_costs(layer, batch, columns, hierarchy, word_bytes, last,
+                                self.forward_only)
 
     def boundary_costs(self, producer: Layer, consumer: Layer, batch: int,
                        producer_columns: Sequence[Column], columns: Sequence[Column],
                        hierarchy: Hierarchy, word_bytes: int) -> np.ndarray:
         return _boundary_costs(_geometry(producer), _geometry(consumer), batch,
-                               tuple(producer_columns), tuple(columns), hierarchy, word_bytes)
+                               tuple(producer_columns), tuple(columns), hierarchy, word_bytes,
+                               self.forward_only)
 
     def steps(self, layers: Sequence[Layer], batch: int, columns: Sequence[Column],
               hierarchy: Hierarchy, word_bytes: int) -> dict[StepKey, StepMessages]:
         """Every step's messages (the same object for the same plan: the planner's traffic
         and the schedule read one; do not change it)."""
-        return _layout_steps(self.collective, tuple(layers), batch, tuple(map(tuple, columns)),
-                             hierarchy, word_bytes)
+        steps = _layout_steps(self.collective, tuple(layers), batch,
+                              tuple(map(tuple, columns)), hierarchy, word_bytes)
+        if not self.forward_only:
+            return steps
+        return {key: messages for key, messages in steps.items() if self._keep(key[1])}
 
     def layer_traffic(self, layers: Sequence[Layer], batch: int, columns: Sequence[Column],
                       hierarchy: Hierarchy, word_bytes: int) -> list[list[tuple[float, float]]]:
@@ -295,9 +330,9 @@ TRAFFIC_MODELS: dict[str, TrafficModel] = {
 DEFAULT_TRAFFIC_MODEL = "layout"
 
 
-def traffic_model(name: str) -> TrafficModel:
-    """The model called `name`."""
+def traffic_model(name: str, phases: str = "training") -> TrafficModel:
+    """The model called `name`, counting the transfers of `phases` (`PHASES`)."""
     if name not in TRAFFIC_MODELS:
         raise InputError(f"--traffic-model: unknown '{name}'{closest(name, TRAFFIC_MODELS)}; "
                          f"allowed: {', '.join(TRAFFIC_MODELS)}")
-    return TRAFFIC_MODELS[name]
+    return TRAFFIC_MODELS[name].for_phases(phases)

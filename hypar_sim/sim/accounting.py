@@ -151,5 +151,5 @@ def assemble_result(
         per_layer=layers, per_link=links, events=events, wall_s=wall_s,
         version=__version__, config=config_dict,
         per_accelerator=per_accelerator(schedule, config), hierarchy=units.hierarchy.sizes,
-        traffic_model=units.traffic_model,
+        traffic_model=units.traffic_model, phases=units.phases,
     )

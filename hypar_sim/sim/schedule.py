@@ -22,6 +22,7 @@ message in a step does not wait for it.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -107,11 +108,12 @@ class Units:
     names: tuple[str, ...]
     kinds: tuple[tuple[str, ...], ...]  # [level][unit]
     traffic_model: str
+    phases: str = "training"  # or "forward" (inference)
 
     @classmethod
     def of_plan(cls, network: Network, plan: Plan) -> Units:
         return cls(network.name, plan.strategy, plan.batch, plan.hierarchy, network.layer_names,
-                   plan.choices, plan.traffic_model)
+                   plan.choices, plan.traffic_model, plan.phases)
 
 
 @dataclass(frozen=True)
@@ -169,8 +171,8 @@ class FlatMessages:
 
 def plan_messages(network: Network, plan: Plan) -> dict[StepKey, StepMessages]:
     """Every message of the plan, grouped by (layer, kind)."""
-    return traffic_model(plan.traffic_model).steps(network.layers, plan.batch, plan.columns,
-                                                   plan.hierarchy, plan.word_bytes)
+    model = traffic_model(plan.traffic_model, plan.phases)
+    return model.steps(network.layers, plan.batch, plan.columns, plan.hierarchy, plan.word_bytes)
 
 
 def member_shares(network: Network, plan: Plan) -> tuple[tuple[Share, ...], ...]:
@@ -197,14 +199,20 @@ def _step_tasks(steps: dict[StepKey, StepMessages], overlap: bool) -> dict[
 
 def build_schedule(network: Network, plan: Plan, config: HardwareConfig,
                    overlap_gradients: bool = True) -> Schedule:
-    """Tasks and messages of one training step; refuses a plan that does not fit a cube."""
+    """Tasks and messages of one training step (a plan for inference: of its forward pass
+    alone); refuses a plan that does not fit a cube. Inference keeps no gradients; its
+    activations are counted as a training step keeps them (a bound: a layer's input could
+    be freed once the next layer has its own)."""
     shares = member_shares(network, plan)
     steps = plan_messages(network, plan)
     buffers = largest_receive(steps)
+    forward_only = plan.phases == "forward"
     for member_footprints in {tuple(layer[m] for layer in shares)
                               for m in range(plan.accelerators)}:
-        check_capacity([footprint(share, config.word_bytes) for share in member_footprints],
-                       buffers, config, network.name)
+        kept = [footprint(share, config.word_bytes) for share in member_footprints]
+        if forward_only:
+            kept = [dataclasses.replace(item, gradients_bytes=0.0) for item in kept]
+        check_capacity(kept, buffers, config, network.name)
 
     def cost(index: int, phase: Phase) -> Compute:
         cache: dict[Share, PieceCost] = {}
@@ -224,6 +232,9 @@ def build_schedule(network: Network, plan: Plan, config: HardwareConfig,
         tasks += at(Slot.FORWARD_BEFORE, index)
         tasks.append(cost(index, Phase.FORWARD))
         tasks += at(Slot.FORWARD_AFTER, index)
+    if forward_only:
+        return Schedule(Units.of_plan(network, plan), config, tuple(tasks), steps,
+                        overlap_gradients, shares)
     for index in reversed(layers):
         tasks += at(Slot.BACKWARD_BEFORE, index)
         if index > 0:
