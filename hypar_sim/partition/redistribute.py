@@ -66,24 +66,56 @@ def make_grid(extents: Sequence[int], regions: Sequence[Sequence[Region]]) -> Gr
     return Grid(edges, volume)
 
 
-def masks(grid: Grid, regions: Sequence[Region]) -> np.ndarray:
-    """[members, cells] True where the member's region covers the cell."""
+@dataclass(frozen=True)
+class Cover:
+    """Which members cover which cells, with a weight each (1 for a region's cover; a
+    holder's fraction after a reduce): pairs sorted by cell, then member. Most cells are
+    covered by a few of many members, so pairs are kept, not a [members, cells] array."""
+
+    members: int
+    cells: int
+    member: np.ndarray  # int64 [pairs]
+    cell: np.ndarray  # int64 [pairs]
+    weight: np.ndarray  # float64 [pairs]
+
+    @classmethod
+    def of(cls, members: int, cells: int, member: np.ndarray, cell: np.ndarray,
+           weight: np.ndarray | None = None) -> Cover:
+        order = np.lexsort((member, cell))
+        weight = np.ones(len(member)) if weight is None else np.asarray(weight, np.float64)
+        return cls(members, cells, member[order], cell[order], weight[order])
+
+    def dense(self) -> np.ndarray:
+        """[members, cells] weights."""
+        out = np.zeros((self.members, self.cells))
+        out[self.member, self.cell] = self.weight
+        return out
+
+    def keys(self) -> np.ndarray:
+        return self.cell * self.members + self.member
+
+
+def masks(grid: Grid, regions: Sequence[Region]) -> Cover:
+    """The cells each member's region covers: every box's cells, enumerated."""
     owners, bounds = _bounds(regions, len(grid.edges))
+    cells = int(np.prod(grid.shape))
     if not owners:
-        return np.zeros((len(regions), int(np.prod(grid.shape))), dtype=bool)
-    covered = None  # [boxes, cells so far]: the cells of the axes done that each box covers
-    for axis, edges in enumerate(grid.edges):
-        lo = np.searchsorted(edges, bounds[:, axis, 0])
-        hi = np.searchsorted(edges, bounds[:, axis, 1])
-        atoms = np.arange(len(edges) - 1)
-        inside = (atoms >= lo[:, None]) & (atoms < hi[:, None])
-        covered = inside if covered is None else \
-            (covered[:, :, None] & inside[:, None, :]).reshape(len(owners), -1)
-    if owners == list(range(len(regions))):  # one box a member
-        return covered
-    out = np.zeros((len(regions), covered.shape[1]), dtype=bool)
-    np.logical_or.at(out, np.array(owners), covered)
-    return out
+        empty = np.zeros(0, dtype=np.int64)
+        return Cover.of(len(regions), cells, empty, empty)
+    lo = np.stack([np.searchsorted(e, bounds[:, a, 0]) for a, e in enumerate(grid.edges)], 1)
+    hi = np.stack([np.searchsorted(e, bounds[:, a, 1]) for a, e in enumerate(grid.edges)], 1)
+    spans = np.maximum(hi - lo, 0)  # atoms along each axis, per box
+    sizes = np.prod(spans, axis=1)
+    box = np.repeat(np.arange(len(owners)), sizes)
+    rest = np.arange(int(sizes.sum())) - np.repeat(np.cumsum(sizes) - sizes, sizes)
+    cell = np.zeros(len(box), dtype=np.int64)
+    stride = 1
+    for axis in reversed(range(len(grid.edges))):  # the last axis varies fastest (C order)
+        span = spans[box, axis]
+        cell += (lo[box, axis] + rest % span) * stride
+        rest //= span
+        stride *= len(grid.edges[axis]) - 1
+    return Cover.of(len(regions), cells, np.array(owners, dtype=np.int64)[box], cell)
 
 
 def _without_diagonal(matrix: np.ndarray) -> np.ndarray:
@@ -92,42 +124,59 @@ def _without_diagonal(matrix: np.ndarray) -> np.ndarray:
     return matrix
 
 
-def member_products(left: np.ndarray, right: np.ndarray) -> np.ndarray:
-    """[members, members] left @ right.T for [members, cells] arrays (`right` boolean): the
-    elements each member sends each other member. Where few members touch each cell (most
-    relayouts: nnz products far below members^2 x cells) the products are summed cell by
-    cell over the nonzero pairs only; otherwise as one dense product."""
-    members, cells = left.shape
-    cell_left, member_left = np.nonzero(left.T)  # entries by cell, then member
-    cell_right, member_right = np.nonzero(right.T)
-    per_cell = np.bincount(cell_right, minlength=cells)
-    repeats = per_cell[cell_left]
+def member_products(left: Cover | np.ndarray, right: Cover | np.ndarray) -> np.ndarray:
+    """[members, members] left @ right.T over the cells (arrays [members, cells], or covers;
+    `right`'s weights are ignored: it says who): the elements each member sends each other
+    member. Where few members touch each cell (most relayouts: the pairs far fewer than
+    members^2 x cells) the products are summed cell by cell over the covering pairs only;
+    otherwise as one dense product."""
+    if isinstance(left, np.ndarray):
+        cell_left, member_left = np.nonzero(left.T)
+        left = Cover(left.shape[0], left.shape[1], member_left, cell_left,
+                     left.T[cell_left, member_left].astype(np.float64))
+    if isinstance(right, np.ndarray):
+        cell_right, member_right = np.nonzero(right.T)
+        right = Cover(right.shape[0], right.shape[1], member_right, cell_right,
+                      np.ones(len(cell_right)))
+    members, cells = left.members, left.cells
+    per_cell = np.bincount(right.cell, minlength=cells)
+    repeats = per_cell[left.cell]
     pairs = int(repeats.sum())
     if pairs * 8 > members * members * max(cells, 1):
-        return left.astype(np.float64) @ right.T.astype(np.float64)
-    first = np.cumsum(per_cell) - per_cell  # each cell's first entry in the right ones
+        return left.dense() @ (right.dense() != 0).T.astype(np.float64)
+    first = np.cumsum(per_cell) - per_cell  # each cell's first pair in `right`
     within = np.arange(pairs) - np.repeat(np.cumsum(repeats) - repeats, repeats)
-    receiver = member_right[np.repeat(first[cell_left], repeats) + within]
-    sender = np.repeat(member_left, repeats)
-    weights = np.repeat(left.T[cell_left, member_left].astype(np.float64), repeats)
-    return np.bincount(sender * members + receiver, weights,
+    receiver = right.member[np.repeat(first[left.cell], repeats) + within]
+    sender = np.repeat(left.member, repeats)
+    return np.bincount(sender * members + receiver, np.repeat(left.weight, repeats),
                        minlength=members * members).reshape(members, members)
 
 
-def reduce_stage(contrib: np.ndarray, need: np.ndarray, volume: np.ndarray) -> tuple[
-        np.ndarray, np.ndarray]:
-    """(elements [src, dst] of the reduce-scatter, holder fractions [members, cells])."""
-    both = contrib & need
-    owners = np.where(both.any(axis=0), both, contrib)
-    count = owners.sum(axis=0)
+def reduce_stage(contrib: Cover, need: Cover, volume: np.ndarray) -> tuple[np.ndarray, Cover]:
+    """(elements [src, dst] of the reduce-scatter, holders: each owner's fraction of each
+    cell). A cell's owners are its contributors that need it, or all its contributors if
+    none does; each owns an equal part."""
+    both = np.isin(contrib.keys(), need.keys())
+    claimed = np.zeros(contrib.cells, dtype=bool)
+    claimed[contrib.cell[both]] = True
+    owning = both | ~claimed[contrib.cell]
+    owner_member, owner_cell = contrib.member[owning], contrib.cell[owning]
+    count = np.bincount(owner_cell, minlength=contrib.cells).astype(np.float64)
     share = np.divide(volume, count, out=np.zeros_like(volume), where=count > 0)
-    moved = _without_diagonal(member_products(contrib * share, owners))
-    return moved, owners * np.divide(1.0, count, out=np.zeros_like(volume), where=count > 0)
+    owners = Cover(contrib.members, contrib.cells, owner_member, owner_cell,
+                   np.ones(len(owner_cell)))
+    weighted = Cover(contrib.members, contrib.cells, contrib.member, contrib.cell,
+                     share[contrib.cell])
+    moved = _without_diagonal(member_products(weighted, owners))
+    return moved, Cover(contrib.members, contrib.cells, owner_member, owner_cell,
+                        1.0 / count[owner_cell])
 
 
-def gather_stage(holders: np.ndarray, need: np.ndarray, volume: np.ndarray) -> np.ndarray:
+def gather_stage(holders: Cover, need: Cover, volume: np.ndarray) -> np.ndarray:
     """Elements [src, dst] that needers receive from the holders of what they lack."""
-    return _without_diagonal(member_products(holders * volume, need))
+    weighted = Cover(holders.members, holders.cells, holders.member, holders.cell,
+                     holders.weight * volume[holders.cell])
+    return _without_diagonal(member_products(weighted, need))
 
 
 @dataclass(frozen=True)
@@ -137,8 +186,8 @@ class Stages:
 
     reduce: np.ndarray
     gather: np.ndarray
-    holders: np.ndarray  # [members, cells]
-    contrib: np.ndarray  # [members, cells]
+    holders: Cover
+    contrib: Cover
     volume: np.ndarray  # [cells]
 
 
@@ -148,6 +197,7 @@ def redistribute(extents: Sequence[int], contributions: Sequence[Region],
     loss takes the reduced values wherever the reduction leaves them)."""
     grid = make_grid(extents, [contributions, needs or ()])
     contrib = masks(grid, contributions)
-    need = masks(grid, needs) if needs is not None else np.zeros_like(contrib)
+    need = masks(grid, needs) if needs is not None else Cover.of(
+        contrib.members, contrib.cells, np.zeros(0, np.int64), np.zeros(0, np.int64))
     moved, holders = reduce_stage(contrib, need, grid.volume)
     return Stages(moved, gather_stage(holders, need, grid.volume), holders, contrib, grid.volume)
