@@ -15,19 +15,19 @@ from hypar_sim.hardware.config import load_hardware
 from hypar_sim.hardware.transfer import rounds_cycles
 from hypar_sim.partition.collectives import COLLECTIVES, levels
 from hypar_sim.partition.hierarchy import Hierarchy
-from hypar_sim.partition.redistribute import member_products
+from hypar_sim.partition.redistribute import Moved, member_products
 from hypar_sim.planner.strategies import PlanOptions, make_plan
 from hypar_sim.runner import SimOptions, simulate
 from hypar_sim.workload.network import load_network
 
 
-def _all_to_all(members: int, block, size: float) -> np.ndarray:
+def _all_to_all(members: int, block, size: float) -> Moved:
     matrix = np.zeros((members, members))
     for a in block:
         for b in block:
             if a != b:
                 matrix[a, b] = size
-    return matrix
+    return Moved.from_dense(matrix)
 
 
 def _sent(transfers) -> dict[int, float]:
@@ -157,5 +157,5 @@ def test_member_products_sparse_and_dense_agree(members, cells, density, seed):
     rng = np.random.default_rng(seed)
     left = (rng.random((members, cells)) < density) * rng.integers(1, 9, (members, cells)) / 3
     right = rng.random((members, cells)) < density
-    assert member_products(left, right) == pytest.approx(left @ right.T.astype(float),
-                                                         rel=1e-12, abs=1e-12)
+    assert member_products(left, right).dense() == pytest.approx(
+        left @ right.T.astype(float), rel=1e-12, abs=1e-12)

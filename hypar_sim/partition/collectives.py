@@ -1,6 +1,7 @@
 """Collective algorithms: how a step's bytes between members become messages (registry).
 
-A step of the layout model is a matrix of bytes [src, dst]. Where a block of
+A step of the layout model is bytes between members (`redistribute.Moved`: the nonzero
+entries of a [src, dst] matrix). Where a block of
 k > 2 members exchange equal bytes b all-to-all (a reduce-scatter or an
 all-gather among them: each member's part goes to every other), the `ring`
 algorithm sends it as a ring does (Patarasuk and Yuan, "Bandwidth optimal
@@ -35,6 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from hypar_sim.partition.hierarchy import Hierarchy
+from hypar_sim.partition.redistribute import Moved
 from hypar_sim.partition.steps import StepMessages, TransferKind
 
 
@@ -61,32 +63,33 @@ def _sorted(src: np.ndarray, dst: np.ndarray, size: np.ndarray, round_: np.ndarr
     return Transfers(src[order], dst[order], size[order].astype(np.float64), round_[order])
 
 
-def direct(matrix: np.ndarray, hierarchy: Hierarchy | None = None,
-           reduce: bool = True) -> Transfers:
+def direct(moved: Moved, hierarchy: Hierarchy | None = None, reduce: bool = True) -> Transfers:
     """Every nonzero entry one message, all in round 0."""
-    src, dst = np.nonzero(matrix)
-    return _sorted(src, dst, matrix[src, dst], np.zeros(len(src), dtype=np.int64))
+    return _sorted(moved.src, moved.dst, moved.amount, np.zeros(len(moved.src), dtype=np.int64))
 
 
-def _blocks(matrix: np.ndarray) -> list[np.ndarray]:
-    """Members connected by nonzero entries (either direction), each block sorted."""
-    linked = (matrix != 0) | (matrix != 0).T
-    active = np.nonzero(linked.any(axis=1))[0]
-    label = np.arange(len(matrix))
-    src, dst = np.nonzero(linked)
+def _blocks(moved: Moved) -> tuple[list[np.ndarray], np.ndarray]:
+    """Members connected by nonzero entries (either direction), each block sorted, and
+    every member's block label (its smallest member)."""
+    src = np.concatenate([moved.src, moved.dst])
+    dst = np.concatenate([moved.dst, moved.src])
+    active = np.unique(src)
+    label = np.arange(moved.members)
     while True:  # every member takes the smallest label among its neighbours, until stable
         lowest = label.copy()
         np.minimum.at(lowest, dst, label[src])
         if np.array_equal(lowest, label):
             break
         label = lowest
-    return [active[label[active] == root] for root in np.unique(label[active])]
+    return [active[label[active] == root] for root in np.unique(label[active])], label
 
 
-def _uniform(matrix: np.ndarray, block: np.ndarray) -> float:
-    """b where the block's members all exchange b > 0 with each other (k > 2), else 0."""
-    off = matrix[np.ix_(block, block)][~np.eye(len(block), dtype=bool)]
-    return float(off[0]) if len(block) > 2 and np.all(off == off[0]) and off[0] > 0 else 0.0
+def _uniform(amounts: np.ndarray, block: np.ndarray) -> float:
+    """b where the block's members all exchange b > 0 with each other (k > 2; `amounts`
+    are the entries sent within the block), else 0."""
+    k = len(block)
+    uniform = k > 2 and len(amounts) == k * (k - 1) and np.all(amounts == amounts[0])
+    return float(amounts[0]) if uniform and amounts[0] > 0 else 0.0
 
 
 def _ring_part(block: np.ndarray, size: float) -> tuple[np.ndarray, ...]:
@@ -129,29 +132,31 @@ def _level_stages(block: np.ndarray, size: float, levels: tuple[int, ...], hiera
     return tuple(np.concatenate([part[i] for part in parts]) for i in range(4))
 
 
-def _collective(matrix: np.ndarray, uniform_block) -> Transfers:
+def _collective(moved: Moved, uniform_block) -> Transfers:
     """Uniform blocks as `uniform_block(block, b)` sends them (None: directly); the rest
     directly."""
     parts = []
-    rest = np.zeros_like(matrix)
-    for block in _blocks(matrix):
-        size = _uniform(matrix, block)
+    blocks, label = _blocks(moved)
+    kept = np.ones(len(moved.src), dtype=bool)
+    by_block = label[moved.src]
+    for block in blocks:
+        inside = by_block == block[0]
+        size = _uniform(moved.amount[inside], block)
         sent = uniform_block(block, size) if size else None
-        if sent is None:
-            rest[np.ix_(block, block)] = matrix[np.ix_(block, block)]
-        else:
+        if sent is not None:
             parts.append(sent)
-    src, dst = np.nonzero(rest)
-    parts.append((src, dst, rest[src, dst], np.zeros(len(src), dtype=np.int64)))
+            kept &= ~inside
+    parts.append((moved.src[kept], moved.dst[kept], moved.amount[kept],
+                  np.zeros(int(kept.sum()), dtype=np.int64)))
     return _sorted(*(np.concatenate([p[i] for p in parts]) for i in range(4)))
 
 
-def ring(matrix: np.ndarray, hierarchy: Hierarchy | None = None, reduce: bool = True) -> Transfers:
+def ring(moved: Moved, hierarchy: Hierarchy | None = None, reduce: bool = True) -> Transfers:
     """Uniform all-to-all blocks of more than two members as rings; the rest direct."""
-    return _collective(matrix, _ring_part)
+    return _collective(moved, _ring_part)
 
 
-def levels(matrix: np.ndarray, hierarchy: Hierarchy, reduce: bool = True) -> Transfers:
+def levels(moved: Moved, hierarchy: Hierarchy, reduce: bool = True) -> Transfers:
     """Uniform all-to-all blocks that span whole levels one stage per level (bottom level
     first where `reduce`, top first to gather); other uniform blocks as rings; the rest
     direct."""
@@ -161,11 +166,11 @@ def levels(matrix: np.ndarray, hierarchy: Hierarchy, reduce: bool = True) -> Tra
             return _ring_part(block, size)
         return _level_stages(block, size, spanned, hierarchy, reduce)
 
-    return _collective(matrix, stages)
+    return _collective(moved, stages)
 
 
-#: A collective: (bytes matrix [src, dst], hierarchy, whether the step reduces) -> messages.
-Collective = Callable[[np.ndarray, Hierarchy, bool], Transfers]
+#: A collective: (bytes between members, hierarchy, whether the step reduces) -> messages.
+Collective = Callable[[Moved, Hierarchy, bool], Transfers]
 COLLECTIVES: dict[str, Collective] = {"ring": ring, "levels": levels, "direct": direct}
 
 

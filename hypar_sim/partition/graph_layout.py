@@ -35,7 +35,7 @@ from hypar_sim.partition.graph_axes import Site
 from hypar_sim.partition.graph_ops import NODE_OPS, Box, NodeOp, weight_shape
 from hypar_sim.partition.hierarchy import Hierarchy
 from hypar_sim.partition.kinds import KINDS, Dim
-from hypar_sim.partition.redistribute import Region, gather_stage, redistribute
+from hypar_sim.partition.redistribute import Moved, Region, gather_stage, redistribute
 from hypar_sim.partition.shares import Column, level_intervals
 
 
@@ -119,14 +119,14 @@ def _tensor(site: Site, batch: int) -> tuple[int, ...]:
 
 
 def edge_matrices(producer: NodeLayout, consumer: NodeLayout, index: int, batch: int,
-                  word_bytes: int) -> dict[str, np.ndarray]:
+                  word_bytes: int) -> dict[str, Moved]:
     """Bytes [src, dst] of the four stages of the edge into the consumer's input `index`
     (where every member reads exactly what it alone made, nothing moves: zeros, without
     running the cell rule)."""
     shape = _tensor(producer.site, batch)
     made, read = producer.outputs(), consumer.reads(index)
     if made == read and len(set(made)) == len(made):
-        zero = np.zeros((len(made), len(made)))
+        zero = Moved.none(len(made))
         return dict.fromkeys(("forward reduce", "forward gather", "backward reduce",
                               "backward gather"), zero)
     forward = redistribute(shape, made, read)
@@ -138,13 +138,13 @@ def edge_matrices(producer: NodeLayout, consumer: NodeLayout, index: int, batch:
 
 
 def _all_reduce(shape: tuple[int, ...], regions: list[Region], scale: float,
-                name: str) -> dict[str, np.ndarray]:
+                name: str) -> dict[str, Moved]:
     stages = redistribute(shape, regions, regions)
     return {f"{name} reduce": stages.reduce * scale, f"{name} gather": stages.gather * scale}
 
 
 def own_matrices(own: NodeLayout, batch: int, word_bytes: int,
-                 is_output: bool) -> dict[str, np.ndarray]:
+                 is_output: bool) -> dict[str, Moved]:
     """Bytes [src, dst] of a node's gradient all-reduce (weights, biases, a norm's scale
     and shift), and of the loss if it is an output of the graph (its partial values
     reduced wherever the reduction leaves them; the error goes back the same way)."""

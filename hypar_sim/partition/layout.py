@@ -49,7 +49,7 @@ import numpy as np
 from hypar_sim.partition.hierarchy import Hierarchy
 from hypar_sim.partition.kinds import Dim
 from hypar_sim.partition.operators import extents
-from hypar_sim.partition.redistribute import Region, gather_stage, redistribute
+from hypar_sim.partition.redistribute import Moved, Region, gather_stage, redistribute
 from hypar_sim.partition.shares import (
     Column,
     conv_spans,
@@ -59,7 +59,7 @@ from hypar_sim.partition.shares import (
 from hypar_sim.partition.steps import TransferKind
 from hypar_sim.workload.layers import Layer, LayerKind
 
-Matrix = np.ndarray  # [src, dst] bytes
+Matrix = Moved  # bytes between members (the nonzero entries of [src, dst])
 
 
 @dataclass(frozen=True)

@@ -67,6 +67,57 @@ def make_grid(extents: Sequence[int], regions: Sequence[Sequence[Region]]) -> Gr
 
 
 @dataclass(frozen=True)
+class Moved:
+    """What members send each other: the nonzero (src, dst) entries of a [src, dst] matrix
+    of elements or bytes, sorted by src, then dst (a matrix of thousands of members is
+    mostly zeros: a relayout pairs each member with a few others)."""
+
+    members: int
+    src: np.ndarray  # int64
+    dst: np.ndarray  # int64
+    amount: np.ndarray  # float64
+
+    @classmethod
+    def from_dense(cls, matrix: np.ndarray) -> Moved:
+        src, dst = np.nonzero(matrix)
+        return cls(len(matrix), src.astype(np.int64), dst.astype(np.int64),
+                   matrix[src, dst].astype(np.float64))
+
+    @classmethod
+    def none(cls, members: int) -> Moved:
+        empty = np.zeros(0, dtype=np.int64)
+        return cls(members, empty, empty, np.zeros(0))
+
+    def dense(self) -> np.ndarray:
+        """The [src, dst] matrix."""
+        out = np.zeros((self.members, self.members))
+        out[self.src, self.dst] = self.amount
+        return out
+
+    def sum(self) -> float:
+        return float(self.amount.sum())
+
+    def __bool__(self) -> bool:
+        return bool(len(self.amount))
+
+    def __mul__(self, scale: float) -> Moved:
+        return Moved(self.members, self.src, self.dst, self.amount * scale)
+
+    __rmul__ = __mul__
+
+    def __add__(self, other: Moved) -> Moved:
+        """Entry by entry (entries of both added)."""
+        keys = np.concatenate([self.src * self.members + self.dst,
+                               other.src * other.members + other.dst])
+        unique, inverse = np.unique(keys, return_inverse=True)
+        amount = np.bincount(inverse.reshape(-1), np.concatenate([self.amount, other.amount]),
+                             minlength=len(unique))
+        keep = amount != 0
+        return Moved(self.members, unique[keep] // self.members, unique[keep] % self.members,
+                     amount[keep])
+
+
+@dataclass(frozen=True)
 class Cover:
     """Which members cover which cells, with a weight each (1 for a region's cover; a
     holder's fraction after a reduce): pairs sorted by cell, then member. Most cells are
@@ -118,18 +169,23 @@ def masks(grid: Grid, regions: Sequence[Region]) -> Cover:
     return Cover.of(len(regions), cells, np.array(owners, dtype=np.int64)[box], cell)
 
 
-def _without_diagonal(matrix: np.ndarray) -> np.ndarray:
+def _without_diagonal(moved: Moved) -> Moved:
     """What a member keeps for itself is not moved."""
-    np.fill_diagonal(matrix, 0.0)
-    return matrix
+    off = moved.src != moved.dst
+    return Moved(moved.members, moved.src[off], moved.dst[off], moved.amount[off])
 
 
-def member_products(left: Cover | np.ndarray, right: Cover | np.ndarray) -> np.ndarray:
-    """[members, members] left @ right.T over the cells (arrays [members, cells], or covers;
-    `right`'s weights are ignored: it says who): the elements each member sends each other
-    member. Where few members touch each cell (most relayouts: the pairs far fewer than
-    members^2 x cells) the products are summed cell by cell over the covering pairs only;
-    otherwise as one dense product."""
+#: Up to this many member pairs (4,096 members), pairs' sums are gathered in one array of
+#: them all (128 MiB of float64 at most); beyond, by sorting the pairs that occur.
+_DENSE_SUMS = 4096 * 4096
+
+
+def member_products(left: Cover | np.ndarray, right: Cover | np.ndarray) -> Moved:
+    """left @ right.T over the cells (arrays [members, cells], or covers; `right`'s weights
+    are ignored: it says who): the elements each member sends each other member. Where few
+    members touch each cell (most relayouts: the pairs far fewer than members^2 x cells)
+    the products are summed cell by cell over the covering pairs only; otherwise as one
+    dense product."""
     if isinstance(left, np.ndarray):
         cell_left, member_left = np.nonzero(left.T)
         left = Cover(left.shape[0], left.shape[1], member_left, cell_left,
@@ -143,16 +199,24 @@ def member_products(left: Cover | np.ndarray, right: Cover | np.ndarray) -> np.n
     repeats = per_cell[left.cell]
     pairs = int(repeats.sum())
     if pairs * 8 > members * members * max(cells, 1):
-        return left.dense() @ (right.dense() != 0).T.astype(np.float64)
+        return Moved.from_dense(left.dense() @ (right.dense() != 0).T.astype(np.float64))
     first = np.cumsum(per_cell) - per_cell  # each cell's first pair in `right`
     within = np.arange(pairs) - np.repeat(np.cumsum(repeats) - repeats, repeats)
     receiver = right.member[np.repeat(first[left.cell], repeats) + within]
     sender = np.repeat(left.member, repeats)
-    return np.bincount(sender * members + receiver, np.repeat(left.weight, repeats),
-                       minlength=members * members).reshape(members, members)
+    keys, weights = sender * members + receiver, np.repeat(left.weight, repeats)
+    if members * members <= _DENSE_SUMS:  # summed in place: faster than sorting the keys
+        amount = np.bincount(keys, weights, minlength=members * members)
+        keys = np.flatnonzero(amount)
+        amount = amount[keys]
+    else:
+        keys, inverse = np.unique(keys, return_inverse=True)
+        amount = np.bincount(inverse.reshape(-1), weights, minlength=len(keys))
+        keys, amount = keys[amount != 0], amount[amount != 0]
+    return Moved(members, keys // members, keys % members, amount)
 
 
-def reduce_stage(contrib: Cover, need: Cover, volume: np.ndarray) -> tuple[np.ndarray, Cover]:
+def reduce_stage(contrib: Cover, need: Cover, volume: np.ndarray) -> tuple[Moved, Cover]:
     """(elements [src, dst] of the reduce-scatter, holders: each owner's fraction of each
     cell). A cell's owners are its contributors that need it, or all its contributors if
     none does; each owns an equal part."""
@@ -172,7 +236,7 @@ def reduce_stage(contrib: Cover, need: Cover, volume: np.ndarray) -> tuple[np.nd
                         1.0 / count[owner_cell])
 
 
-def gather_stage(holders: Cover, need: Cover, volume: np.ndarray) -> np.ndarray:
+def gather_stage(holders: Cover, need: Cover, volume: np.ndarray) -> Moved:
     """Elements [src, dst] that needers receive from the holders of what they lack."""
     weighted = Cover(holders.members, holders.cells, holders.member, holders.cell,
                      holders.weight * volume[holders.cell])
@@ -184,8 +248,8 @@ class Stages:
     """One redistribution: elements moved [src, dst] by the reduce and the gather stage,
     the fraction of each cell every member holds after the reduce, and the grid."""
 
-    reduce: np.ndarray
-    gather: np.ndarray
+    reduce: Moved
+    gather: Moved
     holders: Cover
     contrib: Cover
     volume: np.ndarray  # [cells]

@@ -26,6 +26,7 @@ from hypar_sim.partition.graph_axes import Site
 from hypar_sim.partition.graph_axes import sites as graph_sites
 from hypar_sim.partition.graph_ops import NODE_OPS
 from hypar_sim.partition.hierarchy import Hierarchy
+from hypar_sim.partition.redistribute import Moved
 from hypar_sim.partition.shares import Column
 from hypar_sim.partition.steps import StepMessages, TransferKind
 from hypar_sim.planner.graph_dp import Factor, minimise_or_search
@@ -296,9 +297,9 @@ def graph_transfers(graph: Graph, layouts: Sequence[graph_layout.NodeLayout], ba
     step and sent by the `ring` collective (the planner's and the simulator's bytes). The
     gradient steps of the nodes of each of `buckets` are fused into one, keyed by the
     bucket's last node: the same bytes in fewer, larger messages."""
-    matrices: dict[StepKey, np.ndarray] = {}
+    matrices: dict[StepKey, Moved] = {}
 
-    def add(key: StepKey, matrix: np.ndarray) -> None:
+    def add(key: StepKey, matrix: Moved) -> None:
         matrices[key] = matrices[key] + matrix if key in matrices else matrix
 
     outputs = set(graph.outputs)
