@@ -67,9 +67,15 @@ class Lanes:
     def reserve(self, now: float, service: float, not_before: float = 0.0) -> tuple[float, float]:
         """Take the lane that frees first, asked at `now` for `service` cycles, ending no
         earlier than `not_before`; returns (start, finish)."""
-        start = max(now, self.free[0])
-        finish = max(start + service, not_before)
-        heapq.heapreplace(self.free, finish)
+        free = self.free
+        start = free[0] if free[0] > now else now
+        finish = start + service
+        if not_before > finish:
+            finish = not_before
+        if len(free) == 1:  # most links have one lane: no heap to keep
+            free[0] = finish
+        else:
+            heapq.heapreplace(free, finish)
         self.busy_cycles += finish - start
         self.grants += 1
         return start, finish
@@ -190,12 +196,14 @@ class _Step:
         """Move a chunk on from `hop` as far as it goes now; a process takes over where it
         must wait for a lane, or where the message's last chunk waits to arrive."""
         now = self.env.now
-        links = state.route.links
-        while hop < len(links):
-            index = links[hop].index
-            start, upstream_finish = self.links[index].reserve(now, size / self.link_rate[index],
-                                                               upstream_finish)
-            self._span(state.message, index, start, upstream_finish, size)
+        indices = state.route.indices
+        lanes, rates = self.links, self.link_rate
+        while hop < len(indices):
+            index = indices[hop]
+            start, upstream_finish = lanes[index].reserve(now, size / rates[index],
+                                                          upstream_finish)
+            if self.spans is not None:
+                self._span(state.message, index, start, upstream_finish, size)
             hop += 1
             if start > now:  # go on when the lane is ours: a timeout with a callback, no process
                 self.env.timeout(start - now).callbacks.append(
@@ -204,7 +212,8 @@ class _Step:
                 return
         _, finish = self.vaults[state.message.dst].reserve(now, size / self.vault_rate,
                                                            upstream_finish)
-        state.last_write = max(state.last_write, finish)
+        if finish > state.last_write:
+            state.last_write = finish
         state.chunks_left -= 1
         if state.chunks_left == 0:
             wait = state.last_write - self.env.now + route_latency_cycles(state.route, self.config)
