@@ -12,7 +12,7 @@ from hypar_sim.commands import COMMANDS, DEFAULT_LEVELS
 from hypar_sim.errors import InputError, Unfinished
 from hypar_sim.hardware.topology import TOPOLOGIES
 from hypar_sim.partition.kinds import allowed_names as allowed_kind_names
-from hypar_sim.planner.estimate import OBJECTIVES
+from hypar_sim.planner.objectives import OBJECTIVES
 from hypar_sim.planner.search import SEARCHES
 from hypar_sim.planner.strategies import DEFAULT_KINDS, STRATEGIES
 from hypar_sim.planner.traffic import DEFAULT_TRAFFIC_MODEL, PHASES, TRAFFIC_MODELS

@@ -18,8 +18,8 @@ from hypar_sim.hardware.topology_file import is_topology_file, read_topology_fil
 from hypar_sim.partition.hierarchy import MAX_MEMBERS, Hierarchy
 from hypar_sim.partition.kinds import parse_kinds
 from hypar_sim.planner.bound import layer_bounds, node_bounds
-from hypar_sim.planner.estimate import OBJECTIVES
 from hypar_sim.planner.graph_plan import GRAPH_STRATEGIES, make_graph_plan
+from hypar_sim.planner.objectives import OBJECTIVES
 from hypar_sim.planner.search import SEARCHES
 from hypar_sim.planner.strategies import (
     STRATEGIES,

@@ -69,7 +69,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from hypar_sim.errors import InputError, closest
 from hypar_sim.hardware.config import HardwareConfig
 from hypar_sim.hardware.energy import Action, EnergyTable
 from hypar_sim.hardware.topology import Topology
@@ -96,17 +95,6 @@ _BOUNDARY_STEPS = ((0, TransferKind.PARTIAL_SUM), (1, TransferKind.RELAYOUT_FEAT
                    (1, TransferKind.ERROR_REDUCE), (0, TransferKind.ERROR_GATHER))
 
 _PHASES = tuple(Phase)
-
-#: What a planner can minimise: bytes between accelerators, step time, step energy.
-OBJECTIVES = ("bytes", "time", "energy")
-
-
-def check_objective(objective: str) -> str:
-    if objective not in OBJECTIVES:
-        raise InputError(f"--objective: unknown '{objective}'{closest(objective, OBJECTIVES)}; "
-                         f"allowed: {', '.join(OBJECTIVES)}")
-    return objective
-
 
 @dataclass(frozen=True)
 class Parts:

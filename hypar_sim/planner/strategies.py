@@ -33,7 +33,8 @@ from hypar_sim.partition.shares import Column
 from hypar_sim.partition.steps import largest_receive
 from hypar_sim.planner import memory
 from hypar_sim.planner import search as searches
-from hypar_sim.planner.estimate import OBJECTIVES, Estimator, check_objective
+from hypar_sim.planner.estimate import Estimator
+from hypar_sim.planner.objectives import OBJECTIVES, check_objective
 from hypar_sim.planner.plan import Plan, evaluate_plan
 from hypar_sim.planner.plan_text import read_plan_argument
 from hypar_sim.planner.traffic import DEFAULT_TRAFFIC_MODEL, TrafficModel, traffic_model
