@@ -25,7 +25,7 @@ from hypar_sim.hardware.config import HardwareConfig
 from hypar_sim.hardware.interconnect import switch_latency_cycles
 from hypar_sim.hardware.topology import Route, Topology
 from hypar_sim.partition.hierarchy import Hierarchy
-from hypar_sim.partition.steps import Message, StepMessages
+from hypar_sim.partition.steps import StepMessages
 
 
 def chunk_sizes(total_bytes: float, chunk_bytes: float,
@@ -69,15 +69,9 @@ def cut_through_cycles(chunks: Sequence[float], route: Route, config: HardwareCo
     return arrived
 
 
-def message_cycles(message: Message, topology: Topology, config: HardwareConfig,
-                   chunk_bytes: float, max_chunks: int) -> float:
-    """Time of a message alone in the array (no contention), cycles."""
-    return _alone_cycles(topology.route(message.src, message.dst), message.bytes, config,
-                         chunk_bytes, max_chunks)
-
-
 def _alone_cycles(route: Route, size: float, config: HardwareConfig, chunk_bytes: float,
                   max_chunks: int) -> float:
+    """Time of a message of `size` bytes alone on `route` (no contention), cycles."""
     chunks = chunk_sizes(size, chunk_bytes, max_chunks)
     return cut_through_cycles(chunks, route, config) + route_latency_cycles(route, config)
 

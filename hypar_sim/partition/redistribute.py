@@ -97,9 +97,6 @@ class Moved:
     def sum(self) -> float:
         return float(self.amount.sum())
 
-    def __bool__(self) -> bool:
-        return bool(len(self.amount))
-
     def __mul__(self, scale: float) -> Moved:
         return Moved(self.members, self.src, self.dst, self.amount * scale)
 

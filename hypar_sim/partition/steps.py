@@ -7,7 +7,7 @@ these rules alone, whichever traffic model produced the messages.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from enum import Enum, StrEnum
 from typing import NamedTuple
@@ -133,15 +133,6 @@ class StepMessages:
     bytes: np.ndarray  # float64
     level: np.ndarray
     round: np.ndarray
-
-    @classmethod
-    def of(cls, layer: int, kind: TransferKind, messages: Sequence[Message]) -> StepMessages:
-        columns = [[getattr(m, name) for m in messages]
-                   for name in ("src", "dst", "bytes", "level", "round")]
-        return cls(layer, kind, *(np.array(column, dtype=np.float64 if name == "bytes"
-                                           else np.int64)
-                                  for name, column in zip(("src", "dst", "bytes", "level",
-                                                           "round"), columns, strict=True)))
 
     def __len__(self) -> int:
         return len(self.src)
