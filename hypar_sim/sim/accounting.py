@@ -13,16 +13,10 @@ from hypar_sim.hardware.config import HardwareConfig
 from hypar_sim.hardware.costs import PieceCost
 from hypar_sim.hardware.energy import Action, EnergyTable, add_counts, scale_counts
 from hypar_sim.hardware.topology import Topology
-from hypar_sim.hardware.transfer import Routed, link_loads
+from hypar_sim.hardware.transfer import Routed
 from hypar_sim.partition.steps import Phase
 from hypar_sim.results import AcceleratorResult, LayerResult, LinkResult, SimResult
 from hypar_sim.sim.schedule import Compute, Parallel, Schedule, task_cycles
-
-
-def link_bytes(schedule: Schedule, topology: Topology) -> list[float]:
-    """Bytes each directed link carries in the step."""
-    flat = schedule.flat
-    return link_loads(flat.src, flat.dst, flat.bytes, topology).tolist()
 
 
 def _running_total(values: np.ndarray) -> float:
@@ -30,12 +24,13 @@ def _running_total(values: np.ndarray) -> float:
     return float(np.cumsum(values)[-1]) if len(values) else 0.0
 
 
-def communication_counts(schedule: Schedule, topology: Topology,
-                         config: HardwareConfig) -> dict[Action, float]:
+def communication_counts(schedule: Schedule, topology: Topology, config: HardwareConfig,
+                         routed: Routed | None = None) -> dict[Action, float]:
     """Energy actions of all messages: DRAM words at both ends, link and switch bits (a link
-    of a topology file's level may cost more or less per bit than the table's)."""
+    of a topology file's level may cost more or less per bit than the table's); `routed`:
+    the messages' routes, if already known."""
     flat = schedule.flat
-    routed = Routed.of(flat.src, flat.dst, topology)
+    routed = routed or Routed.of(flat.src, flat.dst, topology)
     bits = flat.bytes * (8 / config.packet_efficiency)  # packet headers ride along
     return {Action.DRAM: _running_total(2 * flat.bytes / config.word_bytes),
             Action.LINK_BIT: _running_total(bits * routed.energy_links),
@@ -96,22 +91,29 @@ def assemble_result(
     engine: str,
     latency_cycles: float,
     comm_wait_per_layer: Mapping[int, float],
-    link_busy_cycles: Sequence[float],
+    link_busy_cycles: Sequence[float] | None,
     events: int,
     wall_s: float,
     config_dict: Mapping | None = None,
 ) -> SimResult:
-    """The SimResult of a finished step (comm waits are means over accelerators)."""
+    """The SimResult of a finished step (comm waits are means over accelerators; links'
+    busy cycles None: each link's bytes over its bandwidth, as the analytic engine has it)."""
     config = schedule.config
     units = schedule.units
-    counts = add_counts(compute_counts(schedule), communication_counts(schedule, topology, config))
+    flat = schedule.flat
+    routed = Routed.of(flat.src, flat.dst, topology)
+    carried = routed.loads(flat.bytes, len(topology.links)).tolist()
+    if link_busy_cycles is None:
+        link_busy_cycles = [load / link.bandwidth_bytes_per_cycle
+                            for load, link in zip(carried, topology.links, strict=True)]
+    counts = add_counts(compute_counts(schedule),
+                        communication_counts(schedule, topology, config, routed))
     counts[Action.STATIC_PU_CYCLE] = config.pus_per_cube * schedule.accelerators * latency_cycles
     energy = EnergyTable.from_config(config).energy(counts)
 
     cycles = phase_cycles(schedule)
     members = schedule.accelerators
     computes = schedule.computes
-    flat = schedule.flat
     by_layer = np.bincount(flat.layer, flat.bytes, minlength=len(units.names))
     _, first = np.unique(flat.layer, return_index=True)
     traffic = {int(flat.layer[i]): float(by_layer[flat.layer[i]]) for i in sorted(first)}
@@ -129,7 +131,6 @@ def assemble_result(
         )
         for index, name in enumerate(units.names)
     )
-    carried = link_bytes(schedule, topology)
     links = tuple(
         LinkResult(link.name, carried[link.index],
                    link_busy_cycles[link.index] / latency_cycles if latency_cycles else 0.0)

@@ -24,7 +24,7 @@ import numpy as np
 from hypar_sim.hardware.topology import Topology
 from hypar_sim.hardware.transfer import step_cycles
 from hypar_sim.results import SimResult
-from hypar_sim.sim.accounting import assemble_result, link_bytes
+from hypar_sim.sim.accounting import assemble_result
 from hypar_sim.sim.defaults import DEFAULT_CHUNK_BYTES, DEFAULT_MAX_CHUNKS
 from hypar_sim.sim.schedule import Compute, Parallel, Schedule, Send, StepKey, Wait, task_cycles
 
@@ -52,7 +52,5 @@ def simulate_analytic(schedule: Schedule, topology: Topology,
             waits[task.step[0]] += float(late.mean())  # mean over members
             now = np.maximum(now, arrival[task.step])
     now = float(now.max())
-    busy = [carried / link.bandwidth_bytes_per_cycle
-            for carried, link in zip(link_bytes(schedule, topology), topology.links, strict=True)]
-    return assemble_result(schedule, topology, "analytic", now, waits, busy, 0,
+    return assemble_result(schedule, topology, "analytic", now, waits, None, 0,
                            time.perf_counter() - started, config_dict)
