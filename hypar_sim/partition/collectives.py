@@ -1,10 +1,10 @@
 """Collective algorithms: how a step's bytes between members become messages (registry).
 
-A step of the layout model is bytes between members (`redistribute.Moved`: the nonzero
-entries of a [src, dst] matrix). Where a block of
-k > 2 members exchange equal bytes b all-to-all (a reduce-scatter or an
-all-gather among them: each member's part goes to every other), the `ring`
-algorithm sends it as a ring does (Patarasuk and Yuan, "Bandwidth optimal
+A step of the layout model is bytes between members (`redistribute.Moved`: the
+nonzero entries of a [src, dst] matrix). Where a block of k > 2 members
+exchange equal bytes b all-to-all (a reduce-scatter or an all-gather among
+them: each member's part goes to every other), the `ring` algorithm sends it
+as a ring does (Patarasuk and Yuan, "Bandwidth optimal
 all-reduce algorithms for clusters of workstations", JPDC 2009): k - 1
 rounds, in each of which every member sends b to its successor (members in
 index order, the last to the first); a member sends round r + 1 once it has
