@@ -45,11 +45,11 @@ def _workload(network: str | Network | Graph, seq: int | None) -> Network | Grap
 
 
 def _options(kinds: str | Sequence[str] | None, search: str, traffic_model: str,
-             objective: str = "bytes") -> PlanOptions:
+             objective: str = "bytes", phases: str = "training") -> PlanOptions:
     """Plan options; kinds None: HyPar's batch and in, or the strategy's paper's own."""
     names = None if kinds is None else parse_kinds(kinds) if isinstance(kinds, str) \
         else parse_kinds(",".join(kinds))
-    return PlanOptions(names, search, traffic_model, objective=objective)
+    return PlanOptions(names, search, traffic_model, objective=objective, phases=phases)
 
 
 def _hierarchy(hierarchy: str | Sequence[int] | None, accelerators: int) -> Hierarchy:
@@ -70,13 +70,13 @@ def plan(network: str | Network | Graph, strategy: str = "hypar", accelerators: 
          batch: int = 256, kinds: str | Sequence[str] | None = None, search: str = "greedy",
          traffic_model: str = DEFAULT_TRAFFIC_MODEL, hierarchy: str | Sequence[int] | None = None,
          plan_text: str | None = None, seq: int | None = None,
-         objective: str = "bytes") -> Plan | GraphPlan:
+         objective: str = "bytes", phases: str = "training") -> Plan | GraphPlan:
     """The plan of `strategy` and its traffic (bytes per level and layer or node); `kinds`
     None: batch and in, or the strategy's paper's own; `objective` bytes, time or energy
-    (estimated on the default hardware and the H-tree)."""
+    (estimated on the default hardware and the H-tree); `phases` "forward": an inference."""
     workload = _workload(network, seq)
     levels = _hierarchy(hierarchy, accelerators)
-    options = _options(kinds, search, traffic_model, objective)
+    options = _options(kinds, search, traffic_model, objective, phases)
     if isinstance(workload, Graph):
         return make_graph_plan(workload, strategy, levels, batch, plan_text, options=options)
     strategy = "explicit" if plan_text is not None else strategy
@@ -89,17 +89,18 @@ def simulate(network: str | Network | Graph, strategy: str = "hypar", topology: 
              traffic_model: str = DEFAULT_TRAFFIC_MODEL,
              hierarchy: str | Sequence[int] | None = None, plan_text: str | None = None,
              overlap_gradients: bool = True, seq: int | None = None, config: str | None = None,
-             trace: bool = False, objective: str = "bytes",
+             trace: bool = False, objective: str = "bytes", phases: str = "training",
              **config_overrides: Any) -> SimResult:
     """One training step of `network` split by `strategy`, simulated (see the module; with
-    `trace`, `result.trace_events` holds its Chrome/Perfetto trace)."""
+    `trace`, `result.trace_events` holds its Chrome/Perfetto trace; `phases` "forward": an
+    inference, the forward pass alone)."""
     workload = _workload(network, seq)
     hw = hardware(accelerators, batch, config, **config_overrides)
     strategy = "explicit" if plan_text is not None else strategy
     return simulate_strategy(workload, strategy, hw,
                              SimOptions(topology=topology, engine=engine,
                                         overlap_gradients=overlap_gradients, trace=trace),
-                             plan_text, _options(kinds, search, traffic_model, objective),
+                             plan_text, _options(kinds, search, traffic_model, objective, phases),
                              _hierarchy(hierarchy, hw.accelerators))
 
 

@@ -105,3 +105,17 @@ def test_cli_runs_an_inference_and_refuses_what_it_cannot_do(cli):
     assert compared.returncode == 0, compared.stderr
     assert "inference (forward pass only)" in compared.stdout
     assert "lower bound" not in compared.stdout
+
+
+def test_the_api_plans_and_simulates_an_inference():
+    """`api.plan` and `api.simulate` take `phases`: the same plan and bytes as make_plan."""
+    from hypar_sim import api
+
+    options = dict(accelerators=4, batch=2, kinds="batch,in,out,spatial", phases="forward")
+    planned = api.plan("cifar_c", **options)
+    result = api.simulate("cifar_c", engine="analytic", **options)
+    assert planned.phases == result.phases == "forward"
+    assert result.traffic_bytes == pytest.approx(planned.traffic_bytes, rel=1e-12)
+    assert planned.traffic_bytes == make_plan(
+        load_network("cifar_c"), "hypar", Hierarchy((2, 2)), 2,
+        options=PlanOptions(("batch", "in", "out", "spatial"), phases="forward")).traffic_bytes
