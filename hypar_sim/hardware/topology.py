@@ -103,7 +103,6 @@ class Topology:
         self.links: tuple[Link, ...] = ()
         self._routes: dict[tuple[int, int], Route] = {}
         self._shapes: dict[tuple, int] = {}  # route shape -> a small number
-        self._shape_of: dict[tuple[int, int], int] = {}
         self._records: dict[int, tuple] = {}  # src * members + dst -> `pair_record`
 
     def _route(self, src: int, dst: int) -> Route:  # pragma: no cover - overridden
@@ -144,19 +143,15 @@ class Topology:
         if record is None:
             src, dst = divmod(pair, self.accelerators)
             route = self.route(src, dst)
-            record = (self.shape_id(src, dst), route.indices, route.energy_links, route.switches)
+            record = (self.shape_id(route), route.indices, route.energy_links, route.switches)
             self._records[pair] = record
         return record
 
-    def shape_id(self, src: int, dst: int) -> int:
+    def shape_id(self, route: Route) -> int:
         """A number per route shape (each link's lanes and spec object in order, and the
         switches): what a message's time alone depends on besides its bytes."""
-        key = (src, dst)
-        if key not in self._shape_of:
-            route = self.route(src, dst)
-            shape = (tuple((link.lanes, id(link.spec)) for link in route.links), route.switches)
-            self._shape_of[key] = self._shapes.setdefault(shape, len(self._shapes))
-        return self._shape_of[key]
+        shape = (tuple((link.lanes, id(link.spec)) for link in route.links), route.switches)
+        return self._shapes.setdefault(shape, len(self._shapes))
 
 
 #: Topology classes by name, in registration order (htree, torus, ideal).
@@ -237,8 +232,8 @@ class FatTree(Topology):
         by_top = {}  # top -> (shape_id, energy_links): equal for every route of a height
         for height in np.unique(top).tolist():
             at = int(np.argmax(top == height))
-            a, b = int(src[at]), int(dst[at])
-            by_top[height] = (self.shape_id(a, b), self.route(a, b).energy_links)
+            route = self.route(int(src[at]), int(dst[at]))
+            by_top[height] = (self.shape_id(route), route.energy_links)
         table = np.zeros((self.levels + 1, 2))
         for height, (shape, energy) in by_top.items():
             table[height] = shape, energy

@@ -136,13 +136,6 @@ def step_cycles(messages: StepMessages, topology: Topology, config: HardwareConf
     return rounds_cycles(per_round)
 
 
-def link_loads(src: np.ndarray, dst: np.ndarray, sizes: np.ndarray,
-               topology: Topology) -> np.ndarray:
-    """Bytes each directed link carries for these messages (each link's bytes added in the
-    messages' order)."""
-    return Routed.of(src, dst, topology).loads(sizes, len(topology.links))
-
-
 def rounds_cycles(per_round: dict[int, float]) -> float:
     """Rounds one after another: the sum of their cycles (equal rounds multiplied, so a
     ring's k - 1 rounds are exactly k - 1 times one)."""

@@ -66,6 +66,11 @@ def make_grid(extents: Sequence[int], regions: Sequence[Sequence[Region]]) -> Gr
     return Grid(edges, volume)
 
 
+#: Up to this many member pairs (4,096 members), pairs' sums are gathered in one array of
+#: them all (128 MiB of float64 at most); beyond, by sorting the pairs that occur.
+_DENSE_SUMS = 4096 * 4096
+
+
 @dataclass(frozen=True)
 class Moved:
     """What members send each other: the nonzero (src, dst) entries of a [src, dst] matrix
@@ -102,16 +107,26 @@ class Moved:
 
     __rmul__ = __mul__
 
+    @classmethod
+    def summed(cls, members: int, src: np.ndarray, dst: np.ndarray,
+               amount: np.ndarray) -> Moved:
+        """Entries with the same (src, dst) added up, in their order; zeros dropped."""
+        keys = src * members + dst
+        if members * members <= _DENSE_SUMS:  # summed in place: faster than sorting the keys
+            total = np.bincount(keys, amount, minlength=members * members)
+            keys = np.flatnonzero(total)
+            total = total[keys]
+        else:
+            keys, inverse = np.unique(keys, return_inverse=True)
+            total = np.bincount(inverse.reshape(-1), amount, minlength=len(keys))
+            keys, total = keys[total != 0], total[total != 0]
+        return cls(members, keys // members, keys % members, total)
+
     def __add__(self, other: Moved) -> Moved:
         """Entry by entry (entries of both added)."""
-        keys = np.concatenate([self.src * self.members + self.dst,
-                               other.src * other.members + other.dst])
-        unique, inverse = np.unique(keys, return_inverse=True)
-        amount = np.bincount(inverse.reshape(-1), np.concatenate([self.amount, other.amount]),
-                             minlength=len(unique))
-        keep = amount != 0
-        return Moved(self.members, unique[keep] // self.members, unique[keep] % self.members,
-                     amount[keep])
+        return Moved.summed(self.members, np.concatenate([self.src, other.src]),
+                            np.concatenate([self.dst, other.dst]),
+                            np.concatenate([self.amount, other.amount]))
 
 
 @dataclass(frozen=True)
@@ -172,11 +187,6 @@ def _without_diagonal(moved: Moved) -> Moved:
     return Moved(moved.members, moved.src[off], moved.dst[off], moved.amount[off])
 
 
-#: Up to this many member pairs (4,096 members), pairs' sums are gathered in one array of
-#: them all (128 MiB of float64 at most); beyond, by sorting the pairs that occur.
-_DENSE_SUMS = 4096 * 4096
-
-
 def member_products(left: Cover | np.ndarray, right: Cover | np.ndarray) -> Moved:
     """left @ right.T over the cells (arrays [members, cells], or covers; `right`'s weights
     are ignored: it says who): the elements each member sends each other member. Where few
@@ -201,16 +211,7 @@ def member_products(left: Cover | np.ndarray, right: Cover | np.ndarray) -> Move
     within = np.arange(pairs) - np.repeat(np.cumsum(repeats) - repeats, repeats)
     receiver = right.member[np.repeat(first[left.cell], repeats) + within]
     sender = np.repeat(left.member, repeats)
-    keys, weights = sender * members + receiver, np.repeat(left.weight, repeats)
-    if members * members <= _DENSE_SUMS:  # summed in place: faster than sorting the keys
-        amount = np.bincount(keys, weights, minlength=members * members)
-        keys = np.flatnonzero(amount)
-        amount = amount[keys]
-    else:
-        keys, inverse = np.unique(keys, return_inverse=True)
-        amount = np.bincount(inverse.reshape(-1), weights, minlength=len(keys))
-        keys, amount = keys[amount != 0], amount[amount != 0]
-    return Moved(members, keys // members, keys % members, amount)
+    return Moved.summed(members, sender, receiver, np.repeat(left.weight, repeats))
 
 
 def reduce_stage(contrib: Cover, need: Cover, volume: np.ndarray) -> tuple[Moved, Cover]:

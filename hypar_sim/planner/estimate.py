@@ -215,7 +215,7 @@ class Estimator:
 
     def _sends(self, hierarchy: Hierarchy) -> bool:
         """Boundaries are sent as messages for the layout model on the whole array."""
-        return getattr(self.model, "collective", "") in ("ring", "levels") \
+        return getattr(self.model, "collective", None) is not None \
             and hierarchy == self.topology.hierarchy
 
     def _send_boundary(self, producer: Layer, consumer: Layer, batch: int,

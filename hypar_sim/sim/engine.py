@@ -193,8 +193,8 @@ class _Step:
             self.forward(state, size, 1, finish)
 
     def forward(self, state: _InFlight, size: float, hop: int, upstream_finish: float) -> None:
-        """Move a chunk on from `hop` as far as it goes now; a process takes over where it
-        must wait for a lane, or where the message's last chunk waits to arrive."""
+        """Move a chunk on from `hop` as far as it goes now; a timeout's callback goes on
+        where it must wait for a lane, or where the message's last chunk waits to arrive."""
         now = self.env.now
         indices = state.route.indices
         lanes, rates = self.links, self.link_rate
