@@ -156,7 +156,7 @@ def _union_matrix(held: np.ndarray, reads: _Reads, made: Columns, read: Columns,
     the producer column only through (its levels splitting that axis's dimension, its
     partial levels), and on the consumer column only through its levels splitting the
     consumer's dimension there: each distinct factor is computed once, and U is assembled
-    by indexing."""
+    by one batched matrix product per group class (`_contract`)."""
     axes = [({Dim.N}, Dim.N), ({Dim.K, Dim.P, Dim.Q}, Dim.C)] if reads.flat else \
         [({produced}, needed) for produced, needed in _CONV_AXES]
     members = np.arange(hierarchy.members)
@@ -176,7 +176,7 @@ def _union_matrix(held: np.ndarray, reads: _Reads, made: Columns, read: Columns,
         order = np.argsort(group_of, kind="stable")
         starts = np.searchsorted(group_of[order], np.arange(len(firsts)))
         first_member = order[starts]
-        product: np.ndarray | None = None  # [rows or 1, columns or 1, groups]
+        parts = []  # per axis varying with a column: ([rows or 1, consumer keys, groups], keys)
         common = np.ones(len(firsts))  # factors that vary with neither column
         for axis in range(len(axes)):
             q_rep, q_index = consumer_keys[axis]
@@ -189,17 +189,34 @@ def _union_matrix(held: np.ndarray, reads: _Reads, made: Columns, read: Columns,
                 factors = _axis_factors(intervals, owns[:, :, axis], order, starts, None)
             if factors.shape[:2] == (1, 1):
                 common *= factors[0, 0]
-                continue
-            part = factors[p_index] if len(p_first) > 1 else factors[:1]
-            part = np.take(part, q_index, axis=1) if len(q_rep) > 1 else part[:, :1]
-            if product is None or product.shape != np.broadcast_shapes(product.shape,
-                                                                        part.shape):
-                product = part if product is None else product * part
             else:
-                product *= part
-        sums = product @ common if product is not None else common.sum()
-        result[rows] = np.broadcast_to(sums, (len(rows), len(read)))
+                parts.append((factors[p_index] if len(p_first) > 1 else factors, q_index))
+        result[rows] = _contract(parts, common, len(read))
     return result
+
+
+def _contract(parts: list[tuple[np.ndarray, np.ndarray]], common: np.ndarray,
+              columns: int) -> np.ndarray:
+    """sum over groups g of common[g] * prod_axis part[p, key(q), g], for every producer row p
+    and consumer column q, as one batched matrix product: the axis with the most consumer
+    keys on one side, the others multiplied on the distinct key tuples the columns use. The
+    entries are whole numbers below 2**53, so any order of sums is exact."""
+    if not parts:
+        return np.full((1, columns), common.sum())
+    parts = sorted(parts, key=lambda part: part[0].shape[1])
+    right, right_index = parts.pop()
+    left = common[None, None, :]
+    if parts:
+        codes = np.zeros(columns, dtype=np.int64)
+        for part, index in parts:
+            codes = codes * part.shape[1] + index
+        _, first, tuple_of = np.unique(codes, return_index=True, return_inverse=True)
+        for part, index in parts:
+            left = left * part[:, index[first]]
+        tuple_of = tuple_of.reshape(-1)
+    else:
+        tuple_of = np.zeros(columns, dtype=np.int64)
+    return np.matmul(left, right.transpose(0, 2, 1))[:, tuple_of, right_index]
 
 
 def _axis_factors(intervals: np.ndarray, owns: np.ndarray, order: np.ndarray,
