@@ -113,10 +113,13 @@ class Columns:
             for b in unique.tolist()])
         return stacked[inverse.reshape(-1)]
 
-    def boxes(self, layer: Layer, batch: int, hierarchy: Hierarchy) -> dict[Dim, np.ndarray]:
-        """Every loop dimension's [columns, members, 2] intervals of `layer`."""
-        return {dim: self.parts(total, hierarchy, dim)
-                for dim, total in extents(layer, batch).items()}
+    def boxes(self, layer: Layer, batch: int, hierarchy: Hierarchy,
+              dims: Iterable[Dim] | None = None) -> dict[Dim, np.ndarray]:
+        """Every loop dimension's (or those of `dims`) [columns, members, 2] intervals of
+        `layer`."""
+        sizes = extents(layer, batch)
+        return {dim: self.parts(sizes[dim], hierarchy, dim)
+                for dim in (sizes if dims is None else dims)}
 
 
 @dataclass(frozen=True)

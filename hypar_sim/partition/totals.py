@@ -86,7 +86,7 @@ class _Reads:
 
     def __init__(self, consumer: Layer, batch: int, columns: Columns,
                  hierarchy: Hierarchy) -> None:
-        parts = columns.boxes(consumer, batch, hierarchy)
+        parts = columns.boxes(consumer, batch, hierarchy, OPERATORS[consumer.kind].input)
         self.flat = consumer.kind is LayerKind.FC
         axes = [parts[Dim.N], parts[Dim.C]]
         if not self.flat:
@@ -125,12 +125,12 @@ def boundary_costs(producer: Layer, consumer: Layer, batch: int,
         cols = input_span(consumer, 0, consumer.conv_output.width, "cols")
         read_box = np.array([[0, batch], [0, out.channels], list(rows), list(cols)])
     read_total = float(np.prod(read_box[:, 1] - read_box[:, 0]))
-    parts = made.boxes(producer, batch, hierarchy)
+    dims = OPERATORS[producer.kind]
+    parts = made.boxes(producer, batch, hierarchy, dims.output)
     held = np.stack([parts[d] for d in (Dim.N, Dim.K, Dim.P, Dim.Q)], axis=2)
     # held: [columns, members, 4, 2]
     computed = np.prod(_lengths(held), axis=2).sum(axis=1)
     in_reads = np.prod(_overlap(held, read_box[None, None]), axis=2).sum(axis=1)
-    dims = OPERATORS[producer.kind]
     union = _union_matrix(held, reads, made, read, hierarchy, shape[1:],
                           dims.reductions(dims.output))
     if forward_only:

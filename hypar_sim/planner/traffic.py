@@ -60,6 +60,18 @@ def _geometry(layer: Layer) -> Layer:
     return dataclasses.replace(layer, name="")
 
 
+def _boundary_geometry(producer: Layer, consumer: Layer) -> tuple[Layer, Layer]:
+    """What a boundary's bytes depend on: the producer's output side and the consumer's
+    input side (`totals.boundary_costs` reads no other channel count), so boundaries that
+    differ only in the producer's input channels or the consumer's output channels (VGG's
+    repeated convolutions) share a cache entry."""
+    no_input = producer.input._replace(channels=0)
+    no_output = {"conv_output": consumer.conv_output._replace(channels=0),
+                 "output": consumer.output._replace(channels=0)}
+    return (dataclasses.replace(producer, name="", input=no_input),
+            dataclasses.replace(consumer, name="", **no_output))
+
+
 @lru_cache(maxsize=256)
 def _boundary_costs(producer: Layer, consumer: Layer, batch: int,
                     producer_columns: tuple[Column, ...], columns: tuple[Column, ...],
@@ -273,7 +285,7 @@ class LayoutTraffic(_Phased):
     def boundary_costs(self, producer: Layer, consumer: Layer, batch: int,
                        producer_columns: Sequence[Column], columns: Sequence[Column],
                        hierarchy: Hierarchy, word_bytes: int) -> np.ndarray:
-        return _boundary_costs(_geometry(producer), _geometry(consumer), batch,
+        return _boundary_costs(*_boundary_geometry(producer, consumer), batch,
                                tuple(producer_columns), tuple(columns), hierarchy, word_bytes,
                                self.forward_only)
 
