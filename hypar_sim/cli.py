@@ -10,12 +10,6 @@ from collections.abc import Sequence
 from hypar_sim import __version__
 from hypar_sim.commands import COMMANDS, DEFAULT_LEVELS
 from hypar_sim.errors import InputError, Unfinished
-from hypar_sim.hardware.topology import TOPOLOGIES
-from hypar_sim.partition.kinds import allowed_names as allowed_kind_names
-from hypar_sim.planner.objectives import OBJECTIVES
-from hypar_sim.planner.search import SEARCHES
-from hypar_sim.planner.strategies import DEFAULT_KINDS, STRATEGIES
-from hypar_sim.planner.traffic import DEFAULT_TRAFFIC_MODEL, PHASES, TRAFFIC_MODELS
 from hypar_sim.sim.defaults import (
     DEFAULT_BUCKET_MB,
     DEFAULT_CHUNK_BYTES,
@@ -41,6 +35,12 @@ def _add_seq_argument(parser: argparse.ArgumentParser) -> None:
 
 
 def _add_plan_arguments(parser: argparse.ArgumentParser) -> None:
+    from hypar_sim.partition.kinds import allowed_names as allowed_kind_names
+    from hypar_sim.planner.objectives import OBJECTIVES
+    from hypar_sim.planner.search import SEARCHES
+    from hypar_sim.planner.strategies import DEFAULT_KINDS
+    from hypar_sim.planner.traffic import DEFAULT_TRAFFIC_MODEL, PHASES, TRAFFIC_MODELS
+
     _add_seq_argument(parser)
     parser.add_argument("--hierarchy", default=None, metavar="SIZES",
                         help="level sizes, top first, e.g. 4x3x2 (product = accelerators; "
@@ -77,20 +77,17 @@ def _add_array_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"samples per training step (default {DEFAULT_BATCH})")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog=PROG, description=(
-        "Simulate DNN training on an array of HMC accelerators split by HyPar "
-        "(Song et al., HPCA 2019)."))
-    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
-    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-
-    nets = commands.add_parser("networks", help="list the networks, or the layers of one")
+def _networks_arguments(nets: argparse.ArgumentParser) -> None:
     nets.add_argument("network", nargs="?",
                       help="a network name or a path to a .yaml or .onnx file")
     _add_seq_argument(nets)
     nets.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
-    plan = commands.add_parser("plan", help="the dp/mp plan of a strategy and its traffic")
+
+def _plan_arguments(plan: argparse.ArgumentParser) -> None:
+    from hypar_sim.hardware.topology import TOPOLOGIES
+    from hypar_sim.planner.strategies import STRATEGIES
+
     plan.add_argument("network", help="a network name (see `networks`) or a .yaml path")
     plan.add_argument("--strategy", default="hypar", choices=STRATEGIES, metavar="STRATEGY",
                       help=f"one of {', '.join(STRATEGIES)} (default hypar; explicit needs --plan)")
@@ -113,8 +110,11 @@ def build_parser() -> argparse.ArgumentParser:
                       help="beside the plan, a lower bound on the bytes any plan of the allowed "
                            "kinds moves, per layer and in total, and the plan's ratio to it")
     plan.add_argument("--json", action="store_true", help="print one JSON object")
-    run = commands.add_parser("run", help="simulate one training step and report latency, "
-                                          "energy and traffic")
+
+
+def _run_arguments(run: argparse.ArgumentParser) -> None:
+    from hypar_sim.planner.strategies import STRATEGIES
+
     _add_simulation_arguments(run)
     run.add_argument("--strategy", default="hypar", choices=STRATEGIES, metavar="STRATEGY",
                      help=f"one of {', '.join(STRATEGIES)} (default hypar)")
@@ -129,8 +129,10 @@ def build_parser() -> argparse.ArgumentParser:
                      help="write the step as a Chrome/Perfetto trace (JSON; open it in "
                           "ui.perfetto.dev): a track per accelerator and per link")
 
-    compare = commands.add_parser("compare", help="strategies side by side (default data, model, "
-                                                  "trick, hypar), normalized to data parallelism")
+
+def _compare_arguments(compare: argparse.ArgumentParser) -> None:
+    from hypar_sim.planner.strategies import STRATEGIES
+
     _add_simulation_arguments(compare)
     compare.add_argument("--strategies", default=None, metavar="LIST",
                          help=f"comma-separated, from {', '.join(s for s in STRATEGIES if s != 'explicit')}"
@@ -142,9 +144,13 @@ def build_parser() -> argparse.ArgumentParser:
                          help="processes running the strategies side by side (default: all "
                               "cores; 1: one after another)")
 
-    sweep = commands.add_parser(
-        "sweep", help="many simulations (a cartesian product), one CSV row each; parallel, "
-                      "resumable")
+
+def _sweep_arguments(sweep: argparse.ArgumentParser) -> None:
+    from hypar_sim.planner.objectives import OBJECTIVES
+    from hypar_sim.planner.search import SEARCHES
+    from hypar_sim.planner.strategies import DEFAULT_KINDS
+    from hypar_sim.planner.traffic import DEFAULT_TRAFFIC_MODEL, TRAFFIC_MODELS
+
     sweep.add_argument("--networks", default="all",
                        help="comma-separated network names or .yaml paths, or all (default)")
     sweep.add_argument("--strategies", default="data,model,hypar",
@@ -187,8 +193,8 @@ def build_parser() -> argparse.ArgumentParser:
                             "(default: start a local cluster)")
     sweep.add_argument("--no-progress", action="store_true", help="no progress bar")
 
-    reproduce = commands.add_parser("reproduce", help="every figure of the paper's evaluation "
-                                                      "into results/, with results/README.md")
+
+def _reproduce_arguments(reproduce: argparse.ArgumentParser) -> None:
     reproduce.add_argument("--out", default=None,
                            help="output folder (default: results/; with --quick, a new scratch "
                                 "folder, never the committed results)")
@@ -202,7 +208,8 @@ def build_parser() -> argparse.ArgumentParser:
                                 "(default png,pdf; png is always written)")
     reproduce.add_argument("--no-progress", action="store_true", help="no progress bar")
 
-    hardware = commands.add_parser("hardware", help="the effective hardware configuration")
+
+def _hardware_arguments(hardware: argparse.ArgumentParser) -> None:
     hardware.add_argument("--config", default=None,
                           help="a YAML file whose keys change the defaults (configs/hypar_paper.yaml)")
     hardware.add_argument("--accelerators", type=int, default=None, help="override accelerators")
@@ -215,10 +222,42 @@ def build_parser() -> argparse.ArgumentParser:
                         help="print the configuration as a YAML file with comments (units, "
                              "meaning, source): `hardware --yaml > my_hw.yaml`, edit, then "
                              "--config my_hw.yaml")
+
+
+#: Each command: its summary in --help, and the function adding its arguments.
+_SUBCOMMANDS = {
+    "networks": ("list the networks, or the layers of one", _networks_arguments),
+    "plan": ("the dp/mp plan of a strategy and its traffic", _plan_arguments),
+    "run": ("simulate one training step and report latency, energy and traffic",
+            _run_arguments),
+    "compare": ("strategies side by side (default data, model, trick, hypar), normalized to "
+                "data parallelism", _compare_arguments),
+    "sweep": ("many simulations (a cartesian product), one CSV row each; parallel, resumable",
+              _sweep_arguments),
+    "reproduce": ("every figure of the paper's evaluation into results/, with "
+                  "results/README.md", _reproduce_arguments),
+    "hardware": ("the effective hardware configuration", _hardware_arguments),
+}
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The whole command line; with `only`, that command's arguments and the others' names
+    alone (what `main` needs: each command's registries load only when it runs)."""
+    parser = _Parser(prog=PROG, description=(
+        "Simulate DNN training on an array of HMC accelerators split by HyPar "
+        "(Song et al., HPCA 2019)."))
+    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    for name, (summary, add_arguments) in _SUBCOMMANDS.items():
+        command = commands.add_parser(name, help=summary)
+        if only is None or only == name:
+            add_arguments(command)
     return parser
 
 
 def _add_simulation_arguments(parser: argparse.ArgumentParser) -> None:
+    from hypar_sim.hardware.topology import TOPOLOGIES
+
     parser.add_argument("network", help="a network name (see `networks`) or a .yaml path")
     parser.add_argument("--topology", default="htree", metavar="TOPOLOGY",
                         help=f"one of {', '.join(TOPOLOGIES)} (default htree), or a topology "
@@ -254,7 +293,9 @@ def _add_simulation_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    command = argv[0] if argv and argv[0] in _SUBCOMMANDS else ""  # "": the names alone
+    args = build_parser(only=command).parse_args(argv)
     try:
         output = COMMANDS[args.command](args)
     except InputError as exc:

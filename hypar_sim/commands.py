@@ -8,28 +8,10 @@ import dataclasses
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hypar_sim.atomic import atomic_write_text, check_writable
 from hypar_sim.errors import InputError, Unfinished, closest
-from hypar_sim.hardware.config import derived, describe, load_hardware, parse_overrides
-from hypar_sim.hardware.topology import TOPOLOGIES
-from hypar_sim.hardware.topology_file import is_topology_file, read_topology_file
-from hypar_sim.partition.hierarchy import MAX_MEMBERS, Hierarchy
-from hypar_sim.partition.kinds import parse_kinds
-from hypar_sim.planner.bound import layer_bounds, node_bounds
-from hypar_sim.planner.graph_plan import GRAPH_STRATEGIES, make_graph_plan
-from hypar_sim.planner.objectives import OBJECTIVES
-from hypar_sim.planner.search import SEARCHES
-from hypar_sim.planner.strategies import (
-    STRATEGIES,
-    PlanOptions,
-    as_hierarchy,
-    make_plan,
-    minimised,
-    objective_for,
-)
-from hypar_sim.planner.traffic import TRAFFIC_MODELS
 from hypar_sim.report import (
     bound_summary,
     bound_total,
@@ -54,12 +36,22 @@ from hypar_sim.workload.network import (
     load_workload,
 )
 
+if TYPE_CHECKING:
+    from hypar_sim.partition.hierarchy import Hierarchy
+    from hypar_sim.planner.strategies import PlanOptions
+
+# The planner, hardware and simulator load inside the commands that use them: `networks`
+# and `--help` start without them (issue "Scale": start in a blink).
+
 DEFAULT_LEVELS = 4
 
 
 def hierarchy_from_args(args: argparse.Namespace, accelerators: int | None = None) -> Hierarchy:
     """The hierarchy from --hierarchy, --levels (two-way levels) or the accelerator count
     (its prime factors, largest first: 12 -> 3x2x2)."""
+    from hypar_sim.partition.hierarchy import MAX_MEMBERS, Hierarchy
+    from hypar_sim.planner.strategies import as_hierarchy
+
     count = accelerators if accelerators is not None else getattr(args, "accelerators", None)
     if getattr(args, "levels", None) is not None:
         if args.hierarchy:
@@ -74,6 +66,9 @@ def hierarchy_from_args(args: argparse.Namespace, accelerators: int | None = Non
 
 
 def plan_options_from_args(args: argparse.Namespace) -> PlanOptions:
+    from hypar_sim.partition.kinds import parse_kinds
+    from hypar_sim.planner.strategies import PlanOptions
+
     return PlanOptions(kinds=parse_kinds(args.kinds) if args.kinds is not None else None,
                        search=args.search,
                        objective=args.objective, topology=getattr(args, "topology", "htree"),
@@ -91,6 +86,7 @@ def _workload(args: argparse.Namespace) -> Network | Graph:
 
 
 def _simulation_inputs(args: argparse.Namespace):
+    from hypar_sim.hardware.config import load_hardware
     from hypar_sim.runner import SimOptions  # the simulator loads only for commands that run it
 
     network = _workload(args)
@@ -161,6 +157,9 @@ def cmd_run(args: argparse.Namespace) -> str:
 def cmd_compare(args: argparse.Namespace) -> str:
     from hypar_sim.api import CHAIN_STRATEGIES, GRAPH_COMPARED
     from hypar_sim.executors import parallel_map
+    from hypar_sim.planner.bound import layer_bounds
+    from hypar_sim.planner.graph_plan import GRAPH_STRATEGIES
+    from hypar_sim.planner.strategies import STRATEGIES, minimised, objective_for
 
     network, config, options = _simulation_inputs(args)
     plan_options = plan_options_from_args(args)
@@ -211,6 +210,9 @@ def _compared(text: str | None, default: tuple[str, ...], allowed: tuple[str, ..
 
 def _topologies(names: tuple[str, ...]) -> tuple[str, ...]:
     """Built-in topologies or topology files (read now: a bad file stops the sweep first)."""
+    from hypar_sim.hardware.topology import TOPOLOGIES
+    from hypar_sim.hardware.topology_file import is_topology_file, read_topology_file
+
     if names == ("all",):
         return tuple(TOPOLOGIES)
     for name in names:
@@ -224,6 +226,11 @@ def _topologies(names: tuple[str, ...]) -> tuple[str, ...]:
 
 def cmd_sweep(args: argparse.Namespace) -> str:
     from hypar_sim import sweep
+    from hypar_sim.hardware.config import load_hardware, parse_overrides
+    from hypar_sim.partition.kinds import parse_kinds
+    from hypar_sim.planner.objectives import OBJECTIVES
+    from hypar_sim.planner.search import SEARCHES
+    from hypar_sim.planner.traffic import TRAFFIC_MODELS
 
     networks = sweep.parse_list(args.networks, None, "--networks")
     if networks == ("all",):
@@ -291,6 +298,8 @@ def cmd_reproduce(args: argparse.Namespace) -> str:
 
 def hardware_overrides(args: argparse.Namespace) -> dict[str, Any]:
     """The hardware keys given on the command line (--accelerators, --batch, --set)."""
+    from hypar_sim.hardware.config import parse_overrides
+
     given = {key: getattr(args, key) for key in ("accelerators", "batch")
              if getattr(args, key, None) is not None}
     for key, values in parse_overrides(getattr(args, "overrides", None) or ()):
@@ -302,6 +311,8 @@ def hardware_overrides(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def cmd_hardware(args: argparse.Namespace) -> str:
+    from hypar_sim.hardware.config import derived, describe, load_hardware
+
     config = load_hardware(args.config, hardware_overrides(args))
     rows = describe(config, args.config)
     if args.json:
@@ -352,6 +363,10 @@ def graph_dict(graph: Graph) -> dict:
 
 
 def cmd_plan(args: argparse.Namespace) -> str:
+    from hypar_sim.hardware.config import load_hardware
+    from hypar_sim.planner.bound import layer_bounds
+    from hypar_sim.planner.strategies import make_plan
+
     workload = _workload(args)
     if isinstance(workload, Graph):
         return _plan_graph(args, workload)
@@ -379,6 +394,10 @@ def cmd_plan(args: argparse.Namespace) -> str:
 
 def _plan_graph(args: argparse.Namespace, graph: Graph) -> str:
     """`plan` of a graph network (the graph strategies; the layout model)."""
+    from hypar_sim.hardware.config import load_hardware
+    from hypar_sim.planner.bound import node_bounds
+    from hypar_sim.planner.graph_plan import make_graph_plan
+
     options = plan_options_from_args(args)
     hierarchy = hierarchy_from_args(args)
     config = load_hardware(args.config, hardware_overrides(args) | {

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-from hypar_sim.planner.graph_plan import GraphPlan
-from hypar_sim.planner.plan import Plan
-from hypar_sim.workload.graph import Graph
-from hypar_sim.workload.network import Network
+if TYPE_CHECKING:  # annotations only: `networks` prints tables without loading the planner
+    from hypar_sim.planner.graph_plan import GraphPlan
+    from hypar_sim.planner.plan import Plan
+    from hypar_sim.workload.graph import Graph
+    from hypar_sim.workload.network import Network
 
 GB = 1e9  # bytes; the paper's GB is decimal
 

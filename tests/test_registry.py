@@ -27,3 +27,35 @@ print("ok")
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert run.returncode == 0, run.stderr
     assert run.stdout.strip() == "ok"
+
+
+def test_help_and_networks_start_without_the_planner_or_numpy():
+    """Each command builds only its own arguments, so `--help` and `networks` load neither the
+    planner, the hardware models nor numpy (issue "Scale": start in a blink); `plan --help`
+    still lists the registries' names."""
+    code = """
+import contextlib, io, sys
+from hypar_sim.cli import main
+with contextlib.redirect_stdout(io.StringIO()) as out:
+    assert main(["networks"]) == 0
+assert "vgg_e" in out.getvalue() and "resnet50" in out.getvalue()
+try:
+    with contextlib.redirect_stdout(io.StringIO()) as out:
+        main(["--help"])
+except SystemExit as exc:
+    assert exc.code == 0
+assert "networks" in out.getvalue() and "reproduce" in out.getvalue()
+heavy = [m for m in sys.modules if m == "numpy" or m.startswith(("hypar_sim.planner",
+                                                                 "hypar_sim.hardware"))]
+assert not heavy, heavy
+try:
+    with contextlib.redirect_stdout(io.StringIO()) as out:
+        main(["plan", "--help"])
+except SystemExit as exc:
+    assert exc.code == 0
+assert "soybean" in out.getvalue() and "layout_levels" in out.getvalue()
+print("ok")
+"""
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == "ok"

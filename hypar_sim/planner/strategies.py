@@ -22,6 +22,7 @@ import dataclasses
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from hypar_sim.errors import InputError, closest
 from hypar_sim.hardware.config import HardwareConfig, load_hardware
@@ -33,7 +34,6 @@ from hypar_sim.partition.shares import Column
 from hypar_sim.partition.steps import largest_receive
 from hypar_sim.planner import memory
 from hypar_sim.planner import search as searches
-from hypar_sim.planner.estimate import Estimator
 from hypar_sim.planner.objectives import OBJECTIVES, check_objective
 from hypar_sim.planner.plan import Plan, evaluate_plan
 from hypar_sim.planner.plan_text import read_plan_argument
@@ -41,6 +41,9 @@ from hypar_sim.planner.traffic import DEFAULT_TRAFFIC_MODEL, TrafficModel, traff
 from hypar_sim.registry import LazyRegistry
 from hypar_sim.workload.layers import Layer, LayerKind
 from hypar_sim.workload.network import Network
+
+if TYPE_CHECKING:  # the estimate loads only for --objective time or energy
+    from hypar_sim.planner.estimate import Estimator
 
 DEFAULT_KINDS = ("batch", "in")
 
@@ -363,6 +366,8 @@ def _solve(spec: Strategy, request: PlanRequest, estimator: Estimator | None) ->
 
 def _estimator(request: PlanRequest, config: HardwareConfig) -> Estimator:
     """The time or energy estimate on the request's array (`planner.estimate`)."""
+    from hypar_sim.planner.estimate import Estimator
+
     options = request.options
     topology = make_topology(options.topology, config, request.hierarchy)
     first = request.network.layers[0].name if request.network.layers else ""

@@ -145,7 +145,7 @@ def parse_graph(data: Any, source: str, default_name: str = "graph") -> Graph:
     raw_nodes = data["nodes"]
     if not isinstance(raw_nodes, list) or not raw_nodes:
         raise InputError(f"{source}: nodes: must be a non-empty list")
-    raw, previous = [], None
+    raw, previous, names = [], None, set(inputs)
     for index, entry in enumerate(raw_nodes):
         where = f"{source}: nodes[{index}]"
         op = entry.get("type") if isinstance(entry, Mapping) else None
@@ -153,8 +153,9 @@ def parse_graph(data: Any, source: str, default_name: str = "graph") -> Graph:
             raise InputError(f"{where}.type: unknown operator {op!r}{closest(str(op), OPS)}; "
                              f"allowed: {', '.join(OPS)}")
         name = str(entry.get("name", f"{op}{index + 1}"))
-        if name in inputs or any(name == other for other, _, _ in raw):
+        if name in names:
             raise InputError(f"{where}.name: duplicate name '{name}'")
+        names.add(name)
         sources = entry.get("inputs")
         if sources is None:
             if previous is None and len(inputs) > 1:
