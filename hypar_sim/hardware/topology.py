@@ -230,7 +230,7 @@ class FatTree(Topology):
         valid = heights < top[:, None]
         crossed = np.concatenate([up, down], axis=1)[np.concatenate([valid, valid], axis=1)]
         by_top = {}  # top -> (shape_id, energy_links): equal for every route of a height
-        for height in np.unique(top).tolist():
+        for height in np.flatnonzero(np.bincount(top)).tolist():  # the heights in use
             at = int(np.argmax(top == height))
             route = self.route(int(src[at]), int(dst[at]))
             by_top[height] = (self.shape_id(route), route.energy_links)

@@ -3,7 +3,7 @@ the array is `hardware.transfer`'s)."""
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -40,11 +40,9 @@ def communication_counts(schedule: Schedule, topology: Topology, config: Hardwar
 def _distinct(task: Compute) -> list[tuple[PieceCost, int]]:
     """The task's distinct costs and how many members have each (members with equal
     shares share one cost object)."""
-    counted: dict[int, list] = {}
-    for cost in task.costs:
-        entry = counted.setdefault(id(cost), [cost, 0])
-        entry[1] += 1
-    return [(cost, count) for cost, count in counted.values()]
+    ids = list(map(id, task.costs))
+    objects = dict(zip(ids, task.costs, strict=True))
+    return [(objects[key], count) for key, count in Counter(ids).items()]  # first seen first
 
 
 def compute_counts(schedule: Schedule) -> dict[Action, float]:
@@ -64,25 +62,30 @@ def per_accelerator(schedule: Schedule, config: HardwareConfig) -> tuple[Acceler
     """Every member's busy time, bytes sent and received, and energy (its computations and
     its messages' DRAM accesses; links, switches and static power are the array's)."""
     members = schedule.accelerators
-    busy = [0.0] * members
-    counts: list[list[Mapping[Action, float]]] = [[] for _ in range(members)]
-    for task in schedule.tasks:
-        if isinstance(task, Compute | Parallel):
-            for member in range(members):
-                busy[member] += task_cycles(task, member)
-    for task in schedule.computes:
-        for member, cost in enumerate(task.costs):
-            counts[member].append(cost.counts)
+    tasks = [task for task in schedule.tasks if isinstance(task, Compute | Parallel)]
+    computes = schedule.computes
+    # members whose every computation is the same cost object are busy as long and count
+    # the same actions: each is added up once (in the same order, so the same floats)
+    alike: dict[tuple[int, ...], tuple[float, dict[Action, float]]] = {}
+    own = []
+    for member in range(members):
+        key = tuple(id(task.costs[member]) for task in computes)
+        if key not in alike:
+            busy = 0.0
+            for task in tasks:
+                busy += task_cycles(task, member)
+            alike[key] = busy, add_counts(*(task.costs[member].counts for task in computes))
+        own.append(alike[key])
     flat = schedule.flat
     sent = np.bincount(flat.src, flat.bytes, minlength=members).tolist()
     received = np.bincount(flat.dst, flat.bytes, minlength=members).tolist()
     table = EnergyTable.from_config(config)
     return tuple(
-        AcceleratorResult(member, busy[member], sent[member], received[member],
-                          table.energy(add_counts(*counts[member], {
+        AcceleratorResult(member, busy, sent[member], received[member],
+                          table.energy(add_counts(counts, {
                               Action.DRAM: (sent[member] + received[member]) / config.word_bytes
                           })).total_pj)
-        for member in range(members))
+        for member, (busy, counts) in enumerate(own))
 
 
 def assemble_result(

@@ -214,12 +214,15 @@ def build_schedule(network: Network, plan: Plan, config: HardwareConfig,
             kept = [dataclasses.replace(item, gradients_bytes=0.0) for item in kept]
         check_capacity(kept, buffers, config, network.name)
 
+    distinct = []  # per layer: its distinct shares, and each member's position among them
+    for layer_shares in shares:
+        position: dict[Share, int] = {}
+        distinct.append((position, [position.setdefault(s, len(position)) for s in layer_shares]))
+
     def cost(index: int, phase: Phase) -> Compute:
-        cache: dict[Share, PieceCost] = {}
-        for share in shares[index]:
-            if share not in cache:
-                cache[share] = phase_cost(share, phase, config, index == 0)
-        return Compute(index, phase, tuple(cache[share] for share in shares[index]))
+        position, of_member = distinct[index]
+        costs = [phase_cost(share, phase, config, index == 0) for share in position]
+        return Compute(index, phase, tuple(costs[i] for i in of_member))
 
     around = _step_tasks(steps, overlap_gradients)
 
