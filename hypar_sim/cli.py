@@ -278,7 +278,8 @@ def _add_simulation_arguments(parser: argparse.ArgumentParser) -> None:
                              f"chunks (default {DEFAULT_MAX_CHUNKS})")
     parser.add_argument("--no-overlap", action="store_true",
                         help="wait for each layer's gradient exchange before going on with the "
-                             "backward pass (default: overlap it)")
+                             "backward pass (default: overlap it, only the update waits; "
+                             "configs/hypar_paper.yaml says why)")
     parser.add_argument("--set", dest="overrides", action="append", default=[],
                         metavar="KEY=VALUE",
                         help="set any hardware key (see `hardware`), e.g. --set "

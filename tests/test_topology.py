@@ -245,3 +245,33 @@ def test_fat_tree_routes_as_arrays_equal_the_routes_one_by_one(sizes, name):
         assert np.array_equal(mine, theirs)
     route = topology.route(int(pairs[0, 0]), int(pairs[0, 1]))
     assert fast[1][:len(route.links)].tolist() == [link.index for link in route.links]
+
+
+@pytest.mark.parametrize(("accelerators", "links"), [(16, 32), (8, 12), (6, 9)])
+def test_torus_bandwidth_readings(accelerators, links):
+    """HyPar 6.1's "1600 Mb/s (i.e. the total network bandwidth is 25.6 Gb/s)": per_link (the
+    default) gives every torus link 1.6 Gb/s; total shares accelerators x 1.6 Gb/s among the
+    torus's full-duplex links (4 x 4: 32 links, 0.8 Gb/s each; 2 x 4: 12; 2 x 3: 9)."""
+    per_link = load_hardware(None, {"accelerators": accelerators})
+    total = load_hardware(None, {"accelerators": accelerators, "torus_bandwidth": "total"})
+    assert per_link.torus_bandwidth == "per_link"
+    one, shared = Torus(per_link), Torus(total)
+    assert len(shared.links) == 2 * links
+    base = link_spec(per_link).bandwidth_bytes_per_cycle
+    assert {link.spec.bandwidth_bytes_per_cycle for link in one.links} == {base}
+    share = accelerators * 1.6 / links  # Gb/s per link and direction
+    for link in shared.links:
+        assert link.spec.bandwidth_bytes_per_cycle == pytest.approx(base * share / 1.6, rel=1e-12)
+    tree = FatTree(total, Hierarchy.for_count(accelerators))  # the fat tree keeps its links
+    assert tree.links[0].spec.bandwidth_bytes_per_cycle == base
+
+
+def test_torus_bandwidth_bad_value_is_one_line(cli, tmp_path):
+    result = cli("run", "sfc", "--topology", "torus", "--set", "torus_bandwidth=half")
+    assert result.returncode == 2 and result.stderr.count("\n") == 1
+    assert "torus_bandwidth: 'half' is not allowed; allowed: per_link, total" in result.stderr
+    config = tmp_path / "hw.yaml"
+    config.write_text("torus_bandwidth: 2\n")
+    result = cli("hardware", "--config", str(config))
+    assert result.returncode == 2 and "allowed: per_link, total" in result.stderr
+    assert "Traceback" not in result.stderr

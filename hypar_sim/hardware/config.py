@@ -28,6 +28,11 @@ def _param(unit: str, help_text: str, minimum: float = 0.0, strict: bool = True,
                            "max": maximum})
 
 
+def _choice(help_text: str, *choices: str) -> Any:
+    """A dataclass field naming one of `choices` (the YAML gives it)."""
+    return field(metadata={"unit": "", "help": help_text, "choices": choices})
+
+
 @dataclass(frozen=True)
 class HardwareConfig:
     """The machine: array, HMC cubes, processing units, links, energy per action."""
@@ -60,6 +65,9 @@ class HardwareConfig:
     switch_latency_ns: float = _param("ns", "latency of one switch traversal", 0, False)
     packet_payload_bytes: int = _param("B", "data bytes per packet", 1, False)
     packet_overhead_bytes: int = _param("B", "header and tail bytes per packet", 0, False)
+    torus_bandwidth: str = _choice("a torus link's bandwidth: per_link (link_bandwidth_gbps "
+                                   "each) or total (accelerators x link_bandwidth_gbps shared "
+                                   "by the torus's links)", "per_link", "total")
 
     energy_fp_add_pj: float = _param("pJ", "one 32-bit float addition", 0, False)
     energy_fp_mult_pj: float = _param("pJ", "one 32-bit float multiplication", 0, False)
@@ -159,6 +167,11 @@ def _type_name(item: dataclasses.Field) -> str:
 def _check_value(item: dataclasses.Field, value: Any, where: str) -> None:
     """Raise InputError unless `value` has the field's type and lies in its range."""
     meta = item.metadata
+    if "choices" in meta:
+        if value not in meta["choices"]:
+            raise InputError(f"{where}: {item.name}: {value!r} is not allowed; allowed: "
+                             f"{', '.join(meta['choices'])}")
+        return
     unit = f" {meta['unit']}" if meta["unit"] else ""
     is_int = item.type in ("int", int)
     ok_type = isinstance(value, int) if is_int else isinstance(value, int | float)

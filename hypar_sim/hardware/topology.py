@@ -23,6 +23,7 @@ link share it (the simulator models the contention).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from functools import cached_property
@@ -270,8 +271,13 @@ class Torus(Topology):
     (a level-0 group is two nodes of one column, two hops apart), the two
     bottom levels the column pair and the column. Otherwise a group may span
     rows and columns (24 = 3x2x2x2 on 4x6: the level-0 group 0, 8, 16 sits at
-    (0, 0), (1, 2), (2, 4)). All levels exchange over the same links; the
-    simulator models the contention.
+    (0, 0), (1, 2), (2, 4)). The levels exchange at the same time, over the same
+    links, and the simulator models their contention: HyPar's communication
+    model (Algorithm 2) adds the levels' amounts without ordering them, and a
+    layer's transfers at every level are ready at once (the paper model sends
+    them as one step; the layout model's collectives order only their rounds).
+    Link bandwidth: `HardwareConfig.torus_bandwidth` (per link, the default,
+    or the total shared; configs/hypar_paper.yaml gives the reading and why).
     """
 
     name = "torus"
@@ -288,9 +294,7 @@ class Torus(Topology):
             raise InputError(f"torus: rows = {rows!r} does not divide {count} accelerators; "
                              f"allowed: a divisor of {count}")
         self.rows, self.cols = rows, count // rows
-        spec = link_spec(file.link_config(config) if file else config, base=config)
-        links: list[Link] = []
-        self._link: dict[tuple[int, int], Link] = {}
+        pairs = []
         for node in range(count):
             row, col = self.position(node)
             neighbours = []
@@ -298,10 +302,23 @@ class Torus(Topology):
                 neighbours += [self._at(row, col + 1), self._at(row, col - 1)]
             if self.rows > 1:
                 neighbours += [self._at(row + 1, col), self._at(row - 1, col)]
-            for other in dict.fromkeys(neighbours):  # a ring of 2 has one neighbour
-                self._link[(node, other)] = Link(len(links), f"A{node}>A{other}", spec)
-                links.append(self._link[(node, other)])
-        self.links = tuple(links)
+            pairs += [(node, other) for other in dict.fromkeys(neighbours)]  # a ring of 2: one
+        spec = link_spec(self._link_config(file.link_config(config) if file else config,
+                                           len(pairs) // 2), base=config)
+        self.links = tuple(Link(index, f"A{node}>A{other}", spec)
+                           for index, (node, other) in enumerate(pairs))
+        self._link = {pair: link for pair, link in zip(pairs, self.links, strict=True)}
+
+    @staticmethod
+    def _link_config(config: HardwareConfig, links: int) -> HardwareConfig:
+        """The links' keys under the config's `torus_bandwidth` reading: per_link, each link
+        (each direction) has link_bandwidth_gbps; total, the array's accelerators x
+        link_bandwidth_gbps (HyPar's 25.6 Gb/s for 16) is shared equally by the torus's
+        `links` full-duplex links (0.8 Gb/s each on 4 x 4)."""
+        if config.torus_bandwidth == "per_link" or not links:
+            return config
+        return dataclasses.replace(config,
+                                   link_bandwidth_gbps=config.network_bandwidth_gbps / links)
 
     def position(self, accelerator: int) -> tuple[int, int]:
         """(row, column) of `accelerator`."""

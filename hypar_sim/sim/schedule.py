@@ -15,7 +15,8 @@ cost per member. The task order is the same for all members:
 
 Where each transfer kind is sent and awaited is its `partition.steps.StepRule`
 (with `overlap_gradients`, the default, a layer's gradient exchange runs
-while the backward pass goes on, as data-parallel training systems do;
+while the backward pass goes on and only its update waits, as HyPar's text
+ties the exchange to the update: configs/hypar_paper.yaml gives the quote;
 without it each layer's backward pass waits for it). A member with no
 message in a step does not wait for it.
 """
