@@ -134,3 +134,20 @@ def phase_cost_of(work):
     from hypar_sim.hardware.costs import conv_cost
 
     return conv_cost(work, CONFIG)
+
+
+def test_fc_cycles_follow_the_configured_bus_width():
+    """pe_bus_bits (issue 13, cause 3): the PE array's buses come from the config; an fc
+    layer is bound by them, so doubling the width nearly halves its array cycles, and every
+    phase of a whole fc layer gets faster (other bounds, DRAM and MACs, stay)."""
+    from tests.test_pe_array import fc_work
+
+    specs = [pe_array_spec(load_hardware(None, {"pe_bus_bits": bits})) for bits in (64, 128, 256)]
+    assert [spec.bus_bytes for spec in specs] == [8, 16, 32]
+    cycles = [map_conv(fc_work(4, 9216, 4096), spec).cycles for spec in specs]
+    assert 1.8 < cycles[0] / cycles[1] <= 2.0 and 1.8 < cycles[1] / cycles[2] <= 2.0
+    layer = load_network("sfc").layers[1]
+    for phase in (Phase.FORWARD, Phase.GRADIENT, Phase.UPDATE):
+        times = [phase_cost(whole_share(layer, 256), phase, load_hardware(
+            None, {"pe_bus_bits": bits})).cycles for bits in (64, 128, 256)]
+        assert times[0] > times[1] > times[2]

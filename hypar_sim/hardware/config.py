@@ -59,6 +59,8 @@ class HardwareConfig:
     rf_filter_words: int = _param("words", "filter scratch pad per PE", 1, False)
     rf_ifmap_words: int = _param("words", "ifmap scratch pad per PE", 1, False)
     rf_psum_words: int = _param("words", "psum scratch pad per PE", 1, False)
+    pe_bus_bits: int = _param("bits", "width of each global buffer <-> PE array bus (filters, "
+                              "ifmaps, psums), a multiple of 8", 8, False, 4096)
 
     link_bandwidth_gbps: float = _param("Gb/s", "bandwidth of one link, each direction")
     link_latency_ns: float = _param("ns", "fixed latency of one link traversal", 0, False)
@@ -88,6 +90,9 @@ class HardwareConfig:
                 f"{self.pe_rows * self.pe_cols} differs from pe_count = {self.pe_count}; "
                 "they must be equal"
             )
+        if self.pe_bus_bits % 8:
+            raise InputError(f"config: pe_bus_bits = {self.pe_bus_bits} is not a whole number of "
+                             "bytes; allowed: a multiple of 8 bits")
         if self.pus_per_cube > self.vaults_per_cube:
             raise InputError(
                 f"config: pus_per_cube = {self.pus_per_cube} exceeds vaults_per_cube = "

@@ -29,6 +29,7 @@ def pe_array_spec(config: HardwareConfig) -> PEArraySpec:
         filter_rf_words=config.rf_filter_words, ifmap_rf_words=config.rf_ifmap_words,
         psum_rf_words=config.rf_psum_words, buffer_bytes=config.buffer_bytes,
         word_bytes=config.word_bytes, clock_hz=config.clock_hz,
+        bus_bytes=config.pe_bus_bits // 8,
     )
 
 

@@ -210,9 +210,9 @@ class PEArraySpec:
     buffer_bytes: int = 108 * 1024  # global buffer ([JSSC17] Table IV: 108 KB)
     word_bytes: int = 4  # fp32 in hypar-sim; 2 for the Eyeriss chip (16-bit)
     clock_hz: float = 250e6  # array clock ([JSSC17] Table IV: 100-250 MHz)
-    # Width of each on-chip data bus GLB -> array (filter, ifmap, psum), bytes per cycle.
-    # Assumption: 64-bit buses as on the Eyeriss chip (recalled from [JSSC17] Sec. V,
-    # not re-verified); a 64-bit bus carries 4 16-bit or 2 fp32 words per cycle.
+    # Width of each on-chip data bus GLB -> array (filter, ifmap, psum), bytes per cycle:
+    # the config's pe_bus_bits; 64 bits is the global buffer's width in Timeloop/Accelergy's
+    # Eyeriss model (configs/hypar_paper.yaml cites it): 4 16-bit or 2 fp32 words a cycle.
     bus_bytes: int = 8
 
     def __post_init__(self) -> None:
