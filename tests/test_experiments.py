@@ -11,7 +11,6 @@ import pytest
 
 from hypar_sim.experiments import FIGURES
 from hypar_sim.experiments.common import geomean
-from hypar_sim.experiments.fig12_topology import equal_total_bandwidth_gbps
 from hypar_sim.experiments.reproduce import load_figure, reproduce
 from hypar_sim.hardware.config import load_hardware
 from hypar_sim.partition.hierarchy import Hierarchy
@@ -136,7 +135,7 @@ def test_quick_latency_agrees_with_the_analytic_engine(quick):
         overrides = {"accelerators": count, "batch": 256}
         topology = row.topology
         if topology == "torus-equal-total":
-            overrides["link_bandwidth_gbps"] = equal_total_bandwidth_gbps(count)
+            overrides["torus_bandwidth"] = "total"
             topology = "torus"
         net = load_network(row.network)
         plan = make_plan(net, row.strategy, Hierarchy.for_count(count), 256)
@@ -221,11 +220,9 @@ def test_trick_never_beats_hypar(quick):
 def test_htree_beats_torus_at_equal_total_bandwidth():
     """The paper's claim at its 16 accelerators (a 2x2 torus already has the H-tree's total
     and direct neighbours, so the quick configuration cannot show it)."""
-    from hypar_sim.experiments.fig12_topology import equal_total_bandwidth_gbps
     from hypar_sim.sweep import Case, run_cases
 
-    equal = (("link_bandwidth_gbps", equal_total_bandwidth_gbps(16)),)
-    assert equal[0][1] == pytest.approx(0.8)  # 32 torus links vs 16 per H-tree level
+    equal = (("torus_bandwidth", "total"),)  # 0.8 Gb/s: 32 torus links vs 16 per H-tree level
     for network in ("lenet_c", "cifar_c"):
         htree, torus = run_cases([Case(network, "hypar", "htree", 16, 256),
                                   Case(network, "hypar", "torus", 16, 256, overrides=equal)],

@@ -28,24 +28,12 @@ TORUS_HATCHES = {"data/torus": HATCHES[0], "hypar/torus": HATCHES[0],
                  "hypar/torus-equal-total": HATCHES[1]}
 
 
-def equal_total_bandwidth_gbps(accelerators: int) -> float:
-    """Per-link bandwidth that gives the torus the H-tree's total: the H-tree has
-    `accelerators` base links per direction per level, the torus 2 per accelerator
-    (1 for a ring of two)."""
-    from hypar_sim.hardware.config import load_hardware
-    from hypar_sim.hardware.topology import Torus
-
-    config = load_hardware(overrides={"accelerators": accelerators})
-    torus_links = len(Torus(config).links)
-    return config.link_bandwidth_gbps * accelerators * 2 / torus_links
-
-
 def compute(quick: bool = False, workers: int | None = None, cache: dict | None = None) -> pd.DataFrame:
     networks = QUICK_NETWORKS if quick else PAPER_NETWORKS
     accelerators = 4 if quick else 16
     frame = pd.concat([rows_frame(cases(networks, ("data", "hypar"), topology, accelerators),
                                   workers, cache) for topology in ("htree", "torus")])
-    equal = ((("link_bandwidth_gbps", equal_total_bandwidth_gbps(accelerators)),))
+    equal = (("torus_bandwidth", "total"),)  # the H-tree's total shared by the torus's links
     scaled = rows_frame([Case(n, "hypar", "torus", accelerators, 256, overrides=equal)
                          for n in networks], workers, cache)
     frame = pd.concat([frame, scaled.assign(topology="torus-equal-total")])
