@@ -151,3 +151,26 @@ def test_fc_cycles_follow_the_configured_bus_width():
         times = [phase_cost(whole_share(layer, 256), phase, load_hardware(
             None, {"pe_bus_bits": bits})).cycles for bits in (64, 128, 256)]
         assert times[0] > times[1] > times[2]
+
+
+def test_max_pooling_costs_its_comparisons_in_the_forward_pass():
+    """Issue 13, cause 4: pooling was free. VGG-A's first layer pools 224 x 224 to 112 x 112
+    with 2 x 2 windows: 3 comparisons per pooled output, each a float subtraction (0.9 pJ),
+    in the forward pass only; its time and the other phases are unchanged."""
+    from hypar_sim.hardware.costs import conv_cost
+
+    layer = load_network("vgg_a").layers[0]
+    share = whole_share(layer, 16)
+    forward = phase_cost(share, Phase.FORWARD, CONFIG)
+    assert forward.counts[Action.POOL] == 16 * 64 * 112 * 112 * 3
+    plain = conv_cost(forward_piece(share), CONFIG)
+    assert forward.cycles == plain.cycles and Action.POOL not in plain.counts
+    energy = EnergyTable.from_config(CONFIG).energy(forward.counts)
+    assert energy.parts_pj[Action.POOL] == pytest.approx(16 * 64 * 112 * 112 * 3 * 0.9)
+    assert energy.total_pj == pytest.approx(sum(energy.parts_pj.values()), rel=1e-12)
+    for phase in (Phase.BACKWARD, Phase.GRADIENT, Phase.UPDATE):
+        assert Action.POOL not in phase_cost(share, phase, CONFIG).counts
+    unpooled = load_network("vgg_a").layers[2]  # conv3_1: no pooling after it
+    assert Action.POOL not in phase_cost(whole_share(unpooled, 4), Phase.FORWARD, CONFIG).counts
+    fc = load_network("sfc").layers[0]
+    assert Action.POOL not in phase_cost(whole_share(fc, 4), Phase.FORWARD, CONFIG).counts

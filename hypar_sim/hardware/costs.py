@@ -9,6 +9,7 @@ same layer piece is mapped once.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
@@ -132,17 +133,44 @@ def update_piece_cost(weights: int, config: HardwareConfig) -> PieceCost:
     return cube_cost(pieces, weights, config)
 
 
+def pool_comparisons(share: Share) -> int:
+    """Comparisons of the share's max pooling in the forward pass: k x k - 1 per pooled
+    output (whole windows; a padded edge window is counted whole, an upper bound)."""
+    pool = share.layer.pool
+    if pool is None:
+        return 0
+    rows, cols = share.out_rows[1] - share.out_rows[0], share.out_cols[1] - share.out_cols[0]
+    return share.batch * share.kernels * rows * cols * (pool.kernel ** 2 - 1)
+
+
+@lru_cache(maxsize=65536)
+def _forward_cost(work: ConvWork, comparisons: int, config: HardwareConfig) -> PieceCost:
+    """`conv_cost` with the pooling after it: its comparisons count energy (`Action.POOL`);
+    its time is left out (k x k - 1 comparisons an output against the convolution's
+    C x R x S MACs an output: a few percent of the PEs' work at most)."""
+    cost = conv_cost(work, config)
+    if not comparisons:
+        return cost
+    return dataclasses.replace(cost, counts=MappingProxyType({**cost.counts,
+                                                               Action.POOL: comparisons}))
+
+
 def phase_cost(share: Share, phase: Phase, config: HardwareConfig,
                first_layer: bool = False) -> PieceCost:
     """Cost of one phase of a share on one cube.
 
-    The first layer has no error-backward phase: nothing needs E_0.
+    The first layer has no error-backward phase: nothing needs E_0. Max pooling costs
+    its comparisons in the forward pass; its backward pass routes each error to the
+    position that won (a selection, no arithmetic: not counted).
     """
     if phase is Phase.UPDATE:
         return update_piece_cost(share.weights, config)
     if phase is Phase.BACKWARD and first_layer:
         return ZERO_COST
-    return conv_cost(phase_work(forward_piece(share), phase), config)
+    work = phase_work(forward_piece(share), phase)
+    if phase is Phase.FORWARD:
+        return _forward_cost(work, pool_comparisons(share), config)
+    return conv_cost(work, config)
 
 
 def footprint(share: Share, word_bytes: int) -> Footprint:

@@ -24,6 +24,7 @@ class Action(StrEnum):
     DRAM = "dram"  # one DRAM word access (read or write)
     LINK_BIT = "link_bit"  # one bit over one link
     SWITCH_BIT = "switch_bit"  # one bit through one switch
+    POOL = "pool"  # one comparison of max pooling (a float subtraction)
     STATIC_PU_CYCLE = "static_pu_cycle"  # one PU powered for one cycle
 
 
@@ -43,6 +44,8 @@ class EnergyTable:
             Action.DRAM: config.energy_dram_pj,
             Action.LINK_BIT: config.energy_link_pj_per_bit,
             Action.SWITCH_BIT: config.energy_switch_pj_per_bit,
+            # a comparison is a subtraction: a 32-bit float add (Horowitz ISSCC 2014)
+            Action.POOL: config.energy_fp_add_pj,
             Action.STATIC_PU_CYCLE: config.static_power_pu_mw * 1e-3 / config.clock_hz * 1e12,
         }))
 
