@@ -172,5 +172,9 @@ def test_max_pooling_costs_its_comparisons_in_the_forward_pass():
         assert Action.POOL not in phase_cost(share, phase, CONFIG).counts
     unpooled = load_network("vgg_a").layers[2]  # conv3_1: no pooling after it
     assert Action.POOL not in phase_cost(whole_share(unpooled, 4), Phase.FORWARD, CONFIG).counts
+    for column in (("in",), ("in", "batch"), ("spatial", "in"), ("out", "in")):  # members
+        shares = column_shares(layer, 16, column, Hierarchy((2,) * len(column)))
+        pooled = sum(phase_cost(s, Phase.FORWARD, CONFIG).counts[Action.POOL] for s in shares)
+        assert pooled == pytest.approx(16 * 64 * 112 * 112 * 3, rel=1e-12), column
     fc = load_network("sfc").layers[0]
     assert Action.POOL not in phase_cost(whole_share(fc, 4), Phase.FORWARD, CONFIG).counts

@@ -133,18 +133,22 @@ def update_piece_cost(weights: int, config: HardwareConfig) -> PieceCost:
     return cube_cost(pieces, weights, config)
 
 
-def pool_comparisons(share: Share) -> int:
+def pool_comparisons(share: Share) -> float:
     """Comparisons of the share's max pooling in the forward pass: k x k - 1 per pooled
-    output (whole windows; a padded edge window is counted whole, an upper bound)."""
-    pool = share.layer.pool
-    if pool is None:
-        return 0
+    output (whole windows; a padded edge window is counted whole, an upper bound). Members
+    that split the input channels hold partial sums of the same outputs, which are reduced
+    before pooling and pooled a part each: each counts its fraction of the channels, so
+    the members' counts add up to the layer's."""
+    layer = share.layer
+    if layer.pool is None:
+        return 0.0
     rows, cols = share.out_rows[1] - share.out_rows[0], share.out_cols[1] - share.out_cols[0]
-    return share.batch * share.kernels * rows * cols * (pool.kernel ** 2 - 1)
+    outputs = share.batch * share.kernels * rows * cols
+    return outputs * (layer.pool.kernel ** 2 - 1) * share.channels / layer.input.channels
 
 
 @lru_cache(maxsize=65536)
-def _forward_cost(work: ConvWork, comparisons: int, config: HardwareConfig) -> PieceCost:
+def _forward_cost(work: ConvWork, comparisons: float, config: HardwareConfig) -> PieceCost:
     """`conv_cost` with the pooling after it: its comparisons count energy (`Action.POOL`);
     its time is left out (k x k - 1 comparisons an output against the convolution's
     C x R x S MACs an output: a few percent of the PEs' work at most)."""
