@@ -55,11 +55,6 @@ def _paper_pair_costs(layer: Layer, batch: int, prefix: Column, word_bytes: int,
     return own, pair_costs(split, Parallelism.DP, Parallelism.MP, forward_only)[1]
 
 
-def _geometry(layer: Layer) -> Layer:
-    """The layer without its name: layers of the same shape cost the same."""
-    return dataclasses.replace(layer, name="")
-
-
 def _boundary_geometry(producer: Layer, consumer: Layer) -> tuple[Layer, Layer]:
     """What a boundary's bytes depend on: the producer's output side and the consumer's
     input side (`totals.boundary_costs` reads no other channel count), so boundaries that
