@@ -42,7 +42,8 @@ def synthetic_chain(layers: int) -> Network:
 def clear_planner_caches() -> None:
     """Every repeat starts cold: no share, box or boundary cost is remembered."""
     for cached in (traffic._boundary_costs, traffic._paper_share, traffic._paper_pair_costs,
-                   traffic._layout_steps, layout._boxes, shares.level_intervals):
+                   traffic._layout_steps, layout._boxes, shares.level_intervals,
+                   shares._fitting_columns, shares.Columns.of):
         cached.cache_clear()
 
 

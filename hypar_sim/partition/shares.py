@@ -54,6 +54,30 @@ def fits(sizes: dict[Dim, int], column: Column, hierarchy: Hierarchy) -> bool:
     return True
 
 
+def offered_columns(layer: Layer, batch: int, hierarchy: Hierarchy,
+                    kinds: Sequence[str]) -> tuple[Column, ...]:
+    """Every column of `kinds` that `offered` accepts, in `itertools.product` order (top
+    level slowest); cached by the layer's extents."""
+    return _fitting_columns(tuple(extents(layer, batch).items()), hierarchy, tuple(kinds))
+
+
+@lru_cache(maxsize=4096)
+def _fitting_columns(sizes: tuple[tuple[Dim, int], ...], hierarchy: Hierarchy,
+                     kinds: tuple[str, ...]) -> tuple[Column, ...]:
+    """`fits` for every column of `kinds` at once: prefixes grown a level at a time, a kind
+    kept where its dimension still has at least the level's size of indices per part."""
+    dims = [KINDS[kind].dim for kind in kinds]
+    extent = np.array([dict(sizes).get(dim, 0) for dim in dims], dtype=np.int64)
+    same = np.array([[a is b for b in dims] for a in dims])  # kinds splitting one dimension
+    chosen = np.zeros((1, 0), dtype=np.int64)  # the prefixes, as kind numbers
+    parts = np.ones((1, len(kinds)), dtype=np.int64)  # each prefix's parts of each kind's dim
+    for size in hierarchy.sizes:
+        prefix, kind = np.nonzero(extent // parts >= size)  # prefix order, then kind order
+        chosen = np.column_stack([chosen[prefix], kind])
+        parts = parts[prefix] * np.where(same[kind], size, 1)
+    return tuple(tuple(kinds[k] for k in row) for row in chosen.tolist())
+
+
 def member_intervals(total: int, column: Column, hierarchy: Hierarchy, dim: Dim) -> np.ndarray:
     """[members, 2] start and stop of every member's part of `dim` (`total` long); cached,
     read-only."""
@@ -90,9 +114,17 @@ class Columns:
 
     def __init__(self, columns: Sequence[Column], levels: int) -> None:
         self.columns = tuple(columns)
-        self.dims = np.array([[DIMS.index(KINDS[kind].dim) for kind in column]
-                              for column in self.columns], dtype=np.int64).reshape(
-            len(self.columns), levels)
+        position = {name: DIMS.index(kind.dim) for name, kind in KINDS.items()}
+        self.dims = np.array([[position[kind] for kind in column] for column in self.columns],
+                             dtype=np.int64).reshape(len(self.columns), levels)
+        self._parts: dict[tuple[int, Hierarchy, Dim], np.ndarray] = {}
+
+    @staticmethod
+    @lru_cache(maxsize=16)
+    def of(columns: tuple[Column, ...], levels: int) -> Columns:
+        """The (cached) `Columns` of `columns`: a search costs the same lists of columns at
+        many layers, and their parts are kept (read-only)."""
+        return Columns(columns, levels)
 
     def __len__(self) -> int:
         return len(self.columns)
@@ -105,13 +137,30 @@ class Columns:
         return (np.where(wanted, self.dims + 1, 0) * weights).sum(axis=1)
 
     def parts(self, total: int, hierarchy: Hierarchy, dim: Dim) -> np.ndarray:
-        """[columns, members, 2] every column's `member_intervals` of `dim`."""
-        bits = (self.dims == DIMS.index(dim)) @ (1 << np.arange(self.dims.shape[1]))
+        """[columns, members, 2] every column's `member_intervals` of `dim` (each distinct
+        set of splitting levels computed once, all at a time)."""
+        key = (total, hierarchy, dim)
+        if key not in self._parts:
+            self._parts[key] = self._split(total, hierarchy, dim)
+            self._parts[key].flags.writeable = False
+        return self._parts[key]
+
+    def _split(self, total: int, hierarchy: Hierarchy, dim: Dim) -> np.ndarray:
+        levels = self.dims.shape[1]
+        bits = (self.dims == DIMS.index(dim)) @ (1 << np.arange(levels))
         unique, inverse = np.unique(bits, return_inverse=True)
-        stacked = np.stack([level_intervals(
-            total, tuple(h for h in range(self.dims.shape[1]) if b >> h & 1), hierarchy)
-            for b in unique.tolist()])
-        return stacked[inverse.reshape(-1)]
+        members = np.arange(hierarchy.members)
+        index = np.zeros((len(unique), hierarchy.members), dtype=np.int64)
+        parts = np.ones((len(unique), 1), dtype=np.int64)
+        for h, (stride, size) in enumerate(zip(hierarchy.strides, hierarchy.sizes,
+                                               strict=True)):
+            splits = (unique[:, None] >> h & 1).astype(bool)  # top level first, as a number
+            index = np.where(splits, index * size + (members // stride) % size, index)
+            parts = np.where(splits, parts * size, parts)
+        base, extra = np.divmod(total, parts)
+        start = index * base + np.minimum(index, extra)
+        stop = start + base + (index < extra)
+        return np.stack([start, stop], axis=-1)[inverse.reshape(-1)]
 
     def boxes(self, layer: Layer, batch: int, hierarchy: Hierarchy,
               dims: Iterable[Dim] | None = None) -> dict[Dim, np.ndarray]:

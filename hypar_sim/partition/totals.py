@@ -36,7 +36,6 @@ import numpy as np
 
 from hypar_sim.partition.hierarchy import Hierarchy
 from hypar_sim.partition.kinds import Dim
-from hypar_sim.partition.layout import flat_boxes
 from hypar_sim.partition.operators import OPERATORS
 from hypar_sim.partition.shares import (
     DIMS,
@@ -66,7 +65,7 @@ def own_costs(layer: Layer, batch: int, columns: Sequence[Column], hierarchy: Hi
     `forward_only` (inference), the last layer's partial outputs alone."""
     if not columns:
         return np.zeros(0)
-    parts = Columns(columns, hierarchy.levels).boxes(layer, batch, hierarchy)
+    parts = Columns.of(tuple(columns), hierarchy.levels).boxes(layer, batch, hierarchy)
     out = layer.output
     held = (_lengths(parts[Dim.K]) * _lengths(parts[Dim.C])).sum(axis=1)
     costs = 2 * (held - out.channels * layer.input.channels) * layer.kernel ** 2
@@ -93,6 +92,9 @@ class _Reads:
             for dim, axis in ((Dim.P, "rows"), (Dim.Q, "cols")):
                 axes.append(input_spans(consumer, conv_spans(consumer, parts[dim], axis), axis))
         self.axes = axes  # each [columns, members, 2]
+        #: Whether members' reads along an axis may overlap (a conv's halo rows and columns;
+        #: overlapping pooling windows): along the others, different parts are disjoint.
+        self.halo = [False, False] + [True] * (len(axes) - 2)
 
     def volumes(self) -> np.ndarray:
         """sum_a |W_a| per column."""
@@ -116,7 +118,8 @@ def boundary_costs(producer: Layer, consumer: Layer, batch: int,
     shape = (batch, out.channels, out.height, out.width)
     total = float(np.prod(shape))
     pooled = producer.conv_output.size / out.size
-    made, read = Columns(producer_columns, hierarchy.levels), Columns(columns, hierarchy.levels)
+    made = Columns.of(tuple(producer_columns), hierarchy.levels)
+    read = Columns.of(tuple(columns), hierarchy.levels)
     reads = _Reads(consumer, batch, read, hierarchy)
     if reads.flat:
         read_box = np.array([[0, batch], [0, out.channels], [0, out.height], [0, out.width]])
@@ -141,102 +144,178 @@ def boundary_costs(producer: Layer, consumer: Layer, batch: int,
     return result * word_bytes
 
 
-def _first_of_each(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(index of the first entry of each distinct code, each entry's distinct-code number)."""
-    _, first, inverse = np.unique(codes, return_index=True, return_inverse=True)
-    return first, inverse.reshape(-1)
-
-
 def _union_matrix(held: np.ndarray, reads: _Reads, made: Columns, read: Columns,
                   hierarchy: Hierarchy, space: tuple[int, int, int],
                   reductions: frozenset[Dim]) -> np.ndarray:
     """U for every pair of columns. Producer members with the same coordinates outside the
     producer's partial levels (kinds that split one of the `reductions` of its output, see
-    `operators`) hold the same box: a group. Along each axis, the group's factor depends on
-    the producer column only through (its levels splitting that axis's dimension, its
-    partial levels), and on the consumer column only through its levels splitting the
-    consumer's dimension there: each distinct factor is computed once, and U is assembled
-    by one batched matrix product per group class (`_contract`)."""
-    axes = [({Dim.N}, Dim.N), ({Dim.K, Dim.P, Dim.Q}, Dim.C)] if reads.flat else \
-        [({produced}, needed) for produced, needed in _CONV_AXES]
-    members = np.arange(hierarchy.members)
-    partial = made.code(reductions)
-    consumer_keys = [_first_of_each(read.code({needed})) for _, needed in axes]
-    producer_codes = [made.code(produced) for produced, _ in axes]
-    reduction_dims = [DIMS.index(d) for d in reductions]
-    result = np.zeros((len(made), len(read)))
-    for code in np.unique(partial):
-        rows = np.nonzero(partial == code)[0]
-        fixed = members.copy()
-        for h in range(hierarchy.levels):
-            if made.dims[rows[0], h] in reduction_dims:
-                fixed -= ((members // hierarchy.strides[h]) % hierarchy.sizes[h]) \
-                    * hierarchy.strides[h]
-        firsts, group_of = np.unique(fixed, return_inverse=True)
-        order = np.argsort(group_of, kind="stable")
-        starts = np.searchsorted(group_of[order], np.arange(len(firsts)))
-        first_member = order[starts]
-        parts = []  # per axis varying with a column: ([rows or 1, consumer keys, groups], keys)
-        common = np.ones(len(firsts))  # factors that vary with neither column
-        for axis in range(len(axes)):
-            q_rep, q_index = consumer_keys[axis]
-            intervals = reads.axes[axis][q_rep]
-            p_first, p_index = _first_of_each(producer_codes[axis][rows])
-            owns = held[rows[p_first]][:, first_member]  # [keys, G, 4, 2]
-            if reads.flat and axis == 1:
-                factors = _axis_factors(intervals, owns[:, :, 1:], order, starts, space)
-            else:
-                factors = _axis_factors(intervals, owns[:, :, axis], order, starts, None)
-            if factors.shape[:2] == (1, 1):
-                common *= factors[0, 0]
-            else:
-                parts.append((factors[p_index] if len(p_first) > 1 else factors, q_index))
-        result[rows] = _contract(parts, common, len(read))
+    `operators`) hold the same box: a group G, and U = sum_G prod_axis f(G, axis), f the
+    measure of G's box inside the union of its members' reads along the axis
+    (`_axis_factors`, a slot per member number: a group sits in its first member's slot),
+    assembled by one batched matrix product (`_contract`)."""
+    axes = [((Dim.N,), Dim.N), ((Dim.K, Dim.P, Dim.Q), Dim.C)] if reads.flat else \
+        [((produced,), needed) for produced, needed in _CONV_AXES]
+    grid = _Grid(hierarchy, _level_bits(made.dims, [DIMS.index(d) for d in reductions]))
+    per_row = np.ones((1, hierarchy.members))  # factors that vary with the producer alone
+    parts = []
+    for x, (produced, needed) in enumerate(axes):
+        factors, p_index, q_index = _axis_factors(
+            grid, held, reads.axes[x], made, read, produced, needed,
+            space if reads.flat and x == 1 else None, reads.halo[x])
+        if factors.shape[1] == 1:
+            per_row = per_row * factors[p_index, 0]
+        else:
+            parts.append((factors, p_index, q_index))
+    return _contract(parts, np.broadcast_to(per_row, (len(made), hierarchy.members)),
+                     len(read))
+
+
+def _contract(parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]], per_row: np.ndarray,
+              columns: int) -> np.ndarray:
+    """sum over slots g of per_row[p, g] * prod_axis factors[key(p), key(q), g] for every
+    producer column p and consumer column q (`parts`: factors [producer keys, consumer keys,
+    slots] and each column's keys), as one batched matrix product: the axis with the most
+    consumer keys on one side, the others multiplied on the distinct key tuples the
+    consumer columns use. The entries are whole numbers below 2**53: any order of sums is
+    exact."""
+    if not parts:
+        return np.repeat(per_row.sum(axis=1, keepdims=True), columns, axis=1)
+    parts = sorted(parts, key=lambda part: part[0].shape[1])
+    right, right_rows, right_index = parts.pop()
+    right = (right[right_rows] * per_row[:, None, :]).transpose(0, 2, 1)  # [p, slots, keys]
+    if not parts:
+        return right.sum(axis=1)[:, right_index]
+    codes = np.zeros(columns, dtype=np.int64)
+    for factors, _, index in parts:
+        codes = codes * factors.shape[1] + index
+    _, first, tuple_of = np.unique(codes, return_index=True, return_inverse=True)
+    tuple_of = tuple_of.reshape(-1)
+    keys = [index[first] for _, _, index in parts]
+    rows = len(right)
+    result = np.empty((rows, columns))
+    step = max(1, _CHUNK_ENTRIES // (len(first) * right.shape[1]))
+    for start in range(0, rows, step):  # in blocks of rows that stay in the CPU's cache
+        block = slice(start, start + step)
+        left = parts[0][0][parts[0][1][block, None], keys[0][None, :]]  # [p, tuples, slots]
+        for (factors, p_index, _), key in zip(parts[1:], keys[1:], strict=True):
+            left *= factors[p_index[block, None], key[None, :]]
+        result[block] = np.matmul(left, right[block])[:, tuple_of, right_index]
     return result
 
 
-def _contract(parts: list[tuple[np.ndarray, np.ndarray]], common: np.ndarray,
-              columns: int) -> np.ndarray:
-    """sum over groups g of common[g] * prod_axis part[p, key(q), g], for every producer row p
-    and consumer column q, as one batched matrix product: the axis with the most consumer
-    keys on one side, the others multiplied on the distinct key tuples the columns use. The
-    entries are whole numbers below 2**53, so any order of sums is exact."""
-    if not parts:
-        return np.full((1, columns), common.sum())
-    parts = sorted(parts, key=lambda part: part[0].shape[1])
-    right, right_index = parts.pop()
-    left = common[None, None, :]
-    if parts:
-        codes = np.zeros(columns, dtype=np.int64)
-        for part, index in parts:
-            codes = codes * part.shape[1] + index
-        _, first, tuple_of = np.unique(codes, return_index=True, return_inverse=True)
-        for part, index in parts:
-            left = left * part[:, index[first]]
-        tuple_of = tuple_of.reshape(-1)
-    else:
-        tuple_of = np.zeros(columns, dtype=np.int64)
-    return np.matmul(left, right.transpose(0, 2, 1))[:, tuple_of, right_index]
+#: Entries of the left factor computed at once (256 KiB of float64).
+_CHUNK_ENTRIES = 32768
 
 
-def _axis_factors(intervals: np.ndarray, owns: np.ndarray, order: np.ndarray,
-                  starts: np.ndarray, space: tuple[int, int, int] | None) -> np.ndarray:
-    """[producer keys, consumer keys, groups]: the measure of each group's own part (`owns`
-    [keys, groups, 2], or [keys, groups, 3, 2] boxes of the flattened axis when `space` is
-    given) inside the union of the group members' intervals [consumer keys, members, 2]."""
-    if space is None and len(starts) == intervals.shape[1]:  # every group one member
-        return _overlap(owns[:, None], intervals[None, :][:, :, order])
-    ends = [intervals.reshape(-1)] if space is not None else [intervals.reshape(-1),
-                                                              owns.reshape(-1)]
-    edges = np.unique(np.concatenate(ends))
-    lo, hi = edges[:-1], edges[1:]
-    covered = (intervals[..., 0:1] <= lo) & (intervals[..., 1:2] >= hi)  # [q, M, atoms]
-    union = np.logical_or.reduceat(covered[:, order], starts, axis=1).astype(np.float64)
+def _level_bits(dims: np.ndarray, wanted: Sequence[int]) -> np.ndarray:
+    """[columns] a bit per level (bit h: level h), set where the column's dimension there
+    (`dims`, positions in `DIMS`) is one of `wanted`."""
+    return np.isin(dims, wanted) @ (1 << np.arange(dims.shape[1], dtype=np.int64))
+
+
+def _numbered(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(index of the first of each distinct code, each code's number in sorted order)."""
+    _, first, inverse = np.unique(codes, return_index=True, return_inverse=True)
+    return first, inverse.reshape(-1)
+
+
+class _Grid:
+    """The members' coordinates, and the group classes: producer columns with the same
+    partial levels (`partial`, bit masks); in class c, member a's group is numbered by its
+    first member, a with its coordinates at c's levels set to 0."""
+
+    def __init__(self, hierarchy: Hierarchy, partial: np.ndarray) -> None:
+        self.members = np.arange(hierarchy.members)
+        strides = np.array(hierarchy.strides, dtype=np.int64)
+        coords = (self.members[:, None] // strides) % np.array(hierarchy.sizes, dtype=np.int64)
+        self.place = coords * strides  # [M, L]: what each coordinate adds to the number
+        self.bits = 1 << np.arange(hierarchy.levels, dtype=np.int64)
+        self.off_zero = (coords > 0) @ self.bits  # [M] levels where a coordinate is not 0
+        self.classes, class_of = np.unique(partial, return_inverse=True)
+        self.class_of = class_of.reshape(-1)
+        self.group = self.zeroed(self.classes)  # [classes, M]
+
+    def zeroed(self, levels: np.ndarray) -> np.ndarray:
+        """[..., M] every member with its coordinates at the levels of `levels` (bit masks,
+        any shape) set to 0."""
+        on = (levels[..., None] & self.bits) > 0  # [..., L]
+        return self.members - (on[..., None, :] * self.place).sum(axis=-1)
+
+
+def _axis_factors(grid: _Grid, held: np.ndarray, reads: np.ndarray, made: Columns,
+                  read: Columns, produced: Sequence[Dim], needed: Dim,
+                  space: tuple[int, int, int] | None, halo: bool
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(factors [producer keys, consumer keys, slot], each producer column's key, each
+    consumer column's key) along one axis: f(G) = |B_G & union_{a in G} W_a| in the slot
+    of G's first member (0 in the other slots), for B the producer's boxes `held`
+    [columns, M, 4, 2] (along the axis: N, K, P or Q; for the flattened axis of an fc
+    consumer, (K, P, Q) boxes in `space`) and W the consumer's `reads` [columns, M, 2].
+
+    G's members differ only at its class's partial levels c. W_a varies along the axis
+    with the coordinates at the levels l where the consumer splits the axis's dimension:
+    the distinct W_a of G are those of its members whose coordinates at c - l are 0 (its
+    representatives), disjoint along a `halo`-free axis; along one with halos each is
+    clipped to what the representatives before it (by start) do not cover (`_clipped`).
+    So f(G) is the sum over G's representatives of |B_G & W_a|."""
+    wanted = [DIMS.index(d) for d in produced]
+    code = (np.where(np.isin(made.dims, wanted), made.dims + 1, 0)
+            * (len(DIMS) + 1) ** np.arange(made.dims.shape[1])).sum(axis=1)
+    _, code = np.unique(code, return_inverse=True)
+    p_first, p_index = _numbered(grid.class_of * (int(code.max()) + 1) + code.reshape(-1))
+    split_of = _level_bits(read.dims, [DIMS.index(needed)])
+    q_first, q_index = _numbered(split_of)
+    split = split_of[q_first][None, :]  # [1, consumer keys] against every class
+    p_class = grid.class_of[p_first]
+    classes = grid.classes[:, None]
+    needs = reads[q_first][None]  # [1, consumer keys, M, 2]
+    if halo:  # [p keys, q keys, M, 2]
+        needs = _clipped(needs, grid.zeroed(classes & split))[p_class]
     if space is None:
-        inside = _overlap(owns[:, :, None, :], np.stack([lo, hi], axis=1)[None, None])
-    else:  # elements of each (channel, row, col) box in each atom of the flat axis
-        inside = np.zeros((*owns.shape[:2], len(lo)))
-        for atom, (a, b) in enumerate(zip(lo, hi, strict=True)):
-            for box in flat_boxes(int(a), int(b), space):
-                inside[..., atom] += np.prod(_overlap(owns, np.array(box)), axis=-1)
-    return np.einsum("qga,pga->pqg", union, inside)
+        inside = _overlap(held[p_first][:, None, :, _AXIS[produced[0]]], needs)
+    else:
+        boxes = held[p_first][:, None, :, 1:]  # [p keys, 1, M, 3, 2]
+        inside = _flat_count(boxes, needs[..., 1], space) - _flat_count(boxes, needs[..., 0],
+                                                                          space)
+    single = (grid.off_zero & (classes & ~split)[..., None]) == 0  # [classes, q keys, M]
+    inside = inside * single[p_class]  # [p keys, q keys, M]
+    members = len(grid.members)
+    slot = grid.group[p_class][:, None, :] + members * np.arange(
+        inside.shape[0] * inside.shape[1]).reshape(inside.shape[:2])[..., None]
+    factors = np.bincount(slot.reshape(-1), inside.reshape(-1), inside.size)
+    return factors.reshape(inside.shape), p_index, q_index
+
+
+#: Where each producer output dimension sits along `held`'s third axis.
+_AXIS = {produced: x for x, (produced, _) in enumerate(_CONV_AXES)}
+
+
+def _clipped(intervals: np.ndarray, groups: np.ndarray) -> np.ndarray:
+    """[..., M, 2] each interval of `intervals` [..., M, 2] less what the intervals of its
+    group (`groups` [..., M], broadcast) that start before it cover: disjoint intervals
+    with the same union in each group (a sweep by start)."""
+    groups = np.broadcast_to(groups, np.broadcast_shapes(groups.shape, intervals.shape[:-1]))
+    shift = groups * (int(intervals.max(initial=0)) + 1)
+    start, stop = intervals[..., 0] + shift, intervals[..., 1] + shift
+    order = np.argsort(start, axis=-1, kind="stable")
+    start = np.take_along_axis(start, order, axis=-1)
+    stop = np.take_along_axis(stop, order, axis=-1)
+    covered = np.maximum.accumulate(stop, axis=-1)
+    before = np.concatenate([np.full(start.shape[:-1] + (1,), -1), covered[..., :-1]], axis=-1)
+    back = np.argsort(order, axis=-1)
+    pieces = [np.take_along_axis(np.maximum(end, before), back, axis=-1) - shift
+              for end in (start, stop)]
+    return np.stack(pieces, axis=-1)
+
+
+def _flat_count(boxes: np.ndarray, flat: np.ndarray, space: tuple[int, int, int]) -> np.ndarray:
+    """Elements of each (channel, row, column) box of `boxes` [..., 3, 2] whose flat index
+    in a C-order array of `space` is below `flat` [...] (broadcast)."""
+    _, height, width = space
+    channel, rest = np.divmod(flat, height * width)
+    row, col = np.divmod(rest, width)
+    (c0, c1), (r0, r1), (s0, s1) = (np.moveaxis(boxes[..., d, :], -1, 0) for d in range(3))
+    full_rows = np.clip(row - r0, 0, r1 - r0) * (s1 - s0) \
+        + ((r0 <= row) & (row < r1)) * np.clip(col - s0, 0, s1 - s0)
+    return np.clip(channel - c0, 0, c1 - c0) * (r1 - r0) * (s1 - s0) \
+        + ((c0 <= channel) & (channel < c1)) * full_rows

@@ -140,6 +140,10 @@ class Estimator:
     def offered(self, layer: Layer, batch: int, column: Column, hierarchy: Hierarchy) -> bool:
         return self.model.offered(layer, batch, column, hierarchy)
 
+    def offered_columns(self, layer: Layer, batch: int, hierarchy: Hierarchy,
+                        kinds: Sequence[str]) -> Sequence[Column]:
+        return self.model.offered_columns(layer, batch, hierarchy, kinds)
+
     # -- the planner's interface ---------------------------------------------------------
 
     def own_costs(self, layer: Layer, batch: int, columns: Sequence[Column],

@@ -86,6 +86,10 @@ class MemoryPrice:
     def offered(self, layer: Layer, batch: int, column: Column, hierarchy: Hierarchy) -> bool:
         return self.costs.offered(layer, batch, column, hierarchy)
 
+    def offered_columns(self, layer: Layer, batch: int, hierarchy: Hierarchy,
+                        kinds: Sequence[str]) -> Sequence[Column]:
+        return self.costs.offered_columns(layer, batch, hierarchy, kinds)
+
     def own_costs(self, layer: Layer, batch: int, columns: Sequence[Column],
                   hierarchy: Hierarchy, word_bytes: int, last: bool) -> np.ndarray:
         spread = self.members / hierarchy.members

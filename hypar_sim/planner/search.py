@@ -163,8 +163,7 @@ def all_columns(model: TrafficModel, layer: Layer, batch: int, hierarchy: Hierar
     key = (layer, batch, hierarchy, tuple(kinds))
     if cache is not None and key in cache:
         return cache[key]
-    columns = [column for column in itertools.product(kinds, repeat=hierarchy.levels)
-               if model.offered(layer, batch, column, hierarchy)]
+    columns = list(model.offered_columns(layer, batch, hierarchy, kinds))
     if not columns:
         raise _no_kind(layer, kinds, f"on hierarchy {hierarchy}")
     if cache is not None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import itertools
 import math
 from collections.abc import Sequence
 from functools import lru_cache
@@ -146,6 +147,12 @@ class PaperTraffic(_Phased):
         that does not divide is refused when the plan is evaluated)."""
         return _PAPER_KINDS.keys() >= set(column)
 
+    def offered_columns(self, layer: Layer, batch: int, hierarchy: Hierarchy,
+                        kinds: Sequence[str]) -> list[Column]:
+        """Every column of `kinds` `offered` accepts (`itertools.product` order)."""
+        return [column for column in itertools.product(kinds, repeat=hierarchy.levels)
+                if self.offered(layer, batch, column, hierarchy)]
+
     def member_shares(self, layer: Layer, batch: int, column: Column,
                       hierarchy: Hierarchy) -> list[Share]:
         """Every member holds the same share: the batch and input-channel fractions after
@@ -259,6 +266,11 @@ class LayoutTraffic(_Phased):
 
     def offered(self, layer: Layer, batch: int, column: Column, hierarchy: Hierarchy) -> bool:
         return shares.offered(layer, batch, column, hierarchy)
+
+    def offered_columns(self, layer: Layer, batch: int, hierarchy: Hierarchy,
+                        kinds: Sequence[str]) -> tuple[Column, ...]:
+        """Every column of `kinds` `offered` accepts (`itertools.product` order)."""
+        return shares.offered_columns(layer, batch, hierarchy, kinds)
 
     def member_shares(self, layer: Layer, batch: int, column: Column,
                       hierarchy: Hierarchy) -> list[Share]:
