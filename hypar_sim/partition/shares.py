@@ -17,7 +17,7 @@ compute one pre-pooling row twice.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -75,7 +75,8 @@ def _fitting_columns(sizes: tuple[tuple[Dim, int], ...], hierarchy: Hierarchy,
         prefix, kind = np.nonzero(extent // parts >= size)  # prefix order, then kind order
         chosen = np.column_stack([chosen[prefix], kind])
         parts = parts[prefix] * np.where(same[kind], size, 1)
-    return tuple(tuple(kinds[k] for k in row) for row in chosen.tolist())
+    names = np.array(kinds, dtype=object)
+    return tuple(map(tuple, names[chosen].tolist()))
 
 
 def member_intervals(total: int, column: Column, hierarchy: Hierarchy, dim: Dim) -> np.ndarray:
@@ -117,7 +118,7 @@ class Columns:
         position = {name: DIMS.index(kind.dim) for name, kind in KINDS.items()}
         self.dims = np.array([[position[kind] for kind in column] for column in self.columns],
                              dtype=np.int64).reshape(len(self.columns), levels)
-        self._parts: dict[tuple[int, Hierarchy, Dim], np.ndarray] = {}
+        self._kept: dict[tuple, object] = {}  # see `kept`
 
     @staticmethod
     @lru_cache(maxsize=16)
@@ -129,21 +130,38 @@ class Columns:
     def __len__(self) -> int:
         return len(self.columns)
 
-    def code(self, dims: Iterable[Dim]) -> np.ndarray:
-        """[columns] a number per column that names the levels splitting one of `dims` and
-        the dimension split at each: equal numbers, equal (level, dimension) lists."""
-        wanted = np.isin(self.dims, [DIMS.index(d) for d in dims])
-        weights = (len(DIMS) + 1) ** np.arange(self.dims.shape[1], dtype=np.int64)
-        return (np.where(wanted, self.dims + 1, 0) * weights).sum(axis=1)
+    def kept(self, key: tuple, make: Callable[[], object]):
+        """`make()`, made once per `key` for these columns (what the costs of many layers
+        share: parts, numbers, groups); the caller keeps it read-only."""
+        if key not in self._kept:
+            self._kept[key] = make()
+        return self._kept[key]
+
+    def split_bits(self, dims: tuple[Dim, ...]) -> np.ndarray:
+        """[columns] bit h set where the column splits one of `dims` at level h (kept)."""
+        def make() -> np.ndarray:
+            wanted = np.isin(self.dims, [DIMS.index(d) for d in dims])
+            return wanted @ (1 << np.arange(self.dims.shape[1], dtype=np.int64))
+        return self.kept(("bits", dims), make)
+
+    def numbered(self, dims: tuple[Dim, ...]) -> np.ndarray:
+        """[columns] 0, 1, ...: equal numbers for equal lists of (level, dimension) splits of
+        `dims` (kept)."""
+        def make() -> np.ndarray:
+            wanted = np.isin(self.dims, [DIMS.index(d) for d in dims])
+            digits = (len(DIMS) + 1) ** np.arange(self.dims.shape[1], dtype=np.int64)
+            code = (np.where(wanted, self.dims + 1, 0) * digits).sum(axis=1)
+            return np.unique(code, return_inverse=True)[1].reshape(-1)
+        return self.kept(("numbered", dims), make)
 
     def parts(self, total: int, hierarchy: Hierarchy, dim: Dim) -> np.ndarray:
         """[columns, members, 2] every column's `member_intervals` of `dim` (each distinct
-        set of splitting levels computed once, all at a time)."""
-        key = (total, hierarchy, dim)
-        if key not in self._parts:
-            self._parts[key] = self._split(total, hierarchy, dim)
-            self._parts[key].flags.writeable = False
-        return self._parts[key]
+        set of splitting levels computed once, all at a time; kept, read-only)."""
+        def make() -> np.ndarray:
+            parts = self._split(total, hierarchy, dim)
+            parts.flags.writeable = False
+            return parts
+        return self.kept(("parts", total, hierarchy, dim), make)
 
     def _split(self, total: int, hierarchy: Hierarchy, dim: Dim) -> np.ndarray:
         levels = self.dims.shape[1]

@@ -38,7 +38,6 @@ from hypar_sim.partition.hierarchy import Hierarchy
 from hypar_sim.partition.kinds import Dim
 from hypar_sim.partition.operators import OPERATORS
 from hypar_sim.partition.shares import (
-    DIMS,
     Column,
     Columns,
     conv_spans,
@@ -137,11 +136,16 @@ def boundary_costs(producer: Layer, consumer: Layer, batch: int,
     union = _union_matrix(held, reads, made, read, hierarchy, shape[1:],
                           dims.reductions(dims.output))
     if forward_only:
-        result = (pooled * (computed - total))[:, None] + reads.volumes()[None, :] - union
+        producer_side, consumer_side = pooled * (computed - total), reads.volumes()
     else:
-        result = (pooled * (computed - total) + in_reads)[:, None] \
-            + (2 * reads.volumes() - read_total)[None, :] - 2 * union
-    return result * word_bytes
+        producer_side = pooled * (computed - total) + in_reads
+        consumer_side = 2 * reads.volumes() - read_total
+        union *= 2
+    union *= -1  # in place (a fresh [p, q] matrix); + 0.0 below turns -0.0 into 0.0
+    union += producer_side[:, None]
+    union += consumer_side[None, :]
+    union *= word_bytes
+    return union
 
 
 def _union_matrix(held: np.ndarray, reads: _Reads, made: Columns, read: Columns,
@@ -155,13 +159,15 @@ def _union_matrix(held: np.ndarray, reads: _Reads, made: Columns, read: Columns,
     assembled by one batched matrix product (`_contract`)."""
     axes = [((Dim.N,), Dim.N), ((Dim.K, Dim.P, Dim.Q), Dim.C)] if reads.flat else \
         [((produced,), needed) for produced, needed in _CONV_AXES]
-    grid = _Grid(hierarchy, _level_bits(made.dims, [DIMS.index(d) for d in reductions]))
+    reduced = tuple(sorted(reductions))
+    grid = made.kept(("grid", hierarchy, reduced),
+                     lambda: _Grid(hierarchy, made.split_bits(reduced)))
     per_row = np.ones((1, hierarchy.members))  # factors that vary with the producer alone
     parts = []
     for x, (produced, needed) in enumerate(axes):
         factors, p_index, q_index = _axis_factors(
             grid, held, reads.axes[x], made, read, produced, needed,
-            space if reads.flat and x == 1 else None, reads.halo[x])
+            space if reads.flat and x == 1 and space[1:] != (1, 1) else None, reads.halo[x])
         if factors.shape[1] == 1:
             per_row = per_row * factors[p_index, 0]
         else:
@@ -196,21 +202,15 @@ def _contract(parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]], per_row: n
     step = max(1, _CHUNK_ENTRIES // (len(first) * right.shape[1]))
     for start in range(0, rows, step):  # in blocks of rows that stay in the CPU's cache
         block = slice(start, start + step)
-        left = parts[0][0][parts[0][1][block, None], keys[0][None, :]]  # [p, tuples, slots]
+        left = parts[0][0][parts[0][1][block]][:, keys[0]]  # [p, tuples, slots]
         for (factors, p_index, _), key in zip(parts[1:], keys[1:], strict=True):
-            left *= factors[p_index[block, None], key[None, :]]
+            left *= factors[p_index[block]][:, key]
         result[block] = np.matmul(left, right[block])[:, tuple_of, right_index]
     return result
 
 
 #: Entries of the left factor computed at once (256 KiB of float64).
 _CHUNK_ENTRIES = 32768
-
-
-def _level_bits(dims: np.ndarray, wanted: Sequence[int]) -> np.ndarray:
-    """[columns] a bit per level (bit h: level h), set where the column's dimension there
-    (`dims`, positions in `DIMS`) is one of `wanted`."""
-    return np.isin(dims, wanted) @ (1 << np.arange(dims.shape[1], dtype=np.int64))
 
 
 def _numbered(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -250,7 +250,8 @@ def _axis_factors(grid: _Grid, held: np.ndarray, reads: np.ndarray, made: Column
     consumer column's key) along one axis: f(G) = |B_G & union_{a in G} W_a| in the slot
     of G's first member (0 in the other slots), for B the producer's boxes `held`
     [columns, M, 4, 2] (along the axis: N, K, P or Q; for the flattened axis of an fc
-    consumer, (K, P, Q) boxes in `space`) and W the consumer's `reads` [columns, M, 2].
+    consumer, (K, P, Q) boxes in `space`, or K alone without a `space`: a 1 x 1 map) and W
+    the consumer's `reads` [columns, M, 2].
 
     G's members differ only at its class's partial levels c. W_a varies along the axis
     with the coordinates at the levels l where the consumer splits the axis's dimension:
@@ -258,19 +259,23 @@ def _axis_factors(grid: _Grid, held: np.ndarray, reads: np.ndarray, made: Column
     representatives), disjoint along a `halo`-free axis; along one with halos each is
     clipped to what the representatives before it (by start) do not cover (`_clipped`).
     So f(G) is the sum over G's representatives of |B_G & W_a|."""
-    wanted = [DIMS.index(d) for d in produced]
-    code = (np.where(np.isin(made.dims, wanted), made.dims + 1, 0)
-            * (len(DIMS) + 1) ** np.arange(made.dims.shape[1])).sum(axis=1)
-    _, code = np.unique(code, return_inverse=True)
-    p_first, p_index = _numbered(grid.class_of * (int(code.max()) + 1) + code.reshape(-1))
-    split_of = _level_bits(read.dims, [DIMS.index(needed)])
-    q_first, q_index = _numbered(split_of)
+    def producer_keys() -> tuple[np.ndarray, np.ndarray]:
+        code = made.numbered(tuple(produced))
+        return _numbered(grid.class_of * (int(code.max()) + 1) + code)
+
+    p_first, p_index = made.kept(("keys", grid, tuple(produced)), producer_keys)
+    split_of = read.split_bits((needed,))
+    q_first, q_index = read.kept(("numbered bits", needed), lambda: _numbered(split_of))
     split = split_of[q_first][None, :]  # [1, consumer keys] against every class
     p_class = grid.class_of[p_first]
     classes = grid.classes[:, None]
     needs = reads[q_first][None]  # [1, consumer keys, M, 2]
-    if halo:  # [p keys, q keys, M, 2]
-        needs = _clipped(needs, grid.zeroed(classes & split))[p_class]
+    if halo:  # clipped within each distinct (levels a group unites, consumer key)
+        keys = len(q_first)
+        unite = (classes & split) * keys + np.arange(keys)  # [classes, consumer keys]
+        pairs, pair_of = np.unique(unite, return_inverse=True)
+        clipped = _clipped(needs[0][pairs % keys], grid.zeroed(pairs // keys))
+        needs = clipped[pair_of.reshape(unite.shape)[p_class]]  # [p keys, q keys, M, 2]
     if space is None:
         inside = _overlap(held[p_first][:, None, :, _AXIS[produced[0]]], needs)
     else:
