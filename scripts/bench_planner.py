@@ -90,8 +90,8 @@ def main() -> None:
     report("planner, VGG-E at 4 levels (paper)", vgg_s, 5e-3)
     report("planner, 1000-layer chain at 10 levels (paper)", chain_s, 1.0)
     report("joint search, VGG-E, 4 kinds, 4 levels (layout)", joint_s, 50e-3)
-    print(f"{'  the whole plan (+ its traffic recomputed':<44} {plan_s * 1e3:9.3f} ms  (no target: "
-          "the search, then the layouts' transfers and the memory check)")
+    print(f"{'  the whole plan (search, traffic, memory)':<44} {plan_s * 1e3:9.3f} ms  (no target: "
+          "the plan's traffic recomputed from its layouts, its memory checked)")
     timed = PlanOptions(objective="time")
     optimal_s = best_time(lambda: make_plan(vgg_e, "optimal", 4, 256, options=timed), 1)
     report("optimal --objective time, VGG-E, 16 accelerators", optimal_s, 5.0)

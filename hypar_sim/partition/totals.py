@@ -21,11 +21,14 @@ costs r (sum|B_a| - |T|) + sum|W_a| - U. Only U depends on both
 columns. Members with the same producer box form a group G, and the group
 members' reads vary along each axis with the coordinates of different
 levels, so union_{a in G} W_a is a product over axes of per-axis unions:
-U = sum_G prod_axis |B_G & union_{a in G} W_a| along that axis. That is
-computed for every consumer column at once (numpy), one producer column at
-a time. A layer's own cost (weight gradient all-reduce; the loss for the
-last layer) is a closed form of one column. Tests check every total against
-the cell-by-cell rule.
+U = sum_G prod_axis |B_G & union_{a in G} W_a| along that axis. Each
+per-axis union is a sum over G's members with distinct reads, once halo
+reads are clipped to disjoint pieces, so the factors are tables over
+(producer key, consumer key, group) for all columns at once, and U for
+every pair of columns is one batched matrix product over the groups. A
+layer's own cost (weight gradient all-reduce; the loss for the last layer)
+is a closed form of one column. Tests check every total against the
+cell-by-cell rule.
 """
 
 from __future__ import annotations
