@@ -18,7 +18,8 @@ from tqdm import tqdm
 
 from hypar_sim import __version__
 from hypar_sim.atomic import atomic_write_text
-from hypar_sim.experiments import FIGURES
+from hypar_sim.errors import InputError
+from hypar_sim.experiments import FIGURES, validation
 from hypar_sim.experiments.common import FIGURE_FORMATS, RESULTS, Figure
 
 PAPER = {
@@ -178,6 +179,13 @@ def reproduce(out: Path = RESULTS, quick: bool = False, workers: int | None = No
         "paper's Figure 8 traffic.",
         "",
     ]
+    if not quick:  # the published numbers are the full configuration's
+        try:
+            validation.write(out)
+            head += ["Every published number beside the model's, with ratios: "
+                     "[validation.md](validation.md) (`python scripts/validate.py`).", ""]
+        except InputError:  # a figure table it reads is missing: nothing to validate yet
+            pass
     path = out / "README.md"
     ordered = [sections[name] for name in FIGURES if name in sections]
     atomic_write_text(path, "\n".join(head + ordered))
