@@ -50,6 +50,13 @@ def grids(table: pd.DataFrame) -> dict[str, list[list[str]]]:
     return result
 
 
+def mostly(table: pd.DataFrame) -> tuple[float, float]:
+    """(share of conv layers' choices that are dp, share of fc layers' that are mp)."""
+    conv = table[table.kind == "conv"]
+    fc = table[table.kind == "fc"]
+    return float((conv.choice == "dp").mean()), float((fc.choice == "mp").mean())
+
+
 def plot(table: pd.DataFrame):
     plans = grids(table)
     cols = 2
@@ -79,11 +86,9 @@ def report(table: pd.DataFrame) -> str:
     for name, text, test in CLAIMS:
         if name in plans and len(plans[name]) == 4:
             lines.append(f"- {text}: **{'reproduced' if test(plans[name]) else 'NOT reproduced'}**")
-    conv = table[table.kind == "conv"]
-    fc = table[table.kind == "fc"]
-    lines.append(f"- Conv layers mostly dp, fc layers mostly mp: {100 * (conv.choice == 'dp').mean():.0f}% "
-                 f"of conv choices are dp, {100 * (fc.choice == 'mp').mean():.0f}% of fc choices "
-                 "are mp.")
+    conv_dp, fc_mp = mostly(table)
+    lines.append(f"- Conv layers mostly dp, fc layers mostly mp: {100 * conv_dp:.0f}% "
+                 f"of conv choices are dp, {100 * fc_mp:.0f}% of fc choices are mp.")
     hybrid = [display(n) for n, g in plans.items() if len({c for row in g for c in row}) == 2]
     lines.append(f"- Hybrid (both dp and mp) in {len(hybrid)} of {len(plans)} networks: "
                  f"{', '.join(hybrid)}.")

@@ -5,7 +5,7 @@ fidelity", part 9), read from the tables `reproduce` writes under results/:
   Data Parallelism (Figures 6 and 7), and up to 2.40x better than the trick (Figure 13);
 - Figure 8's traffic per network and strategy (read off the figure's labels,
   ../shared/reference/hypar_experiments.md);
-- the plans section 6.2.1 describes (Figure 5, `fig05_plans.CLAIMS`).
+- the plans section 6.2.1 describes (Figure 5, `fig05_plans.CLAIMS` and `mostly`).
 
 A claim "holds" within 10% for the abstract's means (the issue's goal), within 1% for
 Figure 8's Data Parallelism and HyPar columns, and exactly for the plans. Figure 8's Model
@@ -25,8 +25,8 @@ import pandas as pd
 
 from hypar_sim.atomic import atomic_write_text
 from hypar_sim.errors import InputError
+from hypar_sim.experiments import fig05_plans
 from hypar_sim.experiments.common import display
-from hypar_sim.experiments.fig05_plans import CLAIMS
 
 #: The abstract's headline numbers: (claim, value, table, column, how the model's is read).
 ABSTRACT = (
@@ -91,18 +91,14 @@ def _figure8(results: Path) -> list[Check]:
 
 def _plans(results: Path) -> list[Check]:
     table = _read(results, "fig05_plans")
-    checks = []
-    for network, claim, test in CLAIMS:
-        plan = table[table.network == network]
-        grid = [list(level.choice) for _, level in plan.groupby("level", sort=True)]
-        checks.append(Check(f"Fig 5 plan (6.2.1): {claim}", "as stated",
-                            "holds" if test(grid) else "differs", None, bool(test(grid))))
-    conv = table[table.kind == "conv"].choice
-    fc = table[table.kind == "fc"].choice
-    mostly = bool((conv == "dp").mean() > 0.5 and (fc == "mp").mean() > 0.5)
+    plans = fig05_plans.grids(table)
+    checks = [Check(f"Fig 5 plan (6.2.1): {claim}", "as stated",
+                    "holds" if test(plans[network]) else "differs", None, bool(test(plans[network])))
+              for network, claim, test in fig05_plans.CLAIMS]
+    conv_dp, fc_mp = fig05_plans.mostly(table)
     checks.append(Check("Fig 5 plans (6.2.1): conv layers mostly dp, fc layers mostly mp",
-                        "as stated", f"conv {(conv == 'dp').mean():.0%} dp, "
-                        f"fc {(fc == 'mp').mean():.0%} mp", None, mostly))
+                        "as stated", f"conv {conv_dp:.0%} dp, fc {fc_mp:.0%} mp", None,
+                        conv_dp > 0.5 and fc_mp > 0.5))
     return checks
 
 

@@ -23,8 +23,7 @@ topology (`hardware.transfer.Pattern`):
   the same weights (the levels whose kind does not split K or C): k - 1
   rounds of 1/k of a member's weights to reduce-scatter (overlapped), as many
   to all-gather (at the update, as `partition.steps` places it); under
-  `layout_levels`, one stage per level of those, as `partition.collectives`
-  sends them;
+  `layout_levels`, one stage per level of those (`partition.collectives`);
 - other bytes (boundaries; every step of the `paper` model) are split by
   level: the bytes crossing level h are what the model moves between the
   groups of the top h + 1 levels minus what it moves between those of the
@@ -122,7 +121,6 @@ class Estimator:
     _parts: dict = field(default_factory=dict, repr=False)
     _phases: dict = field(default_factory=dict, repr=False)
     _sent: dict = field(default_factory=dict, repr=False)
-    column_cache: dict = field(default_factory=dict, repr=False)  # `search.all_columns`'
 
     #: Levels are coupled (compute of a whole column, max over levels).
     separable_by_level = False

@@ -79,10 +79,6 @@ class MemoryPrice:
     #: The footprint of a column couples its levels.
     separable_by_level = False
 
-    @property
-    def column_cache(self) -> dict | None:
-        return getattr(self.costs, "column_cache", None)
-
     def offered(self, layer: Layer, batch: int, column: Column, hierarchy: Hierarchy) -> bool:
         return self.costs.offered(layer, batch, column, hierarchy)
 

@@ -157,17 +157,10 @@ def greedy(model: TrafficModel, layers: Sequence[Layer], batch: int, hierarchy: 
 
 def all_columns(model: TrafficModel, layer: Layer, batch: int, hierarchy: Hierarchy,
                 kinds: Sequence[str]) -> list[Column]:
-    """Every column of `kinds` the model offers `layer` (registry order, top level first);
-    kept in the cost source's `column_cache` where it has one (a search run many times)."""
-    cache = getattr(model, "column_cache", None)
-    key = (layer, batch, hierarchy, tuple(kinds))
-    if cache is not None and key in cache:
-        return cache[key]
+    """Every column of `kinds` the model offers `layer` (registry order, top level first)."""
     columns = list(model.offered_columns(layer, batch, hierarchy, kinds))
     if not columns:
         raise _no_kind(layer, kinds, f"on hierarchy {hierarchy}")
-    if cache is not None:
-        cache[key] = columns
     return columns
 
 
