@@ -89,20 +89,28 @@ def member_intervals(total: int, column: Column, hierarchy: Hierarchy, dim: Dim)
 def level_intervals(total: int, levels: tuple[int, ...], hierarchy: Hierarchy) -> np.ndarray:
     """[members, 2] every member's part of a dimension `total` long that the levels
     `levels` split (top first); cached, read-only."""
-    members = hierarchy.members
-    index = np.zeros(members, dtype=np.int64)
-    parts = 1
-    ids = np.arange(members)
-    for h in levels:
-        coord = (ids // hierarchy.strides[h]) % hierarchy.sizes[h]
-        index = index * hierarchy.sizes[h] + coord
-        parts *= hierarchy.sizes[h]
-    base, extra = divmod(total, parts)
-    start = index * base + np.minimum(index, extra)
-    stop = start + base + (index < extra)
-    result = np.stack([start, stop], axis=1)
+    mask = sum(1 << h for h in levels)
+    result = split_intervals(total, np.array([mask], dtype=np.int64), hierarchy)[0]
     result.flags.writeable = False
     return result
+
+
+def split_intervals(total: int, masks: np.ndarray, hierarchy: Hierarchy) -> np.ndarray:
+    """[masks, members, 2] every member's part of a dimension `total` long, for each set of
+    splitting levels in `masks` (bit h: level h splits it): part number i of near-equal
+    parts (larger first), i the mixed-radix number of the member's coordinates at those
+    levels, the upper level more significant."""
+    members = np.arange(hierarchy.members)
+    index = np.zeros((len(masks), hierarchy.members), dtype=np.int64)
+    parts = np.ones((len(masks), 1), dtype=np.int64)
+    for h, (stride, size) in enumerate(zip(hierarchy.strides, hierarchy.sizes, strict=True)):
+        splits = (masks[:, None] >> h & 1).astype(bool)
+        index = np.where(splits, index * size + (members // stride) % size, index)
+        parts = np.where(splits, parts * size, parts)
+    base, extra = np.divmod(total, parts)
+    start = index * base + np.minimum(index, extra)
+    stop = start + base + (index < extra)
+    return np.stack([start, stop], axis=-1)
 
 
 #: Dimensions in a fixed order: their positions code a column as numbers (`Columns`).
@@ -158,27 +166,11 @@ class Columns:
         """[columns, members, 2] every column's `member_intervals` of `dim` (each distinct
         set of splitting levels computed once, all at a time; kept, read-only)."""
         def make() -> np.ndarray:
-            parts = self._split(total, hierarchy, dim)
+            unique, inverse = np.unique(self.split_bits((dim,)), return_inverse=True)
+            parts = split_intervals(total, unique, hierarchy)[inverse.reshape(-1)]
             parts.flags.writeable = False
             return parts
         return self.kept(("parts", total, hierarchy, dim), make)
-
-    def _split(self, total: int, hierarchy: Hierarchy, dim: Dim) -> np.ndarray:
-        levels = self.dims.shape[1]
-        bits = (self.dims == DIMS.index(dim)) @ (1 << np.arange(levels))
-        unique, inverse = np.unique(bits, return_inverse=True)
-        members = np.arange(hierarchy.members)
-        index = np.zeros((len(unique), hierarchy.members), dtype=np.int64)
-        parts = np.ones((len(unique), 1), dtype=np.int64)
-        for h, (stride, size) in enumerate(zip(hierarchy.strides, hierarchy.sizes,
-                                               strict=True)):
-            splits = (unique[:, None] >> h & 1).astype(bool)  # top level first, as a number
-            index = np.where(splits, index * size + (members // stride) % size, index)
-            parts = np.where(splits, parts * size, parts)
-        base, extra = np.divmod(total, parts)
-        start = index * base + np.minimum(index, extra)
-        stop = start + base + (index < extra)
-        return np.stack([start, stop], axis=-1)[inverse.reshape(-1)]
 
     def boxes(self, layer: Layer, batch: int, hierarchy: Hierarchy,
               dims: Iterable[Dim] | None = None) -> dict[Dim, np.ndarray]:

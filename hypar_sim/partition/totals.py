@@ -144,7 +144,7 @@ def boundary_costs(producer: Layer, consumer: Layer, batch: int,
         producer_side = pooled * (computed - total) + in_reads
         consumer_side = 2 * reads.volumes() - read_total
         union *= 2
-    union *= -1  # in place (a fresh [p, q] matrix); + 0.0 below turns -0.0 into 0.0
+    union *= -1  # in place (a fresh [p, q] matrix); adding the sides turns -0.0 into 0.0
     union += producer_side[:, None]
     union += consumer_side[None, :]
     union *= word_bytes
