@@ -280,6 +280,10 @@ def _add_simulation_arguments(parser: argparse.ArgumentParser) -> None:
                         help="wait for each layer's gradient exchange before going on with the "
                              "backward pass (default: overlap it, only the update waits; "
                              "configs/hypar_paper.yaml says why)")
+    parser.add_argument("--no-symmetry", action="store_true",
+                        help="des: simulate every accelerator (default: one of each class of "
+                             "accelerators that are relabellings of one another; the result "
+                             "is the same to the last cycle, only slower)")
     parser.add_argument("--set", dest="overrides", action="append", default=[],
                         metavar="KEY=VALUE",
                         help="set any hardware key (see `hardware`), e.g. --set "

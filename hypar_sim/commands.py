@@ -98,7 +98,7 @@ def _simulation_inputs(args: argparse.Namespace):
     options = SimOptions(topology=args.topology, engine=args.engine,
                          chunk_bytes=args.chunk_kib * 1024, max_chunks=args.max_chunks,
                          overlap_gradients=not args.no_overlap, bucket_mb=args.bucket_mb,
-                         progress=sys.stderr.isatty())
+                         symmetry=not args.no_symmetry, progress=sys.stderr.isatty())
     return network, config, options
 
 

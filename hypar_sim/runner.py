@@ -42,6 +42,7 @@ class SimOptions:
     overlap_gradients: bool = True  # gradient exchange overlaps the rest of the backward pass
     bucket_mb: float = DEFAULT_BUCKET_MB  # graph networks: gradients fused in buckets (0: off)
     trace: bool = False  # the result carries a Chrome/Perfetto trace of the step (des only)
+    symmetry: bool = True  # des: one accelerator per symmetry class (the same result, faster)
     progress: bool = False  # a bar on stderr for a simulation longer than 2 s (des)
 
     def __post_init__(self) -> None:
@@ -89,13 +90,14 @@ def _check_matches(plan: Plan | GraphPlan, config: HardwareConfig) -> None:
 def _run(schedule: Schedule, hierarchy: Hierarchy, config: HardwareConfig, options: SimOptions,
          search: str) -> SimResult:
     topology = make_topology(options.topology, config, hierarchy)
-    shown = {k: v for k, v in dataclasses.asdict(options).items() if k != "progress"}
+    shown = {k: v for k, v in dataclasses.asdict(options).items()
+             if k not in ("progress", "symmetry")}  # how fast, not what: the same result
     config_dict = dataclasses.asdict(config) | shown | {
         "hierarchy": str(hierarchy), "traffic_model": schedule.units.traffic_model,
         "search": search}
     if options.engine == "des":
         return simulate_des(schedule, topology, options.chunk_bytes, options.max_chunks,
-                            config_dict, options.trace, options.progress)
+                            config_dict, options.trace, options.progress, options.symmetry)
     if options.trace:
         raise InputError("--trace: needs --engine des (the analytic engine has no events)")
     return simulate_analytic(schedule, topology, options.chunk_bytes, options.max_chunks,

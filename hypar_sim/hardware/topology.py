@@ -109,6 +109,13 @@ class Topology:
     def _route(self, src: int, dst: int) -> Route:  # pragma: no cover - overridden
         raise NotImplementedError
 
+    def symmetries(self) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Relabellings that leave the topology as it is: (accelerator permutation, link
+        permutation) pairs, each mapping every route onto the route between the images of
+        its ends, link by link (`sim.symmetry` checks that on the messages it simulates).
+        None known by default."""
+        return []
+
     def route(self, src: int, dst: int) -> Route:
         """The route from accelerator `src` to accelerator `dst` (cached)."""
         if not (0 <= src < self.accelerators and 0 <= dst < self.accelerators) or src == dst:
@@ -241,6 +248,20 @@ class FatTree(Topology):
         return (table[top, 0].astype(np.int64), crossed, 2 * top, table[top, 1],
                 (2 * top - 1).astype(np.float64))
 
+    def symmetries(self) -> list[tuple[np.ndarray, np.ndarray]]:
+        """The hierarchy's translations (`Hierarchy.translations`): one moves whole subtrees
+        onto their siblings, so the node above a block of accelerators goes to the node
+        above the block's image, and its links with it."""
+        moved = []
+        for members in self.hierarchy.translations():
+            links = np.empty(len(self.links), dtype=np.int64)
+            for (height, index), link in self._up.items():
+                image = int(members[index * self.below[height]]) // self.below[height]
+                links[link.index] = self._up[(height, image)].index
+                links[self._down[(height, index)].index] = self._down[(height, image)].index
+            moved.append((members, links))
+        return moved
+
     def _route(self, src: int, dst: int) -> Route:
         top = self.levels - self.hierarchy.meeting_level(src, dst)  # the meeting switch
         up = [self._up[(h, src // self.below[h])] for h in range(top)]
@@ -335,6 +356,23 @@ class Torus(Topology):
             return []
         return [1] * forward if forward <= size - forward else [-1] * (size - forward)
 
+    def symmetries(self) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Moving every node one row down, and one column right (routes go the same way
+        round the same rings, ties the positive way, so they move along); and those of the
+        hierarchy's translations that map neighbours to neighbours (moving half a ring, or
+        mirroring a ring of four: `sim.symmetry` checks the routes they give)."""
+        shifts = [np.array([self._at(row + rows, col + cols) for row, col in
+                            map(self.position, range(self.accelerators))], dtype=np.int64)
+                  for rows, cols in ((1, 0), (0, 1))
+                  if (self.rows, self.cols)[0 if rows else 1] > 1]
+        moved = []
+        for members in shifts + self.hierarchy.translations():
+            links = [self._link.get((int(members[a]), int(members[b]))) for a, b in self._link]
+            if all(links):
+                moved.append((members, np.array([link.index for link in links],
+                                                dtype=np.int64)))
+        return moved
+
     def _route(self, src: int, dst: int) -> Route:
         (row, col), (end_row, end_col) = self.position(src), self.position(dst)
         path, node = [], src
@@ -356,6 +394,11 @@ class Ideal(Topology):
     """Infinite bandwidth, zero latency: messages arrive as soon as they are sent."""
 
     name = "ideal"
+
+    def symmetries(self) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Any relabelling keeps an array without links; the hierarchy's translations."""
+        return [(members, np.zeros(0, dtype=np.int64))
+                for members in self.hierarchy.translations()]
 
     def _route(self, src: int, dst: int) -> Route:
         return Route((), 0)

@@ -61,8 +61,8 @@ def cut_through_cycles(chunks: Sequence[float], route: Route, config: HardwareCo
             free = lanes[hop]
             lane = free.index(min(free))
             start = max(start, free[lane])
-            finish = max(start + chunk / link.spec.bandwidth_bytes_per_cycle, finish)
-            free[lane] = finish
+            free[lane] = start + chunk / link.spec.bandwidth_bytes_per_cycle  # sent
+            finish = max(free[lane], finish)  # and arrived from upstream
             if hop == 0:
                 issue = start
         arrived = max(arrived, max(start + chunk / dram, finish))  # written at the destination

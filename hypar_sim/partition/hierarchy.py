@@ -95,6 +95,18 @@ class Hierarchy:
         """Index distance between neighbours of a level-h group: prod(sizes[h+1:])."""
         return tuple(math.prod(self.sizes[h + 1:]) for h in range(self.levels))
 
+    def translations(self) -> list[np.ndarray]:
+        """Per level of more than one member, the permutation of the members that moves
+        their coordinate at that level on by one (modulo the level's size) and keeps the
+        others: together they map every member to every other (`sim.symmetry`)."""
+        index = np.arange(self.members)
+        moved = []
+        for size, stride in zip(self.sizes, self.strides, strict=True):
+            if size > 1:
+                digit = index // stride % size
+                moved.append(index + ((digit + 1) % size - digit) * stride)
+        return moved
+
     @property
     def is_binary(self) -> bool:
         return all(size == 2 for size in self.sizes)

@@ -2,50 +2,60 @@
 
 Each accelerator is a process that works through its tasks: a computation
 keeps its cube's PUs busy for the piece's cycles (compute and DRAM overlapped,
-from the hardware models); a send starts one process per message and goes on;
-a wait blocks until every message of that step addressed to the accelerator
-has arrived. A collective's messages of round r + 1 (a ring's next step) leave
-a member once it has sent its own and received all of round r. A message cuts
-its bytes into chunks; each chunk is read through
-one of the source cube's vault channels, cuts through the links of its route
-(all messages share them: contention is modelled) and is written through a
-vault channel at the destination (see `accounting` for the rules, which the
-analytic engine mirrors). When the last chunk is in, the route's fixed
-latency passes and the message has arrived.
+from the hardware models); a send starts its messages and goes on; a wait
+blocks until every message of that step addressed to the accelerator has
+arrived. A collective's messages of round r + 1 (a ring's next step) leave a
+member once it has sent its own and received all of round r. A message cuts
+its bytes into chunks; each chunk is read through one of the source cube's
+vault channels, cuts through the links of its route (all messages share them:
+contention is modelled) and is written through a vault channel at the
+destination (see `hardware.transfer` for the rules, which the analytic engine
+mirrors). When the last chunk is in, the route's fixed latency passes and the
+message has arrived.
 
 Messages use the vault channels through their own `Lanes`; a computation's DRAM
 traffic is already inside its piece's cycles (hardware.hmc), so messages and
 computation do not compete for the channels here: a simplification, small
 because messages are limited by the links (0.2 GB/s against 10 GB/s a vault).
 
-Links and vault channels are `Lanes`: a few identical lanes granted first come,
-first served. Because a chunk knows how long it will hold a lane when it asks
-for it, a request is a reservation (the lane's next free time moves on) and
-the chunk waits only when the lane is busy: one timeout instead of a request
-and a release, and none at all without contention. A chunk that waits for a
-lane further down its route, and a message's delivery, are a timeout with a
-callback rather than a process of their own (a quarter to a half fewer events).
+Links and vault channels are `Lanes`: a few identical lanes. Because a chunk
+knows how long it will hold a lane when it asks for it (its serialization
+time; waiting for its tail to arrive from upstream holds no lane), a grant is
+a reservation (the lane's next free time moves on) and the chunk waits only
+when the lane is busy. Requests a `Lanes` receives in the same cycle are granted
+together once every other event of that cycle has run, in an order that
+depends only on them, never on which accelerator happened to run first:
+smaller service first, and equal requests (the same service and the same
+earliest finish) as one group that shares the lanes and finishes together, as
+round-robin arbitration between equal streams does. Members that are
+relabellings of one another therefore stay exactly alike, which lets the
+engine simulate one of each class (`sim.symmetry`) and count it many times;
+`symmetry=False` simulates every member and gives the same result to the last
+cycle. Waits and deliveries are timeouts with callbacks rather than processes
+of their own.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import heapq
+import math
 import time
 from collections import defaultdict
+from itertools import chain
 
+import numpy as np
 import simpy
 from simpy.core import EmptySchedule
 
 from hypar_sim.hardware.config import HardwareConfig
-from hypar_sim.hardware.topology import Route, Topology
+from hypar_sim.hardware.topology import Topology
 from hypar_sim.hardware.transfer import chunk_sizes, route_latency_cycles
 from hypar_sim.results import SimResult
 from hypar_sim.sim.accounting import assemble_result
 from hypar_sim.sim.defaults import DEFAULT_CHUNK_BYTES, DEFAULT_MAX_CHUNKS
 from hypar_sim.sim.schedule import (
     Compute,
-    Message,
     Parallel,
     Schedule,
     Send,
@@ -53,189 +63,275 @@ from hypar_sim.sim.schedule import (
     Wait,
     task_cycles,
 )
+from hypar_sim.sim.symmetry import Classes, Sent, classify
 from hypar_sim.sim.trace import trace_events
+
+#: SimPy priority of the event that grants a cycle's requests: after every other event of
+#: the cycle (SimPy's own are URGENT = 0 and NORMAL = 1).
+_AFTER_OTHERS = 2
+
+
+def _request_order(request: tuple) -> tuple[float, float]:
+    return request[0], request[1]
 
 
 class Lanes:
-    """A resource of identical lanes, each serving one request at a time, first come first served."""
+    """A resource of identical lanes; requests of one cycle are granted together."""
+
+    __slots__ = ("free", "busy_cycles", "grants", "requests")
 
     def __init__(self, count: int) -> None:
         self.free = [0.0] * count  # a heap of the times the lanes are next free
         self.busy_cycles = 0.0  # lane-cycles held so far
         self.grants = 0  # requests served so far
+        self.requests: list[tuple] = []  # this cycle's: (service, not_before, count, then)
 
-    def reserve(self, now: float, service: float, not_before: float = 0.0) -> tuple[float, float]:
-        """Take the lane that frees first, asked at `now` for `service` cycles, ending no
-        earlier than `not_before`; returns (start, finish)."""
+    def serve(self, now: float, service: float, not_before: float,
+              count: int = 1) -> tuple[float, float]:
+        """`count` equal requests of `service` cycles each, asked at `now`, ending no earlier
+        than `not_before`: they take the lanes that free first (all of them, sharing, when
+        there are more requests than lanes) and start and finish together; (start, finish)."""
         free = self.free
-        start = free[0] if free[0] > now else now
-        finish = start + service
-        if not_before > finish:
-            finish = not_before
-        if len(free) == 1:  # most links have one lane: no heap to keep
-            free[0] = finish
+        lanes = len(free)
+        if count == 1:  # the common case: one lane, the first free
+            start = free[0] if free[0] > now else now
+            done = start + service
+            if lanes == 1:
+                free[0] = done
+            else:
+                heapq.heapreplace(free, done)
+            self.busy_cycles += service
+            self.grants += 1
+            return start, not_before if not_before > done else done
+        if count >= lanes:
+            start = free[0] if lanes == 1 else max(free)
+            used = lanes
+            duration = service if count == lanes else service * count / lanes
         else:
-            heapq.heapreplace(free, finish)
-        self.busy_cycles += finish - start
-        self.grants += 1
-        return start, finish
+            taken = [heapq.heappop(free) for _ in range(count)]
+            start, used, duration = taken[-1], count, service
+        if start < now:
+            start = now
+        done = start + duration
+        if used == lanes:
+            free[:] = [done] * lanes
+        else:
+            for _ in range(used):
+                heapq.heappush(free, done)
+        self.busy_cycles += used * duration
+        self.grants += count
+        return start, not_before if not_before > done else done
+
+    def grant(self, now: float) -> list[tuple]:
+        """Serve this cycle's requests, smaller first and equal ones together; returns
+        (request, start, finish) for each, nothing done with the grants yet."""
+        requests, self.requests = self.requests, []
+        if len(requests) == 1:
+            request = requests[0]
+            return [(request, *self.serve(now, request[0], request[1], request[2]))]
+        requests.sort(key=_request_order)
+        granted, first = [], 0
+        while first < len(requests):
+            service, not_before, count = requests[first][:3]
+            last = first + 1
+            while last < len(requests) and _request_order(requests[last]) == (service,
+                                                                                not_before):
+                count += requests[last][2]
+                last += 1
+            start, finish = self.serve(now, service, not_before, count)
+            granted += [(request, start, finish) for request in requests[first:last]]
+            first = last
+        return granted
 
 
 class _InFlight:
-    """A message on its way: its route, chunks not yet written, latest write finish."""
+    """A message on its way: what it stands for, its chunks, the latest write finish."""
 
-    __slots__ = ("message", "route", "chunks_left", "last_write")
+    __slots__ = ("sent", "hops", "sizes", "issued", "chunks_left", "last_write")
 
-    def __init__(self, message: Message, route: Route, chunks: int) -> None:
-        self.message = message
-        self.route = route
-        self.chunks_left = chunks
+    def __init__(self, sent: Sent, sizes: list[float]) -> None:
+        self.sent = sent
+        self.hops = len(sent.hops)  # links on the route
+        self.sizes = sizes
+        self.issued = 0
+        self.chunks_left = len(sizes)
         self.last_write = 0.0
 
 
 class _Step:
-    """The SimPy state of one training step."""
+    """The SimPy state of one training step, one process per class of accelerators."""
 
-    def __init__(self, schedule: Schedule, topology: Topology, chunk_bytes: float,
-                 max_chunks: int, trace: bool = False, progress: bool = False) -> None:
+    def __init__(self, schedule: Schedule, topology: Topology, classes: Classes,
+                 chunk_bytes: float, max_chunks: int, trace: bool = False,
+                 progress: bool = False) -> None:
         config: HardwareConfig = schedule.config
         self.progress = progress
         self.schedule = schedule
-        self.topology = topology
+        self.classes = classes
         self.chunk_bytes = chunk_bytes
         self.max_chunks = max_chunks
         self.config = config
         self.env = simpy.Environment()
-        self.vaults = [Lanes(config.vaults_per_cube) for _ in range(schedule.accelerators)]
-        self.links = [Lanes(link.lanes) for link in topology.links]
-        self.link_rate = [link.spec.bandwidth_bytes_per_cycle for link in topology.links]  # a lane
+        self.vaults = [Lanes(config.vaults_per_cube) for _ in classes.members]
+        self.links = [Lanes(topology.links[link].lanes) for link in classes.links]
+        self.link_rate = [topology.links[link].spec.bandwidth_bytes_per_cycle  # of a lane
+                          for link in classes.links]
         self.vault_rate = config.vault_bandwidth_bytes_per_cycle
-        # arrivals still expected per (destination, step), and the event that fires at zero
+        self.asking: list[Lanes] = []  # Lanes with requests this cycle
+        self.granting = False
+        # arrivals still expected per (class, step) and (class, step, round), by its
+        # representative, and the event that fires when a step's reach zero
         self.pending: dict[tuple[int, StepKey], int] = defaultdict(int)
-        for step, messages in schedule.steps.items():
-            for message in messages:
-                self.pending[(message.dst, step)] += 1
+        self.round_pending: dict[tuple[int, StepKey, int], int] = defaultdict(int)
+        for (member_class, step, round_), count in classes.expected.items():
+            self.pending[(member_class, step)] += count
+            self.round_pending[(member_class, step, round_)] = count
         self.arrived = {key: self.env.event() for key in self.pending}
-        self.wait_cycles: dict[int, float] = defaultdict(float)
+        self.wait_cycles = [defaultdict(float) for _ in classes.members]  # layer -> cycles
         # with `trace`: every computation (member, start, end, task) and every message's
         # span on every link ((message id, link) -> [start, finish, bytes])
         self.computations: list[tuple[int, float, float, Compute | Parallel]] | None = \
             [] if trace else None
-        self.spans: dict[tuple[int, int], list[float]] | None = {} if trace else None
-        # messages per (sender, step, round), and per (receiver, step, round) still expected
-        self.outbox: dict[tuple[int, StepKey, int], list[Message]] = defaultdict(list)
-        self.round_pending: dict[tuple[int, StepKey, int], int] = defaultdict(int)
-        for step, messages in schedule.steps.items():
-            for message in messages:
-                self.outbox[(message.src, step, message.round)].append(message)
-                self.round_pending[(message.dst, step, message.round)] += 1
-        self.started: set[tuple[int, StepKey]] = set()  # (member, step) whose Send has run
+        self.spans: dict[tuple[int, int], list] | None = {} if trace else None
+        self.started: set[tuple[int, StepKey]] = set()  # (class, step) whose Send has run
         self.next_round: dict[tuple[int, StepKey], int] = defaultdict(int)
 
-    def start_rounds(self, member: int, step: StepKey) -> None:
-        """Send the member's rounds of `step` that may go: round 0 at its Send, round r + 1
+    def ask(self, lanes: Lanes, service: float, not_before: float, count: int,
+            state: _InFlight, size: float, stage: int) -> None:
+        """Request `lanes` for `count` equal chunks of `size` bytes at `stage` of their way
+        (0: read at the source, k: link k of the route, then the write at the destination);
+        granted at the end of this cycle (`grant_all`)."""
+        if not lanes.requests:
+            if not self.asking and not self.granting:
+                event = simpy.Event(self.env)
+                event._ok, event._value = True, None
+                event.callbacks.append(self.grant_all)
+                self.env.schedule(event, _AFTER_OTHERS)
+            self.asking.append(lanes)
+        lanes.requests.append((service, not_before, count, state, size, stage))
+
+    def grant_all(self, _event=None) -> None:
+        """Grant every request of this cycle, round after round: requests the grants make
+        (a chunk going on to its next link at once) form the next round."""
+        self.granting = True
+        now = self.env.now
+        while self.asking:
+            batch, self.asking = self.asking, []
+            granted = batch[0].grant(now) if len(batch) == 1 else \
+                [item for lanes in batch for item in lanes.grant(now)]
+            for request, start, finish in granted:
+                state, stage = request[3], request[5]
+                if stage > state.hops:  # written at the destination
+                    self.written(state, finish)
+                    continue
+                if stage and self.spans is not None:
+                    self._span(state, stage - 1, start, finish, request[4])
+                if start > now:
+                    self.env.timeout(start - now).callbacks.append(
+                        lambda _, state=state, size=request[4], stage=stage, finish=finish:
+                        self.holds(state, size, stage, finish))
+                else:
+                    self.holds(state, request[4], stage, finish)
+        self.granting = False
+
+    def start_rounds(self, member_class: int, step: StepKey) -> None:
+        """Send the class's rounds of `step` that may go: round 0 at its Send, round r + 1
         once it has received all of round r (a ring's dependency)."""
-        if (member, step) not in self.started:
+        if (member_class, step) not in self.started:
             return
+        outbox = self.classes.outbox
         while True:
-            round_ = self.next_round[(member, step)]
-            if round_ > 0 and self.round_pending[(member, step, round_ - 1)] > 0:
+            round_ = self.next_round[(member_class, step)]
+            if round_ > 0 and self.round_pending[(member_class, step, round_ - 1)] > 0:
                 return
-            messages = self.outbox.get((member, step, round_))
+            messages = outbox.get((member_class, step, round_))
             if not messages:
                 return
-            self.next_round[(member, step)] = round_ + 1
-            for message in messages:
-                self.env.process(self.message(message))
+            self.next_round[(member_class, step)] = round_ + 1
+            for sent in messages:
+                self.read(_InFlight(sent, chunk_sizes(sent.message.bytes, self.chunk_bytes,
+                                                      self.max_chunks)))
 
-    def accelerator(self, index: int, bar=None):
+    def accelerator(self, member_class: int, bar=None):
         env = self.env
+        member = self.classes.members[member_class]
+        waits = self.wait_cycles[member_class]
         for task in self.schedule.tasks:
             if bar is not None:
                 bar.update(1)
             if isinstance(task, Compute | Parallel):
-                cycles = task_cycles(task, index)
+                cycles = task_cycles(task, member)
                 if cycles > 0:
                     if self.computations is not None:
-                        self.computations.append((index, env.now, env.now + cycles, task))
+                        self.computations.append((member, env.now, env.now + cycles, task))
                     yield env.timeout(cycles)
             elif isinstance(task, Send):
-                self.started.add((index, task.step))
-                self.start_rounds(index, task.step)
+                self.started.add((member_class, task.step))
+                self.start_rounds(member_class, task.step)
             elif isinstance(task, Wait):
-                arrival = self.arrived.get((index, task.step))
+                arrival = self.arrived.get((member_class, task.step))
                 if arrival is None:  # nothing addressed to this member in the step
                     continue
                 started = env.now
                 yield arrival
-                self.wait_cycles[task.step[0]] += env.now - started
+                waits[task.step[0]] += env.now - started
 
-    def message(self, message: Message):
-        """Issue the chunks; each next one once the previous holds its first link."""
-        env = self.env
-        route = self.topology.route(message.src, message.dst)
-        links = route.links
-        sizes = chunk_sizes(message.bytes, self.chunk_bytes, self.max_chunks)
-        state = _InFlight(message, route, len(sizes))
-        source = self.vaults[message.src]
-        vault_rate = self.vault_rate
-        for size in sizes:
-            start, finish = source.reserve(env.now, size / vault_rate)  # read at the source
-            if start > env.now:
-                yield env.timeout(start - env.now)
-            if links:
-                first = links[0].index
-                start, finish = self.links[first].reserve(env.now, size / self.link_rate[first],
-                                                          finish)
-                self._span(message, first, start, finish, size)
-                if start > env.now:
-                    yield env.timeout(start - env.now)
-            self.forward(state, size, 1, finish)
+    def read(self, state: _InFlight) -> None:
+        """Ask the source's vault channels for the message's next chunk, if any."""
+        if state.issued == len(state.sizes):
+            return
+        size = state.sizes[state.issued]
+        state.issued += 1
+        sent = state.sent
+        self.ask(self.vaults[sent.src_class], size / self.vault_rate, 0.0, sent.src_count,
+                 state, size, 0)
 
-    def forward(self, state: _InFlight, size: float, hop: int, upstream_finish: float) -> None:
-        """Move a chunk on from `hop` as far as it goes now; a timeout's callback goes on
-        where it must wait for a lane, or where the message's last chunk waits to arrive."""
-        now = self.env.now
-        indices = state.route.indices
-        lanes, rates = self.links, self.link_rate
-        while hop < len(indices):
-            index = indices[hop]
-            start, upstream_finish = lanes[index].reserve(now, size / rates[index],
-                                                          upstream_finish)
-            if self.spans is not None:
-                self._span(state.message, index, start, upstream_finish, size)
-            hop += 1
-            if start > now:  # go on when the lane is ours: a timeout with a callback, no process
-                self.env.timeout(start - now).callbacks.append(
-                    lambda _, hop=hop, finish=upstream_finish: self.forward(state, size, hop,
-                                                                            finish))
-                return
-        _, finish = self.vaults[state.message.dst].reserve(now, size / self.vault_rate,
-                                                           upstream_finish)
+    def holds(self, state: _InFlight, size: float, stage: int, finish: float) -> None:
+        """The chunk holds what `stage` granted (finishing there at `finish`): it asks the
+        next link, or the destination's vault channels past the last; holding its first
+        link (or being read, on a route without links), it lets the next chunk go."""
+        sent = state.sent
+        hops = sent.hops
+        if stage < len(hops):
+            link, count = hops[stage]
+            self.ask(self.links[link], size / self.link_rate[link], finish, count, state,
+                     size, stage + 1)
+        else:
+            self.ask(self.vaults[sent.dst_class], size / self.vault_rate, finish,
+                     sent.dst_count, state, size, len(hops) + 1)
+        if stage == 1 or not hops:
+            self.read(state)
+
+    def written(self, state: _InFlight, finish: float) -> None:
         if finish > state.last_write:
             state.last_write = finish
         state.chunks_left -= 1
         if state.chunks_left == 0:
-            wait = state.last_write - self.env.now + route_latency_cycles(state.route, self.config)
+            wait = (state.last_write - self.env.now
+                    + route_latency_cycles(state.sent.route, self.config))
             self.env.timeout(wait).callbacks.append(lambda _: self.deliver(state))
 
-    def _span(self, message: Message, link: int, start: float, finish: float,
+    def _span(self, state: _InFlight, hop: int, start: float, finish: float,
               size: float) -> None:
         """With a trace: widen the message's span on the link by one chunk."""
         if self.spans is None:
             return
+        message = state.sent.message
+        link = state.sent.route.links[hop].index
         span = self.spans.setdefault((id(message), link), [start, finish, 0.0, message])
         span[0], span[1] = min(span[0], start), max(span[1], finish)
         span[2] += size
 
     def deliver(self, state: _InFlight) -> None:
-        """The message has arrived (every chunk is written and the route latency passed)."""
-        message = state.message
+        """The message has arrived (every chunk is written and the route latency passed):
+        so have the others of its class the destination receives at the same time."""
+        sent = state.sent
+        message = sent.message
         step = (message.layer, message.kind)
-        key = (message.dst, step)
-        self.round_pending[(message.dst, step, message.round)] -= 1
-        self.start_rounds(message.dst, step)
-        self.pending[key] -= 1
+        key = (sent.dst_class, step)
+        self.round_pending[(sent.dst_class, step, message.round)] -= sent.dst_count
+        self.start_rounds(sent.dst_class, step)
+        self.pending[key] -= sent.dst_count
         if self.pending[key] == 0:
             self.arrived[key].succeed()
 
@@ -246,8 +342,8 @@ class _Step:
 
         bar = tqdm(total=len(self.schedule.tasks), unit="task", desc="simulating", delay=2,
                    disable=not self.progress, mininterval=0.5)
-        for index in range(self.schedule.accelerators):
-            self.env.process(self.accelerator(index, bar if index == 0 else None))
+        for member_class in range(len(self.classes.members)):
+            self.env.process(self.accelerator(member_class, bar if member_class == 0 else None))
         events = 0
         step = self.env.step
         try:
@@ -263,20 +359,32 @@ class _Step:
 
 def simulate_des(schedule: Schedule, topology: Topology,
                  chunk_bytes: float = DEFAULT_CHUNK_BYTES, max_chunks: int = DEFAULT_MAX_CHUNKS,
-                 config_dict=None, trace: bool = False, progress: bool = False) -> SimResult:
-    """Simulate one training step event by event (with `trace`, the result carries its
-    trace events: `sim.trace`; with `progress`, a bar on stderr for runs over 2 s)."""
+                 config_dict=None, trace: bool = False, progress: bool = False,
+                 symmetry: bool = True) -> SimResult:
+    """Simulate one training step event by event, one accelerator of each symmetry class
+    (`sim.symmetry`; every one with `symmetry` False or a `trace`); the result reports
+    every accelerator and link, expanded from the classes. With `trace`, the result
+    carries its trace events (`sim.trace`); with `progress`, a bar on stderr for runs
+    over 2 s."""
     started = time.perf_counter()
-    state = _Step(schedule, topology, chunk_bytes, max_chunks, trace, progress)
+    classes = classify(schedule, topology, symmetry and not trace)
+    state = _Step(schedule, topology, classes, chunk_bytes, max_chunks, trace, progress)
     latency, events = state.run()
     unfinished = [key for key, count in state.pending.items() if count]
     if unfinished:
         raise RuntimeError(f"simulation ended with undelivered messages: {unfinished[:3]}")
-    accelerators = schedule.accelerators
-    waits = {layer: cycles / accelerators for layer, cycles in state.wait_cycles.items()}
-    busy = [lanes.busy_cycles / link.lanes
-            for lanes, link in zip(state.links, topology.links, strict=True)]
-    grants = sum(lanes.grants for lanes in (*state.links, *state.vaults))
+    sizes = np.bincount(classes.member_class, minlength=len(classes.members)).tolist()
+    layers = sorted({layer for waits in state.wait_cycles for layer in waits})
+    # every member's wait, added up exactly: the same float whatever the classes
+    waits = {layer: math.fsum(chain.from_iterable(
+        [waits.get(layer, 0.0)] * size for waits, size in zip(state.wait_cycles, sizes,
+                                                               strict=True)))
+             / schedule.accelerators for layer in layers}
+    busy = [state.links[link_class].busy_cycles / link.lanes
+            for link_class, link in zip(classes.link_class.tolist(), topology.links, strict=True)]
+    link_sizes = np.bincount(classes.link_class, minlength=len(classes.links)).tolist()
+    grants = sum(lanes.grants * size for lanes, size in (*zip(state.links, link_sizes, strict=True),
+                                                         *zip(state.vaults, sizes, strict=True)))
     result = assemble_result(schedule, topology, "des", latency, waits, busy, events,
                              time.perf_counter() - started, config_dict)
     traced = tuple(trace_events(schedule, topology, state.computations, state.spans,

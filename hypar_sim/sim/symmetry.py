@@ -1,0 +1,217 @@
+"""Exact symmetry classes: accelerators and links whose work, messages and routes are the
+same up to a relabelling are simulated once and counted as many times as they occur.
+
+A symmetry is a pair of permutations (accelerators, links) from the topology
+(`Topology.symmetries`: the hierarchy's translations on a fat tree, row and
+column shifts on a torus) that also keeps the schedule: every computation
+takes as long on a member as on its image, every message of a step has a
+message of the same bytes and round from the image of its source to the
+image of its destination, and every route maps link by link onto the image
+messages' route. The symmetries that pass generate a group; its orbits are
+the classes of accelerators, links and messages.
+
+Under the engine's rules (`sim.engine`: requests a lane receives in the
+same cycle are served in an order that depends only on their sizes, and
+equal ones together) the step is invariant under the group, so every member
+of a class does what its representative does at the same times. The engine
+then simulates one message per message class, sent by a representative
+member; at its source's vault channels, at each link of its route and at
+its destination's channels it stands for as many simultaneous requests as
+the class puts on one of them (the class's size over the size of that
+channel's or link's class). Classes split wherever shares are uneven: a
+symmetry that maps a member onto one with another share fails the check.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from hypar_sim.hardware.topology import Route, Topology
+from hypar_sim.hardware.transfer import Routed
+from hypar_sim.partition.steps import Message
+from hypar_sim.sim.schedule import Compute, Parallel, Schedule, StepKey
+
+
+@dataclass(frozen=True)
+class Sent:
+    """One simulated message standing for its class: how many of the class each vault
+    channel and link it uses receives at once."""
+
+    message: Message
+    route: Route
+    src_class: int
+    dst_class: int
+    src_count: int  # messages of the class one source member sends
+    dst_count: int  # messages of the class one destination member receives
+    hops: tuple[tuple[int, int], ...]  # per link of the route: (link class, messages on it)
+
+
+@dataclass(frozen=True)
+class Classes:
+    """Accelerators, links and messages in classes (with `symmetric` False: one each)."""
+
+    member_class: np.ndarray  # [accelerator] -> class
+    members: tuple[int, ...]  # each class's representative (its lowest accelerator)
+    link_class: np.ndarray  # [link] -> class
+    links: tuple[int, ...]  # each link class's representative
+    outbox: dict[tuple[int, StepKey, int], list[Sent]]  # (class, step, round) -> its sends
+    expected: dict[tuple[int, StepKey, int], int]  # messages one member of the class receives
+
+    def size(self, member_class: int) -> int:
+        return int(np.count_nonzero(self.member_class == member_class))
+
+
+def orbit_labels(count: int, maps: list[np.ndarray]) -> np.ndarray:
+    """Each element's orbit under the group the permutations `maps` generate, named by its
+    lowest element (labels move down along the maps until nothing changes)."""
+    labels = np.arange(count)
+    while True:
+        before = labels
+        for image in maps:
+            labels = np.minimum(labels, labels[image])
+        labels = labels[labels]
+        if np.array_equal(labels, before):
+            return labels
+
+
+@dataclass(frozen=True)
+class _Flat:
+    """Every message of the schedule in one set of arrays."""
+
+    keys: list[StepKey]
+    step: np.ndarray
+    src: np.ndarray
+    dst: np.ndarray
+    bytes: np.ndarray
+    round: np.ndarray
+    level: np.ndarray
+
+    @classmethod
+    def of(cls, schedule: Schedule) -> _Flat:
+        keys = list(schedule.steps)
+        parts = list(schedule.steps.values())
+        if not parts:
+            empty = np.zeros(0, dtype=np.int64)
+            return cls(keys, empty, empty, empty, np.zeros(0), empty, empty)
+        return cls(keys, np.repeat(np.arange(len(parts)), [len(p) for p in parts]),
+                   *(np.concatenate([getattr(p, name) for p in parts]).astype(
+                       np.float64 if name == "bytes" else np.int64)
+                     for name in ("src", "dst", "bytes", "round", "level")))
+
+    def encode(self, src: np.ndarray, dst: np.ndarray, members: int) -> np.ndarray:
+        rounds = int(self.round.max()) + 1 if len(self.round) else 1
+        return ((self.step * members + src) * members + dst) * rounds + self.round
+
+
+def _compute_cycles(schedule: Schedule) -> np.ndarray:
+    """[computation task, member] cycles."""
+    rows = []
+    for task in schedule.tasks:
+        if isinstance(task, Parallel):
+            rows.append(np.max([[c.cycles for c in compute.costs] for compute in task.computes],
+                               axis=0))
+        elif isinstance(task, Compute):
+            rows.append(np.array([c.cycles for c in task.costs]))
+    return np.array(rows).reshape(len(rows), schedule.accelerators)
+
+
+def _message_images(flat: _Flat, members: np.ndarray, count: int) -> np.ndarray | None:
+    """Each message's image under the member permutation, or None if some message has no
+    image of the same bytes (or two messages share a step, ends and round)."""
+    keys = flat.encode(flat.src, flat.dst, count)
+    order = np.argsort(keys, kind="stable")
+    ranked = keys[order]
+    if len(ranked) > 1 and not np.all(np.diff(ranked) > 0):
+        return None
+    wanted = flat.encode(members[flat.src], members[flat.dst], count)
+    at = np.minimum(np.searchsorted(ranked, wanted), max(len(ranked) - 1, 0))
+    if len(ranked) and not np.array_equal(ranked[at], wanted):
+        return None
+    image = order[at]
+    return image if np.array_equal(flat.bytes[image], flat.bytes) else None
+
+
+def _keeps_routes(routed: Routed, image: np.ndarray, links: np.ndarray,
+                  topology: Topology) -> bool:
+    """Whether every message's route, link by link under `links`, is its image's route
+    and the links it maps onto one another are alike."""
+    lengths = routed.per_message
+    if not np.array_equal(lengths[image], lengths):
+        return False
+    if not len(routed.crossed):
+        return True
+    offsets = np.cumsum(lengths) - lengths
+    owner = np.repeat(np.arange(len(lengths)), lengths)
+    within = np.arange(len(routed.crossed)) - offsets[owner]
+    if not np.array_equal(links[routed.crossed], routed.crossed[offsets[image][owner] + within]):
+        return False
+    used = np.unique(routed.crossed).tolist()
+    return all(topology.links[i].lanes == topology.links[links[i]].lanes
+               and topology.links[i].spec == topology.links[links[i]].spec for i in used)
+
+
+def classify(schedule: Schedule, topology: Topology, symmetric: bool = True) -> Classes:
+    """The classes of `schedule` on `topology` under the symmetries that keep both (with
+    `symmetric` False, or none found: every accelerator, link and message its own)."""
+    count = schedule.accelerators
+    flat = _Flat.of(schedule)
+    routed = Routed.of(flat.src, flat.dst, topology)
+    member_maps, link_maps, message_maps = [], [], []
+    if symmetric:
+        cycles = _compute_cycles(schedule)
+        for members, links in topology.symmetries():
+            if not np.array_equal(cycles[:, members], cycles):
+                continue
+            image = _message_images(flat, members, count)
+            if image is None or not _keeps_routes(routed, image, links, topology):
+                continue
+            member_maps.append(members)
+            link_maps.append(links)
+            message_maps.append(image)
+    member_label = orbit_labels(count, member_maps)
+    link_label = orbit_labels(len(topology.links), link_maps)
+    message_label = orbit_labels(len(flat.src), message_maps)
+    members = np.unique(member_label)
+    member_class = np.searchsorted(members, member_label)
+    links = np.unique(link_label)
+    link_class = np.searchsorted(links, link_label)
+    member_sizes = np.bincount(member_class, minlength=len(members))
+    link_sizes = np.bincount(link_class, minlength=len(links))
+    message_sizes = np.bincount(message_label, minlength=len(flat.src))
+
+    # one message per class, sent by a representative member: the first in schedule order
+    from_representative = member_label[flat.src] == flat.src
+    chosen = np.flatnonzero(from_representative)
+    _, first = np.unique(message_label[chosen], return_index=True)
+    offsets = np.cumsum(routed.per_message) - routed.per_message
+    outbox: dict[tuple[int, StepKey, int], list[Sent]] = {}
+    for index in np.sort(chosen[first]).tolist():
+        size = int(message_sizes[message_label[index]])
+        if any(size % int(n) for n in (member_sizes[member_class[flat.src[index]]],
+                                       member_sizes[member_class[flat.dst[index]]])):
+            raise RuntimeError("symmetry: a message class does not spread evenly over its "
+                               "ends' classes")
+        src, dst = int(flat.src[index]), int(flat.dst[index])
+        key = flat.keys[flat.step[index]]
+        message = Message(src, dst, float(flat.bytes[index]), key[0], int(flat.level[index]),
+                          key[1], int(flat.round[index]))
+        crossed = routed.crossed[offsets[index]:offsets[index] + routed.per_message[index]]
+        hops = tuple((int(link_class[link]), size // int(link_sizes[link_class[link]]))
+                     for link in crossed.tolist())
+        sent = Sent(message, topology.route(src, dst), int(member_class[src]),
+                    int(member_class[dst]), size // int(member_sizes[member_class[src]]),
+                    size // int(member_sizes[member_class[dst]]), hops)
+        outbox.setdefault((sent.src_class, key, message.round), []).append(sent)
+
+    # messages each representative receives, per (step, round)
+    to_representative = np.flatnonzero(member_label[flat.dst] == flat.dst)
+    expected: dict[tuple[int, StepKey, int], int] = {}
+    for step, dst, round_ in zip(flat.step[to_representative].tolist(),
+                                 flat.dst[to_representative].tolist(),
+                                 flat.round[to_representative].tolist(), strict=True):
+        key = (int(member_class[dst]), flat.keys[step], round_)
+        expected[key] = expected.get(key, 0) + 1
+    return Classes(member_class, tuple(members.tolist()), link_class, tuple(links.tolist()),
+                   outbox, expected)
