@@ -98,13 +98,14 @@ def assemble_result(
     events: int,
     wall_s: float,
     config_dict: Mapping | None = None,
+    routed: Routed | None = None,
 ) -> SimResult:
     """The SimResult of a finished step (comm waits are means over accelerators; links'
     busy cycles None: each link's bytes over its bandwidth, as the analytic engine has it)."""
     config = schedule.config
     units = schedule.units
     flat = schedule.flat
-    routed = Routed.of(flat.src, flat.dst, topology)
+    routed = routed or Routed.of(flat.src, flat.dst, topology)
     carried = routed.loads(flat.bytes, len(topology.links)).tolist()
     if link_busy_cycles is None:
         link_busy_cycles = [load / link.bandwidth_bytes_per_cycle

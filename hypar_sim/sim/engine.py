@@ -50,7 +50,7 @@ from simpy.core import EmptySchedule
 
 from hypar_sim.hardware.config import HardwareConfig
 from hypar_sim.hardware.topology import Topology
-from hypar_sim.hardware.transfer import chunk_sizes, route_latency_cycles
+from hypar_sim.hardware.transfer import Routed, chunk_sizes, route_latency_cycles
 from hypar_sim.results import SimResult
 from hypar_sim.sim.accounting import assemble_result
 from hypar_sim.sim.defaults import DEFAULT_CHUNK_BYTES, DEFAULT_MAX_CHUNKS
@@ -367,7 +367,9 @@ def simulate_des(schedule: Schedule, topology: Topology,
     carries its trace events (`sim.trace`); with `progress`, a bar on stderr for runs
     over 2 s."""
     started = time.perf_counter()
-    classes = classify(schedule, topology, symmetry and not trace)
+    flat = schedule.flat
+    routed = Routed.of(flat.src, flat.dst, topology)  # for the classes and the result
+    classes = classify(schedule, topology, symmetry and not trace, routed)
     state = _Step(schedule, topology, classes, chunk_bytes, max_chunks, trace, progress)
     latency, events = state.run()
     unfinished = [key for key, count in state.pending.items() if count]
@@ -386,7 +388,7 @@ def simulate_des(schedule: Schedule, topology: Topology,
     grants = sum(lanes.grants * size for lanes, size in (*zip(state.links, link_sizes, strict=True),
                                                          *zip(state.vaults, sizes, strict=True)))
     result = assemble_result(schedule, topology, "des", latency, waits, busy, events,
-                             time.perf_counter() - started, config_dict)
+                             time.perf_counter() - started, config_dict, routed)
     traced = tuple(trace_events(schedule, topology, state.computations, state.spans,
                                 schedule.config.clock_hz)) if trace else ()
     return dataclasses.replace(result, lane_grants=grants, trace_events=traced)

@@ -158,16 +158,20 @@ class FlatMessages:
     bytes: np.ndarray
     level: np.ndarray
     layer: np.ndarray
+    round: np.ndarray
+    step: np.ndarray  # the position of the message's step among `steps`
 
     @classmethod
     def of(cls, steps: Iterable[StepMessages]) -> FlatMessages:
         steps = list(steps)
         if not steps:
             empty = np.zeros(0, dtype=np.int64)
-            return cls(empty, empty, np.zeros(0), empty, empty)
+            return cls(empty, empty, np.zeros(0), empty, empty, empty, empty)
         return cls(*(np.concatenate([getattr(step, name) for step in steps])
                      for name in ("src", "dst", "bytes", "level")),
-                   np.concatenate([np.full(len(step), step.layer) for step in steps]))
+                   np.concatenate([np.full(len(step), step.layer) for step in steps]),
+                   np.concatenate([step.round for step in steps]),
+                   np.repeat(np.arange(len(steps)), [len(step) for step in steps]))
 
 
 def plan_messages(network: Network, plan: Plan) -> dict[StepKey, StepMessages]:

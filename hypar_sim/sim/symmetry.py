@@ -31,7 +31,7 @@ import numpy as np
 from hypar_sim.hardware.topology import Route, Topology
 from hypar_sim.hardware.transfer import Routed
 from hypar_sim.partition.steps import Message
-from hypar_sim.sim.schedule import Compute, Parallel, Schedule, StepKey
+from hypar_sim.sim.schedule import Compute, FlatMessages, Parallel, Schedule, StepKey
 
 
 @dataclass(frozen=True)
@@ -59,9 +59,6 @@ class Classes:
     outbox: dict[tuple[int, StepKey, int], list[Sent]]  # (class, step, round) -> its sends
     expected: dict[tuple[int, StepKey, int], int]  # messages one member of the class receives
 
-    def size(self, member_class: int) -> int:
-        return int(np.count_nonzero(self.member_class == member_class))
-
 
 def orbit_labels(count: int, maps: list[np.ndarray]) -> np.ndarray:
     """Each element's orbit under the group the permutations `maps` generate, named by its
@@ -76,33 +73,10 @@ def orbit_labels(count: int, maps: list[np.ndarray]) -> np.ndarray:
             return labels
 
 
-@dataclass(frozen=True)
-class _Flat:
-    """Every message of the schedule in one set of arrays."""
-
-    keys: list[StepKey]
-    step: np.ndarray
-    src: np.ndarray
-    dst: np.ndarray
-    bytes: np.ndarray
-    round: np.ndarray
-    level: np.ndarray
-
-    @classmethod
-    def of(cls, schedule: Schedule) -> _Flat:
-        keys = list(schedule.steps)
-        parts = list(schedule.steps.values())
-        if not parts:
-            empty = np.zeros(0, dtype=np.int64)
-            return cls(keys, empty, empty, empty, np.zeros(0), empty, empty)
-        return cls(keys, np.repeat(np.arange(len(parts)), [len(p) for p in parts]),
-                   *(np.concatenate([getattr(p, name) for p in parts]).astype(
-                       np.float64 if name == "bytes" else np.int64)
-                     for name in ("src", "dst", "bytes", "round", "level")))
-
-    def encode(self, src: np.ndarray, dst: np.ndarray, members: int) -> np.ndarray:
-        rounds = int(self.round.max()) + 1 if len(self.round) else 1
-        return ((self.step * members + src) * members + dst) * rounds + self.round
+def _encode(flat: FlatMessages, src: np.ndarray, dst: np.ndarray, members: int) -> np.ndarray:
+    """One number per message: its step, ends and round."""
+    rounds = int(flat.round.max()) + 1 if len(flat.round) else 1
+    return ((flat.step * members + src) * members + dst) * rounds + flat.round
 
 
 def _compute_cycles(schedule: Schedule) -> np.ndarray:
@@ -117,15 +91,16 @@ def _compute_cycles(schedule: Schedule) -> np.ndarray:
     return np.array(rows).reshape(len(rows), schedule.accelerators)
 
 
-def _message_images(flat: _Flat, members: np.ndarray, count: int) -> np.ndarray | None:
+def _message_images(flat: FlatMessages, members: np.ndarray,
+                    count: int) -> np.ndarray | None:
     """Each message's image under the member permutation, or None if some message has no
     image of the same bytes (or two messages share a step, ends and round)."""
-    keys = flat.encode(flat.src, flat.dst, count)
+    keys = _encode(flat, flat.src, flat.dst, count)
     order = np.argsort(keys, kind="stable")
     ranked = keys[order]
     if len(ranked) > 1 and not np.all(np.diff(ranked) > 0):
         return None
-    wanted = flat.encode(members[flat.src], members[flat.dst], count)
+    wanted = _encode(flat, members[flat.src], members[flat.dst], count)
     at = np.minimum(np.searchsorted(ranked, wanted), max(len(ranked) - 1, 0))
     if len(ranked) and not np.array_equal(ranked[at], wanted):
         return None
@@ -133,39 +108,52 @@ def _message_images(flat: _Flat, members: np.ndarray, count: int) -> np.ndarray 
     return image if np.array_equal(flat.bytes[image], flat.bytes) else None
 
 
-def _keeps_routes(routed: Routed, image: np.ndarray, links: np.ndarray,
-                  topology: Topology) -> bool:
-    """Whether every message's route, link by link under `links`, is its image's route
-    and the links it maps onto one another are alike."""
-    lengths = routed.per_message
-    if not np.array_equal(lengths[image], lengths):
-        return False
-    if not len(routed.crossed):
-        return True
-    offsets = np.cumsum(lengths) - lengths
-    owner = np.repeat(np.arange(len(lengths)), lengths)
-    within = np.arange(len(routed.crossed)) - offsets[owner]
-    if not np.array_equal(links[routed.crossed], routed.crossed[offsets[image][owner] + within]):
-        return False
-    used = np.unique(routed.crossed).tolist()
-    return all(topology.links[i].lanes == topology.links[links[i]].lanes
-               and topology.links[i].spec == topology.links[links[i]].spec for i in used)
+class _Routes:
+    """What checking a relabelling against the messages' routes needs, computed once: each
+    crossed link's message and first position, and a key per link of its lanes and spec."""
+
+    def __init__(self, routed: Routed, topology: Topology) -> None:
+        self.routed = routed
+        lengths = routed.per_message
+        self.offsets = np.cumsum(lengths) - lengths
+        self.owner = np.repeat(np.arange(len(lengths)), lengths)
+        self.within = np.arange(len(routed.crossed)) - self.offsets[self.owner]
+        self.used = np.flatnonzero(np.bincount(routed.crossed, minlength=len(topology.links)))
+        kinds: dict[tuple, int] = {}
+        self.kind = np.array([kinds.setdefault((link.lanes, link.spec), len(kinds))
+                              for link in topology.links], dtype=np.int64)
+
+    def kept(self, image: np.ndarray, links: np.ndarray) -> bool:
+        """Whether every message's route, link by link under `links`, is its image's route
+        and the links it maps onto one another are alike."""
+        crossed = self.routed.crossed
+        if not np.array_equal(self.routed.per_message[image], self.routed.per_message):
+            return False
+        if not len(crossed):
+            return True
+        return (np.array_equal(links[crossed], crossed[self.offsets[image][self.owner]
+                                                       + self.within])
+                and np.array_equal(self.kind[links[self.used]], self.kind[self.used]))
 
 
-def classify(schedule: Schedule, topology: Topology, symmetric: bool = True) -> Classes:
+def classify(schedule: Schedule, topology: Topology, symmetric: bool = True,
+             routed: Routed | None = None) -> Classes:
     """The classes of `schedule` on `topology` under the symmetries that keep both (with
-    `symmetric` False, or none found: every accelerator, link and message its own)."""
+    `symmetric` False, or none found: every accelerator, link and message its own);
+    `routed`: the routes of `schedule.flat`'s messages, if already known."""
     count = schedule.accelerators
-    flat = _Flat.of(schedule)
-    routed = Routed.of(flat.src, flat.dst, topology)
+    flat = schedule.flat
+    routed = routed or Routed.of(flat.src, flat.dst, topology)
+    keys = list(schedule.steps)
     member_maps, link_maps, message_maps = [], [], []
     if symmetric:
         cycles = _compute_cycles(schedule)
+        routes = _Routes(routed, topology)
         for members, links in topology.symmetries():
             if not np.array_equal(cycles[:, members], cycles):
                 continue
             image = _message_images(flat, members, count)
-            if image is None or not _keeps_routes(routed, image, links, topology):
+            if image is None or not routes.kept(image, links):
                 continue
             member_maps.append(members)
             link_maps.append(links)
@@ -194,7 +182,7 @@ def classify(schedule: Schedule, topology: Topology, symmetric: bool = True) -> 
             raise RuntimeError("symmetry: a message class does not spread evenly over its "
                                "ends' classes")
         src, dst = int(flat.src[index]), int(flat.dst[index])
-        key = flat.keys[flat.step[index]]
+        key = keys[flat.step[index]]
         message = Message(src, dst, float(flat.bytes[index]), key[0], int(flat.level[index]),
                           key[1], int(flat.round[index]))
         crossed = routed.crossed[offsets[index]:offsets[index] + routed.per_message[index]]
@@ -211,7 +199,7 @@ def classify(schedule: Schedule, topology: Topology, symmetric: bool = True) -> 
     for step, dst, round_ in zip(flat.step[to_representative].tolist(),
                                  flat.dst[to_representative].tolist(),
                                  flat.round[to_representative].tolist(), strict=True):
-        key = (int(member_class[dst]), flat.keys[step], round_)
+        key = (int(member_class[dst]), keys[step], round_)
         expected[key] = expected.get(key, 0) + 1
     return Classes(member_class, tuple(members.tolist()), link_class, tuple(links.tolist()),
                    outbox, expected)
