@@ -364,7 +364,6 @@ def graph_dict(graph: Graph) -> dict:
 
 def cmd_plan(args: argparse.Namespace) -> str:
     from hypar_sim.hardware.config import load_hardware
-    from hypar_sim.planner.bound import layer_bounds
     from hypar_sim.planner.strategies import make_plan
 
     workload = _workload(args)
@@ -381,8 +380,12 @@ def cmd_plan(args: argparse.Namespace) -> str:
                          "not defined for --phases forward yet")
     plan = make_plan(workload, strategy, hierarchy, args.batch, args.plan_text,
                      config.word_bytes, options, config)
-    bounds = layer_bounds(workload.layers, plan.batch, plan.hierarchy, options.kinds,
-                          plan.word_bytes) if args.bound else None
+    bounds = None
+    if args.bound:
+        from hypar_sim.planner.bound import layer_bounds
+
+        bounds = layer_bounds(workload.layers, plan.batch, plan.hierarchy, options.kinds,
+                              plan.word_bytes)
     if args.json:
         data = plan.to_dict()
         if bounds is not None:

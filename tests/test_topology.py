@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import functools
 import math
 
@@ -22,6 +23,7 @@ from hypar_sim.hardware.topology import (
     Torus,
     make_topology,
 )
+from hypar_sim.hardware.transfer import Routed
 from hypar_sim.partition.hierarchy import Hierarchy
 from tests.conftest import REPO
 
@@ -228,8 +230,9 @@ def test_hierarchy_must_match_the_accelerators(name):
 @pytest.mark.parametrize("sizes", [(2, 2, 2, 2), (3, 2, 2), (2, 3), (5,)])
 @pytest.mark.parametrize("name", ["htree", "configs/topologies/htree_per_level.yaml"])
 def test_fat_tree_routes_as_arrays_equal_the_routes_one_by_one(sizes, name):
-    """The fat tree's vectorised `route_arrays` gives, for every ordered pair in a shuffled
-    order, the links, shapes, energy weights and switches of the generic per-route one."""
+    """The fat tree's vectorised `_pair_routes` gives, for every ordered pair in a shuffled
+    order, the links, shapes, energy weights and switches of the generic per-route one, and
+    `route_arrays` gives each message of a list with repeats its own pair's route."""
     hierarchy = Hierarchy(sizes)
     if name.endswith(".yaml") and hierarchy.levels != 4:
         pytest.skip("the file describes four levels")
@@ -239,12 +242,38 @@ def test_fat_tree_routes_as_arrays_equal_the_routes_one_by_one(sizes, name):
     count = hierarchy.members
     pairs = np.array([(a, b) for a in range(count) for b in range(count) if a != b])
     pairs = pairs[np.random.default_rng(0).permutation(len(pairs))]
-    fast = topology.route_arrays(pairs[:, 0], pairs[:, 1])
-    generic = Topology.route_arrays(topology, pairs[:, 0], pairs[:, 1])
+    fast = topology._pair_routes(pairs[:, 0], pairs[:, 1])
+    generic = Topology._pair_routes(topology, pairs[:, 0], pairs[:, 1])
     for mine, theirs in zip(fast, generic, strict=True):
         assert np.array_equal(mine, theirs)
-    route = topology.route(int(pairs[0, 0]), int(pairs[0, 1]))
-    assert fast[1][:len(route.links)].tolist() == [link.index for link in route.links]
+    # every message of a repeated, shuffled list gets its own pair's route, in order
+    messages = np.concatenate([pairs, pairs[::-1], pairs[:3]])
+    shapes, crossed, per_message, energy, switches = topology.route_arrays(messages[:, 0],
+                                                                           messages[:, 1])
+    ends = np.cumsum(per_message)
+    for index, (src, dst) in enumerate(messages.tolist()):
+        route = topology.route(src, dst)
+        links = crossed[ends[index] - per_message[index]:ends[index]].tolist()
+        assert links == [link.index for link in route.links]
+        assert (shapes[index], energy[index], switches[index]) == (
+            topology.shape_id(route), route.energy_links, route.switches)
+
+
+@pytest.mark.parametrize("name", ["htree", "torus"])
+def test_routes_of_a_part_equal_the_part_routed_alone(name):
+    """`Routed.part` (how the analytic engine reads each step's routes from the whole
+    step's) gives what routing the part's messages alone gives, for empty and end parts."""
+    config = load_hardware(overrides={"accelerators": 16})
+    topology = make_topology(name, config)
+    rng = np.random.default_rng(1)
+    src = rng.integers(0, 16, 200)
+    dst = (src + rng.integers(1, 16, 200)) % 16
+    whole = Routed.of(src, dst, topology)
+    for first, last in [(0, 0), (0, 1), (3, 3), (17, 120), (120, 200), (0, 200)]:
+        part, alone = whole.part(first, last), Routed.of(src[first:last], dst[first:last],
+                                                         topology)
+        for field in dataclasses.fields(Routed):
+            assert np.array_equal(getattr(part, field.name), getattr(alone, field.name))
 
 
 @pytest.mark.parametrize(("accelerators", "links"), [(16, 32), (8, 12), (6, 9)])

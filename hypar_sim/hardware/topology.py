@@ -109,6 +109,11 @@ class Topology:
     def _route(self, src: int, dst: int) -> Route:  # pragma: no cover - overridden
         raise NotImplementedError
 
+    @cached_property
+    def link_bandwidths(self) -> np.ndarray:
+        """Each link's bandwidth, all lanes together, bytes per cycle (`links` order)."""
+        return np.array([link.bandwidth_bytes_per_cycle for link in self.links])
+
     def symmetries(self) -> list[tuple[np.ndarray, np.ndarray]]:
         """Relabellings that leave the topology as it is: (accelerator permutation, link
         permutation) pairs, each mapping every route onto the route between the images of
@@ -128,21 +133,29 @@ class Topology:
     def route_arrays(self, src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, ...]:
         """Routes of many messages as arrays (`hardware.transfer.Routed`): each one's
         `shape_id`, the links all cross (message by message, in route order), how many each
-        crosses, `Route.energy_links` and switches. Topologies may compute them directly."""
+        crosses, `Route.energy_links` and switches; each distinct pair routed once
+        (`_pair_routes`)."""
         pairs, inverse = np.unique(src * self.accelerators + dst, return_inverse=True)
-        records = [self.pair_record(pair) for pair in pairs.tolist()]
-        shapes = np.fromiter((r[0] for r in records), dtype=np.int64, count=len(records))
-        lengths = np.fromiter((len(r[1]) for r in records), dtype=np.int64, count=len(records))
-        energy = np.fromiter((r[2] for r in records), dtype=np.float64, count=len(records))
-        switches = np.fromiter((r[3] for r in records), dtype=np.float64, count=len(records))
-        flat = np.fromiter(chain.from_iterable(r[1] for r in records), dtype=np.intp,
-                           count=int(lengths.sum()))
+        shapes, flat, lengths, energy, switches = self._pair_routes(
+            *np.divmod(pairs, self.accelerators))
         offsets = np.cumsum(lengths) - lengths
         per_message = lengths[inverse]
         within = np.arange(int(per_message.sum())) - np.repeat(np.cumsum(per_message)
                                                                 - per_message, per_message)
         crossed = flat[np.repeat(offsets[inverse], per_message) + within]
         return shapes[inverse], crossed, per_message, energy[inverse], switches[inverse]
+
+    def _pair_routes(self, src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, ...]:
+        """For distinct pairs: `route_arrays`'s five arrays, route by route (`pair_record`);
+        topologies may compute them directly."""
+        records = [self.pair_record(pair) for pair in (src * self.accelerators + dst).tolist()]
+        shapes = np.fromiter((r[0] for r in records), dtype=np.int64, count=len(records))
+        lengths = np.fromiter((len(r[1]) for r in records), dtype=np.int64, count=len(records))
+        energy = np.fromiter((r[2] for r in records), dtype=np.float64, count=len(records))
+        switches = np.fromiter((r[3] for r in records), dtype=np.float64, count=len(records))
+        flat = np.fromiter(chain.from_iterable(r[1] for r in records), dtype=np.intp,
+                           count=int(lengths.sum()))
+        return shapes, flat, lengths, energy, switches
 
     def pair_record(self, pair: int) -> tuple[int, tuple[int, ...], float, int]:
         """For the route of pair `src * members + dst`: (`shape_id`, the links' indices,
@@ -221,8 +234,8 @@ class FatTree(Topology):
     def node(height: int, index: int) -> str:
         return f"A{index}" if height == 0 else f"S{height}.{index}"
 
-    def route_arrays(self, src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, ...]:
-        """As `Topology.route_arrays`, computed for all messages at once: a route is the up
+    def _pair_routes(self, src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, ...]:
+        """As `Topology._pair_routes`, computed for all pairs at once: a route is the up
         links of heights 0 .. top - 1 above `src`, then the down links of heights top - 1 .. 0
         above `dst` (links are listed height by height, node by node, up before down)."""
         if not len(src):

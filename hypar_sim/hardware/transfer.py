@@ -18,6 +18,7 @@ import math
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -93,28 +94,44 @@ class Routed:
         return cls(*topology.route_arrays(np.asarray(src, dtype=np.int64),
                                           np.asarray(dst, dtype=np.int64)))
 
+    @cached_property
+    def link_ends(self) -> np.ndarray:
+        """Where each message's links end in `crossed` (cumulative `per_message`)."""
+        return np.cumsum(self.per_message)
+
+    def part(self, first: int, last: int) -> Routed:
+        """The routes of messages `first` .. `last` - 1."""
+        low = int(self.link_ends[first - 1]) if first else 0
+        high = int(self.link_ends[last - 1]) if last > first else low
+        return Routed(self.shapes[first:last], self.crossed[low:high],
+                      self.per_message[first:last], self.energy_links[first:last],
+                      self.switches[first:last])
+
     def loads(self, sizes: np.ndarray, links: int) -> np.ndarray:
         """Bytes on each link (each link's added in the messages' order)."""
         return np.bincount(self.crossed, np.repeat(sizes, self.per_message), minlength=links)
 
 
 def step_cycles(messages: StepMessages, topology: Topology, config: HardwareConfig,
-                chunk_bytes: float, max_chunks: int) -> float:
+                chunk_bytes: float, max_chunks: int, routed: Routed | None = None) -> float:
     """Cycles for all messages of one communication step to arrive: its rounds one after
     another, each as long as its slowest message alone, its busiest link carrying all the
     round's bytes or its busiest cube's DRAM reading and writing them, whichever is longest
-    (a ring's k - 1 equal rounds: k - 1 times one)."""
+    (a ring's k - 1 equal rounds: k - 1 times one). `routed`: the messages' routes in
+    their order, where the caller has them."""
     if not len(messages):
         return 0.0
-    order = np.argsort(messages.round, kind="stable")
-    src, dst = messages.src[order], messages.dst[order]
-    sizes, rounds = messages.bytes[order], messages.round[order]
-    routed = Routed.of(src, dst, topology)
-    bandwidth = np.array([link.bandwidth_bytes_per_cycle for link in topology.links])
+    src, dst, sizes, rounds = messages.src, messages.dst, messages.bytes, messages.round
+    if np.any(rounds[1:] < rounds[:-1]):  # rounds in order: the routes are read in order
+        order = np.argsort(rounds, kind="stable")
+        src, dst, sizes, rounds = src[order], dst[order], sizes[order], rounds[order]
+        routed = None
+    routed = routed or Routed.of(src, dst, topology)
+    bandwidth = topology.link_bandwidths
     dram = config.vault_bandwidth_bytes_per_cycle * config.vaults_per_cube
     alone: dict[tuple[int, float], float] = {}  # many messages share a route shape and a size
     ends = np.stack([src, dst], axis=1).ravel()  # read at the source, written at the destination
-    link_ends = np.cumsum(routed.per_message)
+    link_ends = routed.link_ends
     per_round = {}
     bounds = np.flatnonzero(np.diff(rounds)) + 1
     for first, last in zip(np.concatenate(([0], bounds)).tolist(),

@@ -22,7 +22,7 @@ from collections import defaultdict
 import numpy as np
 
 from hypar_sim.hardware.topology import Topology
-from hypar_sim.hardware.transfer import step_cycles
+from hypar_sim.hardware.transfer import Routed, step_cycles
 from hypar_sim.results import SimResult
 from hypar_sim.sim.accounting import assemble_result
 from hypar_sim.sim.defaults import DEFAULT_CHUNK_BYTES, DEFAULT_MAX_CHUNKS
@@ -39,13 +39,18 @@ def simulate_analytic(schedule: Schedule, topology: Topology,
     port_free = 0.0
     arrival: dict[StepKey, float] = {}
     waits: dict[int, float] = defaultdict(float)
+    flat = schedule.flat
+    routed = Routed.of(flat.src, flat.dst, topology)  # every step's, for the result as well
+    ends = np.searchsorted(flat.step, np.arange(len(schedule.steps) + 1)).tolist()
+    parts = {key: routed.part(ends[i], ends[i + 1]) for i, key in enumerate(schedule.steps)}
     for task in schedule.tasks:
         if isinstance(task, Compute | Parallel):
             now += np.array([task_cycles(task, m) for m in range(members)])
         elif isinstance(task, Send):
             start = max(float(now.max()), port_free)
             arrival[task.step] = start + step_cycles(schedule.steps[task.step], topology,
-                                                     schedule.config, chunk_bytes, max_chunks)
+                                                     schedule.config, chunk_bytes, max_chunks,
+                                                     parts[task.step])
             port_free = arrival[task.step]
         elif isinstance(task, Wait):
             late = np.maximum(arrival[task.step] - now, 0.0)
@@ -53,4 +58,4 @@ def simulate_analytic(schedule: Schedule, topology: Topology,
             now = np.maximum(now, arrival[task.step])
     now = float(now.max())
     return assemble_result(schedule, topology, "analytic", now, waits, None, 0,
-                           time.perf_counter() - started, config_dict)
+                           time.perf_counter() - started, config_dict, routed)

@@ -338,10 +338,12 @@ class _Step:
     def run(self) -> tuple[float, int]:
         """Run to the end; (latency in cycles, events processed). With `progress`, a bar on
         stderr of the first member's tasks, shown once the run has taken 2 s."""
-        from tqdm import tqdm
+        bar = None
+        if self.progress:  # tqdm (and its multiprocessing) imported only for a bar
+            from tqdm import tqdm
 
-        bar = tqdm(total=len(self.schedule.tasks), unit="task", desc="simulating", delay=2,
-                   disable=not self.progress, mininterval=0.5)
+            bar = tqdm(total=len(self.schedule.tasks), unit="task", desc="simulating",
+                       delay=2, mininterval=0.5)
         for member_class in range(len(self.classes.members)):
             self.env.process(self.accelerator(member_class, bar if member_class == 0 else None))
         events = 0
@@ -353,7 +355,8 @@ class _Step:
         except EmptySchedule:
             pass
         finally:
-            bar.close()
+            if bar is not None:
+                bar.close()
         return self.env.now, events
 
 
