@@ -79,6 +79,8 @@ class HardwareConfig:
     energy_inter_pe_pj: float = _param("pJ", "one word passed between PEs", 0, False)
     energy_link_pj_per_bit: float = _param("pJ/bit", "one bit over one link", 0, False)
     energy_switch_pj_per_bit: float = _param("pJ/bit", "one bit through one switch", 0, False)
+    energy_vault_hop_pj_per_bit: float = _param("pJ/bit", "one bit over one vault-to-vault hop "
+                                                "of a cube's logic-die network", 0, False)
     static_power_pu_mw: float = _param("mW", "static power of one PU", 0, False)
 
     def __post_init__(self) -> None:

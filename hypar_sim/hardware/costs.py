@@ -23,6 +23,7 @@ from hypar_sim.hardware.hmc import (
     overlapped_cycles,
     pe_array_spec,
     split_over_vaults,
+    split_time,
 )
 from hypar_sim.hardware.pe_array import (
     ArrayCost,
@@ -115,11 +116,23 @@ def cube_cost(pieces: list[tuple[ArrayCost, int]], macs: int, config: HardwareCo
 def conv_cost(work: ConvWork, config: HardwareConfig) -> PieceCost:
     """Cost of a convolution-shaped piece on one cube: split over the PUs, DRAM overlapped.
 
-    Time is the largest piece's (all PUs run in parallel); access counts add up every
-    PU's own piece.
+    Time is the largest piece's (all PUs run in parallel) with its vault's DRAM words;
+    access counts add up every PU's own piece, except that what the PUs share crosses
+    DRAM once and the cube's network instead (`hmc.VaultSplit`).
     """
     split = split_over_vaults(work, config)
-    return cube_cost([(cost, count) for _, count, cost in split.pieces], work.macs, config)
+    own = cube_cost([(cost, count) for _, count, cost in split.pieces], work.macs, config)
+    if split.pus_used == 1:
+        return own
+    time = split_time(split, config)
+    counts = {**own.counts, Action.DRAM: split.dram_words}
+    if split.noc_hop_words:
+        counts[Action.VAULT_HOP_BIT] = split.noc_hop_words * config.word_bytes * 8
+    if split.reduce_adds:
+        counts[Action.PSUM_ADD] = split.reduce_adds
+    return dataclasses.replace(own, cycles=time.total_cycles, memory_cycles=time.memory_cycles,
+                               dram_bytes=split.dram_words * config.word_bytes,
+                               counts=MappingProxyType(counts))
 
 
 @lru_cache(maxsize=65536)

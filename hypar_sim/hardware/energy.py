@@ -25,6 +25,8 @@ class Action(StrEnum):
     LINK_BIT = "link_bit"  # one bit over one link
     SWITCH_BIT = "switch_bit"  # one bit through one switch
     POOL = "pool"  # one comparison of max pooling (a float subtraction)
+    VAULT_HOP_BIT = "vault_hop_bit"  # one bit over one hop of a cube's vault-to-vault network
+    PSUM_ADD = "psum_add"  # one addition of partial sums reduced across a cube's vaults
     STATIC_PU_CYCLE = "static_pu_cycle"  # one PU powered for one cycle
 
 
@@ -46,6 +48,8 @@ class EnergyTable:
             Action.SWITCH_BIT: config.energy_switch_pj_per_bit,
             # a comparison is a subtraction: a 32-bit float add (Horowitz ISSCC 2014)
             Action.POOL: config.energy_fp_add_pj,
+            Action.VAULT_HOP_BIT: config.energy_vault_hop_pj_per_bit,
+            Action.PSUM_ADD: config.energy_fp_add_pj,
             Action.STATIC_PU_CYCLE: config.static_power_pu_mw * 1e-3 / config.clock_hz * 1e12,
         }))
 

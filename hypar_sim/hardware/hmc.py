@@ -3,11 +3,23 @@
 Each vault has its own DRAM channel (the cube's bandwidth shared evenly,
 320 GB/s / 32 = 10 GB/s, i.e. 40 B per 250 MHz cycle) and, on the logic die,
 one row-stationary PU. A layer's share of work on one cube is split over the
-PUs along one dimension (output channels, samples or output rows: the one
-that keeps the most PUs busy with the least DRAM traffic); the PUs then run
-in parallel, each streaming its tiles from its own vault with double
+PUs along one dimension: output channels, samples, output rows or input
+channels, the one with the fewest cycles, then the fewest DRAM words. The PUs
+run in parallel, each streaming its tiles from its own vault with double
 buffering, so a PU's time is max(compute, memory) plus the fill of one tile
 and one DRAM access latency.
+
+What the PUs of a split have in common crosses DRAM once (Tetris, Gao et al.,
+ASPLOS 2017, Sec. 5: vaults share data over the logic die's network instead of
+each fetching it): the tensor every piece reads whole (the input under an
+output-channel split, the filters under a sample or row split) is read once,
+each vault reading its 1/P of it, and multicast to the P PUs along a spanning
+tree of the vaults' mesh, one hop per PU beyond the first; under an
+input-channel split each PU holds partial sums of the whole output, reduced
+and scattered over the same network (P - 1 hops and adds per output word),
+each vault writing 1/P of the result. The network's hops cost energy
+(`energy_vault_hop_pj_per_bit`); its bandwidth is not modelled (no cited
+figure): a PU takes its stream at the rate its vault's DRAM would feed it.
 """
 
 from __future__ import annotations
@@ -18,8 +30,12 @@ from hypar_sim.errors import InputError
 from hypar_sim.hardware.config import HardwareConfig
 from hypar_sim.hardware.pe_array import ArrayCost, ConvWork, PEArraySpec, map_conv
 
-#: The dimensions a layer's work may be split along over the PUs of a cube.
-SPLIT_DIMENSIONS = ("out_channels", "batch", "out_height")
+#: The dimensions a layer's work may be split along over the PUs of a cube, each with the
+#: tensor every piece reads whole (multicast), or None where the pieces hold partial sums of
+#: one output instead (reduced).
+SHARED_READS = {"out_channels": "ifmap", "batch": "filter", "out_height": "filter",
+                "in_channels": None}
+SPLIT_DIMENSIONS = tuple(SHARED_READS)
 
 
 def pe_array_spec(config: HardwareConfig) -> PEArraySpec:
@@ -49,7 +65,7 @@ def even_parts(total: int, parts: int) -> list[tuple[int, int]]:
 
 @dataclass(frozen=True)
 class VaultSplit:
-    """How one cube spreads a piece of work over its PUs."""
+    """How one cube spreads a piece of work over its PUs, and what they share (words)."""
 
     dimension: str  # one of SPLIT_DIMENSIONS
     pus_used: int
@@ -64,21 +80,69 @@ class VaultSplit:
         """An access count summed over every PU's piece."""
         return sum(count * getattr(cost.accesses, field) for _, count, cost in self.pieces)
 
+    def _common(self) -> tuple[int, int]:
+        """(the words every PU reads or writes alike, the most of them one PU does): the
+        shared reads, or under an input-channel split the partial outputs."""
+        field = _common_field(self.dimension)
+        return self.total(field), max(getattr(cost.accesses, field) for _, _, cost in self.pieces)
+
+    @property
+    def noc_hop_words(self) -> int:
+        """Words over one vault-to-vault hop: each PU beyond the first gets the shared words
+        (or sends its partial sums) over one edge of a spanning tree; alone, none."""
+        every, most = self._common()
+        return every - most
+
+    @property
+    def reduce_adds(self) -> int:
+        """Partial-sum additions of an input-channel split (one per word reduced)."""
+        return self.noc_hop_words if SHARED_READS[self.dimension] is None else 0
+
+    @property
+    def dram_words(self) -> int:
+        """DRAM words the cube reads and writes: every piece's, the common ones once."""
+        return self.total("dram_read") + self.total("dram_write") - self.noc_hop_words
+
+    @property
+    def vault_dram_words(self) -> float:
+        """DRAM words of the slowest PU's vault: its own, and 1/P of the common ones."""
+        field = _common_field(self.dimension)
+        accesses = self.slowest.accesses
+        common = getattr(accesses, field)
+        return accesses.dram_read + accesses.dram_write - common + self._common()[1] / self.pus_used
+
+
+def _common_field(dimension: str) -> str:
+    """The `AccessCounts` field of the words a split's PUs read or write alike."""
+    shared = SHARED_READS[dimension]
+    return f"dram_{shared}" if shared else "dram_write"
+
 
 def split_over_vaults(work: ConvWork, config: HardwareConfig) -> VaultSplit:
-    """Spread `work` over the cube's PUs: the split with the fewest cycles, then least DRAM."""
+    """Spread `work` over the cube's PUs: the split with the fewest cycles (compute and its
+    vault's DRAM overlapped), then the fewest DRAM words."""
     spec = pe_array_spec(config)
     candidates = []
     for dimension in SPLIT_DIMENSIONS:
         total = getattr(work, dimension)
         parts = min(config.pus_per_cube, total)
-        pieces = tuple((piece, count, map_conv(piece, spec))
+        shared = SHARED_READS[dimension] or ""
+        pieces = tuple((piece, count, map_conv(piece, spec, shared, parts))
                        for piece, count in ((_piece(work, dimension, size), count)
                                             for size, count in even_parts(total, parts)))
         split = VaultSplit(dimension, parts, pieces)
-        dram_words = split.total("dram_read") + split.total("dram_write")
-        candidates.append(((split.slowest.cycles, dram_words), split))
+        time = split_time(split, config)
+        candidates.append(((time.total_cycles, split.dram_words), split))
     return min(candidates, key=lambda candidate: candidate[0])[1]
+
+
+def split_time(split: VaultSplit, config: HardwareConfig) -> OverlapTime:
+    """The cube's time for `split`: its slowest PU's compute overlapped with its vault's
+    DRAM words (`overlapped_cycles`)."""
+    slowest = split.slowest
+    tiles = slowest.mapping.passes if slowest.mapping else 1
+    return overlapped_cycles(slowest.cycles, split.vault_dram_words * config.word_bytes, tiles,
+                             config)
 
 
 @dataclass(frozen=True)

@@ -251,6 +251,8 @@ class AccessCounts:
     inter_pe: int  # words passed PE to PE (psum accumulation between PEs / sets)
     dram_read: int  # words read from DRAM (ifmap, filter, spilled psums)
     dram_write: int  # words written to DRAM (ofmap, spilled psums)
+    dram_ifmap: int = 0  # of dram_read: the input feature map's words (its re-reads included)
+    dram_filter: int = 0  # of dram_read: the filters' words
 
 
 @dataclass(frozen=True)
@@ -339,13 +341,18 @@ _FIRST_ROWS = 8
 
 
 @lru_cache(maxsize=65536)
-def map_conv(work: ConvWork, spec: PEArraySpec) -> ArrayCost:
-    """Map `work` onto the PU `spec` with the RS dataflow; cycles and word accesses.
+def map_conv(work: ConvWork, spec: PEArraySpec, shared: str = "", sharers: int = 1) -> ArrayCost:
+    """Map `work` onto the PU `spec` with the RS dataflow; cycles and word accesses. With
+    `shared` ("ifmap" or "filter"), that tensor is read once from DRAM for `sharers` PUs
+    doing alike pieces (`hmc.VaultSplit`): the buffer blocking weighs its words so.
 
-    Cached by (work, spec): identical calls return the identical object.
+    Cached by its arguments: identical calls return the identical object.
     """
     if not isinstance(work, ConvWork) or not isinstance(spec, PEArraySpec):
         raise ValueError("map_conv: expects (ConvWork, PEArraySpec)")
+    if shared not in ("", "ifmap", "filter") or sharers < 1:
+        raise ValueError(f"map_conv: shared {shared!r}, sharers {sharers}; allowed: '', "
+                         "'ifmap' or 'filter', and at least 1 sharer")
     n_img, chans, filters = work.batch, work.in_channels, work.out_channels
     out_h, out_w, stride = work.out_height, work.out_width, work.stride
     bw = spec.bus_words
@@ -436,7 +443,8 @@ def map_conv(work: ConvWork, spec: PEArraySpec) -> ArrayCost:
 
     # Buffer blocking ([JSSC17] Table III: GLB holds psums of m filters x n images of a
     # strip, and the ifmap rows of the q*r channels in flight): pick (n, m) with the
-    # fewest DRAM words, ties to larger n (filters reused across more images).
+    # fewest DRAM words, ties to larger n (filters reused across more images); a shared
+    # tensor's words count 1/sharers of a word the PU reads alone.
     rows_total = _strip_rows(work, e, set_rows)
     strip_in_rows = (e - 1) * stride + set_rows
     pt = p * t
@@ -456,7 +464,10 @@ def map_conv(work: ConvWork, spec: PEArraySpec) -> ArrayCost:
         ns = np.arange(1, n_fit + 1)
         room = spec.buffer_words - ns * q * r * strip_in_rows * in_w
         ms = np.minimum(filters_pad, room // (ns * e * out_w) // pt * pt)
-        words = -(-filters // ms) * ifmap_fetch + -(-n_img // ns) * filter_fetch
+        ifmap_weight = 1 if shared == "ifmap" else sharers
+        filter_weight = 1 if shared == "filter" else sharers
+        words = (ifmap_weight * -(-filters // ms) * ifmap_fetch
+                 + filter_weight * -(-n_img // ns) * filter_fetch)
         n = n_fit - int(np.argmin(words[::-1]))  # the last (largest) n of fewest words
         m = int(ms[n - 1])
 
@@ -488,6 +499,7 @@ def map_conv(work: ConvWork, spec: PEArraySpec) -> ArrayCost:
     accesses = AccessCounts(
         macs=useful, rf=rf, buffer=buffer, inter_pe=inter_pe,
         dram_read=dram_ifmap + dram_filter + spill_words, dram_write=ofmap + spill_words,
+        dram_ifmap=dram_ifmap, dram_filter=dram_filter,
     )
     mapping = RSMapping(set_rows=set_rows, set_cols=e, strips=strips,
                         row_segments=row_segments, col_segments=col_segments, set_folds=folds,
