@@ -122,8 +122,6 @@ def conv_cost(work: ConvWork, config: HardwareConfig) -> PieceCost:
     """
     split = split_over_vaults(work, config)
     own = cube_cost([(cost, count) for _, count, cost in split.pieces], work.macs, config)
-    if split.pus_used == 1:
-        return own
     time = split_time(split, config)
     counts = {**own.counts, Action.DRAM: split.dram_words}
     if split.noc_hop_words:

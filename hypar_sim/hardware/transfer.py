@@ -131,7 +131,6 @@ def step_cycles(messages: StepMessages, topology: Topology, config: HardwareConf
     dram = config.vault_bandwidth_bytes_per_cycle * config.vaults_per_cube
     alone: dict[tuple[int, float], float] = {}  # many messages share a route shape and a size
     ends = np.stack([src, dst], axis=1).ravel()  # read at the source, written at the destination
-    link_ends = routed.link_ends
     per_round = {}
     bounds = np.flatnonzero(np.diff(rounds)) + 1
     for first, last in zip(np.concatenate(([0], bounds)).tolist(),
@@ -143,10 +142,7 @@ def step_cycles(messages: StepMessages, topology: Topology, config: HardwareConf
             alone[key] = _alone_cycles(topology.route(int(src[at]), int(dst[at])), key[1], config,
                                        chunk_bytes, max_chunks)
         slowest = max(alone[key] for key in set(keys))
-        low = int(link_ends[first - 1]) if first else 0
-        carried = np.bincount(routed.crossed[low:int(link_ends[last - 1])],
-                              np.repeat(sizes[first:last], routed.per_message[first:last]),
-                              minlength=len(bandwidth))
+        carried = routed.part(first, last).loads(sizes[first:last], len(bandwidth))
         busiest = float((carried / bandwidth).max(initial=0.0)) if len(bandwidth) else 0.0
         per_cube = np.bincount(ends[2 * first:2 * last], np.repeat(sizes[first:last], 2))
         per_round[int(rounds[first])] = max(slowest, busiest, float(per_cube.max()) / dram)

@@ -106,10 +106,10 @@ def assemble_result(
     units = schedule.units
     flat = schedule.flat
     routed = routed or Routed.of(flat.src, flat.dst, topology)
-    carried = routed.loads(flat.bytes, len(topology.links)).tolist()
+    loads = routed.loads(flat.bytes, len(topology.links))
+    carried = loads.tolist()
     if link_busy_cycles is None:
-        link_busy_cycles = [load / link.bandwidth_bytes_per_cycle
-                            for load, link in zip(carried, topology.links, strict=True)]
+        link_busy_cycles = (loads / topology.link_bandwidths).tolist()
     counts = add_counts(compute_counts(schedule),
                         communication_counts(schedule, topology, config, routed))
     counts[Action.STATIC_PU_CYCLE] = config.pus_per_cube * schedule.accelerators * latency_cycles
