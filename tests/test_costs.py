@@ -122,7 +122,7 @@ def test_capacity_check_names_the_layer():
 
 def test_uneven_split_counts_each_pu_piece():
     """33 filters over 32 PUs: one PU does 2, 31 do 1 (not 32 x 2)."""
-    from hypar_sim.hardware.pe_array import forward_work
+    from hypar_sim.hardware.conv_work import forward_work
 
     counts = [phase_cost_of(forward_work(1, 20, m, 12, 12, 5, 5)) for m in (32, 33, 64)]
     rf = [c.counts[Action.RF] for c in counts]
@@ -193,7 +193,7 @@ def test_vault_split_reads_what_the_pus_share_once():
     output channel over the 32 PUs: each PU used to read the whole input from DRAM (32
     reads of it); now the cube reads it as often as one PU's blocking needs and multicasts
     it, each PU beyond the first getting it over one hop (2.5 pJ/bit, Tetris)."""
-    from hypar_sim.hardware.pe_array import fc_work
+    from hypar_sim.hardware.conv_work import fc_work
 
     work = fc_work(256, 512, 8192)
     split = split_over_vaults(work, CONFIG)
@@ -214,7 +214,7 @@ def test_input_channel_split_reduces_partial_sums():
     large, so the PUs split the input channels; each holds partial sums of all 2,560
     outputs, reduced over the cube's network: 31 hops and adds per output word, and the
     output written to DRAM once."""
-    from hypar_sim.hardware.pe_array import fc_work
+    from hypar_sim.hardware.conv_work import fc_work
 
     work = fc_work(256, 512, 10)
     split = split_over_vaults(work, CONFIG)

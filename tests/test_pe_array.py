@@ -9,16 +9,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hypar_sim.hardware.pe_array import (
+from hypar_sim.hardware.conv_work import (
     ConvWork,
-    PEArraySpec,
     backward_work,
     fc_work,
     forward_work,
     gradient_work,
-    map_conv,
-    update_cost,
 )
+from hypar_sim.hardware.pe_array import PEArraySpec, map_conv, update_cost
 
 EYERISS = PEArraySpec(word_bytes=2, clock_hz=200e6)  # [JSSC17] Table IV, run at 200 MHz (Table V)
 

@@ -9,9 +9,9 @@ import pytest
 
 import hypar_sim
 from hypar_sim.hardware.config import load_hardware
+from hypar_sim.hardware.conv_work import backward_work, fc_work, forward_work, gradient_work
 from hypar_sim.hardware.costs import conv_cost, update_piece_cost
 from hypar_sim.hardware.energy import Action
-from hypar_sim.hardware.pe_array import backward_work, fc_work, forward_work, gradient_work
 from hypar_sim.hardware.topology import make_topology
 from hypar_sim.paper import PAPER_NETWORKS
 from hypar_sim.partition.hierarchy import Hierarchy

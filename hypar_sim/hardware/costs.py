@@ -2,7 +2,7 @@
 
 The share is what the partition leaves one accelerator (`partition.shares.Share`):
 its samples, input and output channels, and output rows and columns. The three training
-computations are all convolution-shaped (pe_array.forward/backward/gradient
+computations are all convolution-shaped (conv_work.forward/backward/gradient
 work); the weight update is element-wise. Costs are cached by shape, so the
 same layer piece is mapped once.
 """
@@ -16,6 +16,13 @@ from functools import lru_cache
 from types import MappingProxyType
 
 from hypar_sim.hardware.config import HardwareConfig
+from hypar_sim.hardware.conv_work import (
+    ConvWork,
+    backward_work,
+    fc_work,
+    forward_work,
+    gradient_work,
+)
 from hypar_sim.hardware.energy import Action
 from hypar_sim.hardware.hmc import (
     Footprint,
@@ -25,15 +32,7 @@ from hypar_sim.hardware.hmc import (
     split_over_vaults,
     split_time,
 )
-from hypar_sim.hardware.pe_array import (
-    ArrayCost,
-    ConvWork,
-    backward_work,
-    fc_work,
-    forward_work,
-    gradient_work,
-    update_cost,
-)
+from hypar_sim.hardware.pe_array import ArrayCost, update_cost
 from hypar_sim.partition.shares import Share, conv_span
 from hypar_sim.partition.steps import Phase
 from hypar_sim.workload.layers import LayerKind

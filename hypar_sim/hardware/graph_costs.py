@@ -44,16 +44,11 @@ from functools import lru_cache
 from types import MappingProxyType
 
 from hypar_sim.hardware.config import HardwareConfig
+from hypar_sim.hardware.conv_work import ConvWork, backward_work, fc_work, gradient_work
 from hypar_sim.hardware.costs import ZERO_COST, PieceCost, conv_cost, cube_cost, update_piece_cost
 from hypar_sim.hardware.energy import add_counts
 from hypar_sim.hardware.hmc import even_parts, pe_array_spec
-from hypar_sim.hardware.pe_array import (
-    ConvWork,
-    backward_work,
-    elementwise_cost,
-    fc_work,
-    gradient_work,
-)
+from hypar_sim.hardware.pe_array import elementwise_cost
 from hypar_sim.partition.graph_layout import NodeLayout, node_op
 from hypar_sim.partition.graph_ops import Box, output_box
 from hypar_sim.partition.kinds import Dim

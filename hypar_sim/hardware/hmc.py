@@ -28,7 +28,8 @@ from dataclasses import dataclass, replace
 
 from hypar_sim.errors import InputError
 from hypar_sim.hardware.config import HardwareConfig
-from hypar_sim.hardware.pe_array import ArrayCost, ConvWork, PEArraySpec, map_conv
+from hypar_sim.hardware.conv_work import ConvWork
+from hypar_sim.hardware.pe_array import ArrayCost, PEArraySpec, map_conv
 
 #: The dimensions a layer's work may be split along over the PUs of a cube, each with the
 #: tensor every piece reads whole (multicast), or None where the pieces hold partial sums of
