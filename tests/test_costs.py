@@ -7,10 +7,11 @@ import math
 import pytest
 
 from hypar_sim.errors import InputError
+from hypar_sim.hardware.capacity import check_capacity, footprint
 from hypar_sim.hardware.config import load_hardware
-from hypar_sim.hardware.costs import footprint, forward_piece, phase_cost, phase_work
+from hypar_sim.hardware.costs import forward_piece, phase_cost, phase_work
 from hypar_sim.hardware.energy import Action, EnergyTable
-from hypar_sim.hardware.hmc import check_capacity, pe_array_spec, split_over_vaults
+from hypar_sim.hardware.hmc import pe_array_spec, split_over_vaults
 from hypar_sim.hardware.pe_array import map_conv
 from hypar_sim.paper import PAPER_NETWORKS
 from hypar_sim.partition.hierarchy import Hierarchy

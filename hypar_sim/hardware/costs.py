@@ -25,7 +25,6 @@ from hypar_sim.hardware.conv_work import (
 )
 from hypar_sim.hardware.energy import Action
 from hypar_sim.hardware.hmc import (
-    Footprint,
     even_parts,
     overlapped_cycles,
     pe_array_spec,
@@ -185,13 +184,3 @@ def phase_cost(share: Share, phase: Phase, config: HardwareConfig,
     if phase is Phase.FORWARD:
         return _forward_cost(work, pool_comparisons(share), config)
     return conv_cost(work, config)
-
-
-def footprint(share: Share, word_bytes: int) -> Footprint:
-    """Bytes a cube keeps for its share of one layer through the step.
-
-    Weights and gradients of the kernels and channels held, and the input F_l kept
-    for the backward pass (max pooling keeps only its argmax positions, not counted).
-    """
-    weights = share.weights * word_bytes
-    return Footprint(share.layer.name, weights, weights, share.input_elements * word_bytes)

@@ -1,4 +1,4 @@
-"""One HMC cube: its vaults' DRAM, how a layer's work is spread over the vaults, capacity.
+"""One HMC cube: its vaults' DRAM and how a layer's work is spread over the vaults.
 
 Each vault has its own DRAM channel (the cube's bandwidth shared evenly,
 320 GB/s / 32 = 10 GB/s, i.e. 40 B per 250 MHz cycle) and, on the logic die,
@@ -26,7 +26,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from hypar_sim.errors import InputError
 from hypar_sim.hardware.config import HardwareConfig
 from hypar_sim.hardware.conv_work import ConvWork
 from hypar_sim.hardware.pe_array import ArrayCost, PEArraySpec, map_conv
@@ -167,39 +166,3 @@ def overlapped_cycles(compute_cycles: float, dram_bytes: float, tiles: int,
     latency = config.dram_latency_cycles if dram_bytes > 0 else 0
     return OverlapTime(compute_cycles, memory_cycles,
                        max(compute_cycles, memory_cycles) + fill + latency)
-
-
-@dataclass(frozen=True)
-class Footprint:
-    """Bytes one cube keeps for one layer through a training step."""
-
-    layer: str
-    weights_bytes: float
-    gradients_bytes: float
-    activations_bytes: float  # the input kept for the backward pass
-
-    @property
-    def total_bytes(self) -> float:
-        return self.weights_bytes + self.gradients_bytes + self.activations_bytes
-
-
-def check_capacity(footprints: list[Footprint], buffers_bytes: float, config: HardwareConfig,
-                   network: str) -> float:
-    """Bytes per cube: every layer's footprint plus the communication buffers (the most
-    one cube receives in one communication step). InputError naming the layer where the
-    cube's capacity is crossed, with the numbers."""
-    capacity = config.cube_capacity_bytes
-    running = buffers_bytes
-    gib = 2**30
-    for item in footprints:
-        running += item.total_bytes
-        if running > capacity:
-            raise InputError(
-                f"capacity: {network} needs {running / gib:.2f} GiB per cube by layer {item.layer} "
-                f"(weights {item.weights_bytes / gib:.2f}, gradients {item.gradients_bytes / gib:.2f}, "
-                f"activations {item.activations_bytes / gib:.2f} GiB for that layer; communication "
-                f"buffers {buffers_bytes / gib:.2f} GiB), more than the cube's "
-                f"{config.cube_capacity_gib:g} GiB; use more accelerators, a smaller batch or a "
-                "larger cube_capacity_gib"
-            )
-    return running

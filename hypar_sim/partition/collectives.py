@@ -73,7 +73,7 @@ def _blocks(moved: Moved) -> tuple[list[np.ndarray], np.ndarray]:
     every member's block label (its smallest member)."""
     src = np.concatenate([moved.src, moved.dst])
     dst = np.concatenate([moved.dst, moved.src])
-    active = np.unique(src)
+    active = np.flatnonzero(np.bincount(src, minlength=moved.members))  # sorted
     label = np.arange(moved.members)
     while True:  # every member takes the smallest label among its neighbours, until stable
         lowest = label.copy()
@@ -81,7 +81,8 @@ def _blocks(moved: Moved) -> tuple[list[np.ndarray], np.ndarray]:
         if np.array_equal(lowest, label):
             break
         label = lowest
-    return [active[label[active] == root] for root in np.unique(label[active])], label
+    roots = active[label[active] == active]  # a block's smallest member labels it
+    return [active[label[active] == root] for root in roots], label
 
 
 def _uniform(amounts: np.ndarray, block: np.ndarray) -> float:

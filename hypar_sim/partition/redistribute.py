@@ -58,8 +58,9 @@ def make_grid(extents: Sequence[int], regions: Sequence[Sequence[Region]]) -> Gr
     """The coarsest grid on which every box of every region is a union of cells."""
     bounds = np.concatenate([_bounds(group, len(extents))[1] for group in regions]) \
         if regions else np.zeros((0, len(extents), 2), dtype=np.int64)
-    edges = tuple(np.unique(np.concatenate([[0, int(extent)], bounds[:, axis].reshape(-1)]))
-                  for axis, extent in enumerate(extents))
+    # sorted(set()) rather than np.unique, whose first call imports numpy.ma (9 ms a process)
+    edges = tuple(np.array(sorted({0, int(extent), *bounds[:, axis].reshape(-1).tolist()}),
+                           dtype=np.int64) for axis, extent in enumerate(extents))
     volume = np.ones(1, dtype=np.float64)
     for e in edges:
         volume = np.multiply.outer(volume, np.diff(e).astype(np.float64)).reshape(-1)
@@ -214,11 +215,20 @@ def member_products(left: Cover | np.ndarray, right: Cover | np.ndarray) -> Move
     return Moved.summed(members, sender, receiver, np.repeat(left.weight, repeats))
 
 
+def _found(values: np.ndarray, pool: np.ndarray) -> np.ndarray:
+    """[values] whether each value occurs in `pool`: np.isin by a binary search, as
+    np.isin's sorting path imports numpy.ma on first use (9 ms of a `plan` process)."""
+    if not len(pool):
+        return np.zeros(len(values), dtype=bool)
+    pool = np.sort(pool)
+    return pool[np.searchsorted(pool, values).clip(max=len(pool) - 1)] == values
+
+
 def reduce_stage(contrib: Cover, need: Cover, volume: np.ndarray) -> tuple[Moved, Cover]:
     """(elements [src, dst] of the reduce-scatter, holders: each owner's fraction of each
     cell). A cell's owners are its contributors that need it, or all its contributors if
     none does; each owns an equal part."""
-    both = np.isin(contrib.keys(), need.keys())
+    both = _found(contrib.keys(), need.keys())
     claimed = np.zeros(contrib.cells, dtype=bool)
     claimed[contrib.cell[both]] = True
     owning = both | ~claimed[contrib.cell]

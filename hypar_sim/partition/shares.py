@@ -148,7 +148,7 @@ class Columns:
     def split_bits(self, dims: tuple[Dim, ...]) -> np.ndarray:
         """[columns] bit h set where the column splits one of `dims` at level h (kept)."""
         def make() -> np.ndarray:
-            wanted = np.isin(self.dims, [DIMS.index(d) for d in dims])
+            wanted = np.isin(self.dims, [DIMS.index(d) for d in dims], kind="table")
             return wanted @ (1 << np.arange(self.dims.shape[1], dtype=np.int64))
         return self.kept(("bits", dims), make)
 
@@ -156,7 +156,7 @@ class Columns:
         """[columns] 0, 1, ...: equal numbers for equal lists of (level, dimension) splits of
         `dims` (kept)."""
         def make() -> np.ndarray:
-            wanted = np.isin(self.dims, [DIMS.index(d) for d in dims])
+            wanted = np.isin(self.dims, [DIMS.index(d) for d in dims], kind="table")
             digits = (len(DIMS) + 1) ** np.arange(self.dims.shape[1], dtype=np.int64)
             code = (np.where(wanted, self.dims + 1, 0) * digits).sum(axis=1)
             return np.unique(code, return_inverse=True)[1].reshape(-1)

@@ -27,6 +27,7 @@ from functools import lru_cache
 import numpy as np
 
 from hypar_sim.errors import InputError
+from hypar_sim.hardware.capacity import footprint
 from hypar_sim.partition.hierarchy import Hierarchy
 from hypar_sim.partition.shares import Column
 from hypar_sim.planner.traffic import traffic_model
@@ -43,8 +44,6 @@ _ESCALATIONS = 12
 @lru_cache(maxsize=65536)
 def _footprint(model: str, layer: Layer, batch: int, column: Column, hierarchy: Hierarchy,
                word_bytes: int) -> float:
-    from hypar_sim.hardware.costs import footprint  # the PE-array model: only when planning
-
     shares = traffic_model(model).member_shares(layer, batch, column, hierarchy)
     distinct = {id(share): share for share in shares}.values()  # often one object for all
     return max(footprint(share, word_bytes).total_bytes for share in distinct)

@@ -29,9 +29,9 @@ from collections import defaultdict
 
 import numpy as np
 
+from hypar_sim.hardware.capacity import Footprint, check_capacity
 from hypar_sim.hardware.config import HardwareConfig
 from hypar_sim.hardware.graph_costs import node_cost, params
-from hypar_sim.hardware.hmc import Footprint, check_capacity
 from hypar_sim.partition import graph_layout
 from hypar_sim.partition.steps import Phase, StepMessages, TransferKind
 from hypar_sim.planner.graph_plan import (

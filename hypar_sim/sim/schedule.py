@@ -31,9 +31,9 @@ from functools import cached_property
 
 import numpy as np
 
+from hypar_sim.hardware.capacity import check_capacity, footprint
 from hypar_sim.hardware.config import HardwareConfig
-from hypar_sim.hardware.costs import PieceCost, footprint, phase_cost
-from hypar_sim.hardware.hmc import check_capacity
+from hypar_sim.hardware.costs import PieceCost, phase_cost
 from hypar_sim.partition.hierarchy import Hierarchy
 from hypar_sim.partition.shares import Share
 from hypar_sim.partition.steps import (
