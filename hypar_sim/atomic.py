@@ -7,7 +7,6 @@ over the destination (os.replace is atomic on POSIX within one file system).
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO
@@ -17,6 +16,8 @@ from hypar_sim.errors import InputError
 
 def atomic_write(path: str | Path, write: Callable[[IO[bytes]], None]) -> Path:
     """Call `write(f)` on a temporary binary file, then rename it to `path`."""
+    import tempfile  # 4 ms of a process's start: only when a file is written
+
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")

@@ -250,14 +250,16 @@ def input_spans(layer: Layer, conv: np.ndarray, axis: str) -> np.ndarray:
     return np.where(empty[..., None], 0, np.stack([lo, hi], axis=-1))
 
 
+@lru_cache(maxsize=65536)
 def conv_span(layer: Layer, out: Interval, axis: str) -> Interval:
-    """`conv_spans` of one interval."""
+    """`conv_spans` of one interval (cached: a plan asks for the same few many times)."""
     lo, hi = conv_spans(layer, np.array(out), axis)
     return int(lo), int(hi)
 
 
+@lru_cache(maxsize=65536)
 def input_span(layer: Layer, lo: int, hi: int, axis: str) -> Interval:
-    """`input_spans` of one interval of conv outputs."""
+    """`input_spans` of one interval of conv outputs (cached)."""
     start, stop = input_spans(layer, np.array((lo, hi)), axis)
     return int(start), int(stop)
 
