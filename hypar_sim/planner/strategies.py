@@ -324,10 +324,13 @@ def _fitting(spec: Strategy, request: PlanRequest, estimator: Estimator | None,
                                                           hierarchy, request.word_bytes))
 
     capacity = request.capacity_bytes or math.inf
-    solution = _solve(spec, request, estimator)
+    solution = _solve(spec, request, estimator, scored=False)  # bytes: the plan's own total
     needed = footprint_of(solution[1])
     if needed <= capacity:
         return solution
+    if estimator is None:
+        solution = (searches.chain_cost(request.model, layers, request.batch, solution[1],
+                                        hierarchy, request.word_bytes), solution[1])
     kinds = request.options.kinds
     least = sum(float(memory.column_footprints(
         name, layer, request.batch, searches.all_columns(request.model, layer, request.batch,
@@ -344,9 +347,12 @@ def _fitting(spec: Strategy, request: PlanRequest, estimator: Estimator | None,
     return fitted
 
 
-def _solve(spec: Strategy, request: PlanRequest, estimator: Estimator | None) -> memory.Solution:
+def _solve(spec: Strategy, request: PlanRequest, estimator: Estimator | None,
+           scored: bool = True) -> memory.Solution:
     """(the objective's value, columns) of the strategy's search; with an estimator, the
-    best over its weights, each DP re-run until its plan's boundaries are all sent."""
+    best over its weights, each DP re-run until its plan's boundaries are all sent. Without
+    an estimator and not `scored`, the value is NaN (not computed: one search, nothing to
+    compare it with)."""
     layers, batch, hierarchy = request.network.layers, request.batch, request.hierarchy
     word_bytes = request.word_bytes
     best: memory.Solution | None = None
@@ -356,8 +362,13 @@ def _solve(spec: Strategy, request: PlanRequest, estimator: Estimator | None) ->
         columns = spec.columns(dataclasses.replace(request, estimator=estimator))
         while estimator and estimator.refine(layers, batch, columns, hierarchy, word_bytes):
             columns = spec.columns(dataclasses.replace(request, estimator=estimator))
-        score = estimator.total(layers, batch, columns, hierarchy, word_bytes) if estimator \
-            else searches.chain_cost(request.model, layers, batch, columns, hierarchy, word_bytes)
+        if estimator:
+            score = estimator.total(layers, batch, columns, hierarchy, word_bytes)
+        elif scored:
+            score = searches.chain_cost(request.model, layers, batch, columns, hierarchy,
+                                        word_bytes)
+        else:
+            return math.nan, columns
         if best is None or score < best[0]:
             best = (score, columns)
     assert best is not None
