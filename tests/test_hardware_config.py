@@ -59,6 +59,8 @@ def test_command_line_overrides_win(tmp_path):
     ("vaults_per_cube: 2.5\n", "vaults_per_cube: must be an integer"),
     ("pe_rows: 13\n", "pe_rows x pe_cols = 13 x 14 = 182 differs from pe_count = 168"),
     ("buffer_kib: 0.5\n", "buffer_kib = 0.5 is smaller than one PE set needs"),
+    ("rf_ifmap_bytes: 2\n", "rf_ifmap_bytes = 2 B holds no 4-byte word; allowed: >= word_bytes"),
+    ("rf_filter_words: 224\n", "unknown key 'rf_filter_words' (did you mean 'rf_filter_bytes'?)"),
     ("accelerators: 0\n", "accelerators: 0 is out of range; allowed: >= 1"),
     ("accelerators: 2097152\n", "accelerators: 2097152 is out of range"),
     ("accelerators: 12.5\n", "accelerators: must be an integer"),
@@ -139,3 +141,15 @@ def test_run_set_takes_any_hardware_key(tmp_path):
                           ("clock_mhz", "is not key=value")):
         refused = cli("run", "lenet_c", "--set", bad)
         assert refused.returncode == 2 and fragment in refused.stderr
+
+
+def test_scratch_pads_keep_eyeriss_bytes_whatever_the_word():
+    """Issue 13, cause 5: storage is sized in bytes (Eyeriss JSSC 2017 Table IV: 224, 12 and 24
+    words of 16 bit), so at fp32 the spads hold half the words; at 16 bit the chip's."""
+    from hypar_sim.hardware.hmc import pe_array_spec
+
+    fp32 = pe_array_spec(load_hardware())
+    assert (fp32.filter_rf_words, fp32.ifmap_rf_words, fp32.psum_rf_words) == (112, 6, 12)
+    assert fp32.buffer_words == 108 * 1024 // 4
+    half = pe_array_spec(load_hardware(overrides={"word_bytes": 2}))
+    assert (half.filter_rf_words, half.ifmap_rf_words, half.psum_rf_words) == (224, 12, 24)

@@ -130,8 +130,8 @@ def test_backward_shapes() -> None:
 
 specs = st.builds(
     PEArraySpec, rows=st.integers(1, 16), cols=st.integers(1, 16),
-    filter_rf_words=st.integers(4, 256), ifmap_rf_words=st.integers(1, 16),
-    psum_rf_words=st.integers(1, 32), buffer_bytes=st.integers(256, 256 * 1024),
+    filter_rf_bytes=st.integers(16, 1024), ifmap_rf_bytes=st.integers(4, 64),
+    psum_rf_bytes=st.integers(4, 128), buffer_bytes=st.integers(256, 256 * 1024),
     word_bytes=st.sampled_from([2, 4]),
 )
 
@@ -334,3 +334,15 @@ def test_pruned_search_matches_exhaustive_search(work: ConvWork, spec: PEArraySp
     m = map_conv(work, spec).mapping
     assert m is not None
     assert (m.set_cols, m.r, m.t, m.p, m.q, m.n, m.m, m.psum_spill) == _exhaustive_mapping(work, spec)
+
+
+def test_fp32_spads_hold_fewer_channels_per_pe():
+    """Issue 13, cause 5: a 3 x 3 convolution at fp32 keeps q S <= 6 ifmap words in a PE
+    (q <= 2 channels), at 16 bit q S <= 12 (q <= 4); four RF accesses per MAC either way,
+    plus the spad fills."""
+    work = ALEXNET["CONV3"]
+    for word_bytes, most_q in ((4, 2), (2, 4)):
+        cost = map_conv(work, PEArraySpec(word_bytes=word_bytes))
+        assert cost.mapping is not None and cost.mapping.q <= most_q
+        assert cost.accesses.rf > 4 * work.macs
+    assert map_conv(work, PEArraySpec(word_bytes=2)).mapping.q > 2

@@ -56,9 +56,10 @@ class HardwareConfig:
     pe_cols: int = _param("", "columns of the PE array", 1, False)
     pe_count: int = _param("", "processing engines per PU (must be pe_rows x pe_cols)", 1, False)
     buffer_kib: float = _param("KiB", "on-chip global buffer per PU")
-    rf_filter_words: int = _param("words", "filter scratch pad per PE", 1, False)
-    rf_ifmap_words: int = _param("words", "ifmap scratch pad per PE", 1, False)
-    rf_psum_words: int = _param("words", "psum scratch pad per PE", 1, False)
+    rf_filter_bytes: int = _param("B", "filter scratch pad per PE (words = bytes / word_bytes)",
+                                  1, False)
+    rf_ifmap_bytes: int = _param("B", "ifmap scratch pad per PE", 1, False)
+    rf_psum_bytes: int = _param("B", "psum scratch pad per PE", 1, False)
     pe_bus_bits: int = _param("bits", "width of each global buffer <-> PE array bus (filters, "
                               "ifmaps, psums), a multiple of 8", 8, False, 4096)
 
@@ -100,6 +101,12 @@ class HardwareConfig:
                 f"config: pus_per_cube = {self.pus_per_cube} exceeds vaults_per_cube = "
                 f"{self.vaults_per_cube}; allowed: at most one PU per vault"
             )
+        pads = {"rf_filter_bytes": self.rf_filter_bytes, "rf_ifmap_bytes": self.rf_ifmap_bytes,
+                "rf_psum_bytes": self.rf_psum_bytes}
+        for key, size in pads.items():
+            if size < self.word_bytes:
+                raise InputError(f"config: {key} = {size} B holds no {self.word_bytes}-byte word; "
+                                 f"allowed: >= word_bytes = {self.word_bytes} B")
         # One PE set needs at least a filter row, an ifmap row and a psum per PE in the buffer.
         smallest_set_bytes = self.pe_count * 3 * self.word_bytes
         if self.buffer_kib * 1024 < smallest_set_bytes:

@@ -42,8 +42,8 @@ def pe_array_spec(config: HardwareConfig) -> PEArraySpec:
     """The PU of `config` as the PE-array model sees it."""
     return PEArraySpec(
         rows=config.pe_rows, cols=config.pe_cols,
-        filter_rf_words=config.rf_filter_words, ifmap_rf_words=config.rf_ifmap_words,
-        psum_rf_words=config.rf_psum_words, buffer_bytes=config.buffer_bytes,
+        filter_rf_bytes=config.rf_filter_bytes, ifmap_rf_bytes=config.rf_ifmap_bytes,
+        psum_rf_bytes=config.rf_psum_bytes, buffer_bytes=config.buffer_bytes,
         word_bytes=config.word_bytes, clock_hz=config.clock_hz,
         bus_bytes=config.pe_bus_bits // 8,
     )

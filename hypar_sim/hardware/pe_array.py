@@ -68,9 +68,12 @@ class PEArraySpec:
 
     rows: int = 12  # physical PE rows ([JSSC17] Table IV: 168 PEs as 12 x 14)
     cols: int = 14  # physical PE columns
-    filter_rf_words: int = 224  # filter spad per PE, words ([JSSC17] Table IV: 448 B of 16 b)
-    ifmap_rf_words: int = 12  # ifmap spad per PE, words (24 B of 16 b)
-    psum_rf_words: int = 24  # psum spad per PE, words (48 B of 16 b)
+    # Scratch pads in bytes, as the chip has them ([JSSC17] Table IV: 224, 12 and 24 words of
+    # 16 bit): the words they hold follow `word_bytes` (112, 6 and 12 at fp32), the convention
+    # HyPar 6.1 applies to the buffer (Eyeriss's 108 KB at 32-bit words).
+    filter_rf_bytes: int = 448  # filter spad per PE
+    ifmap_rf_bytes: int = 24  # ifmap spad per PE
+    psum_rf_bytes: int = 48  # psum spad per PE
     buffer_bytes: int = 108 * 1024  # global buffer ([JSSC17] Table IV: 108 KB)
     word_bytes: int = 4  # fp32 in hypar-sim; 2 for the Eyeriss chip (16-bit)
     clock_hz: float = 250e6  # array clock ([JSSC17] Table IV: 100-250 MHz)
@@ -81,11 +84,15 @@ class PEArraySpec:
 
     def __post_init__(self) -> None:
         check_positive_ints("PEArraySpec", {
-            "rows": self.rows, "cols": self.cols, "filter_rf_words": self.filter_rf_words,
-            "ifmap_rf_words": self.ifmap_rf_words, "psum_rf_words": self.psum_rf_words,
+            "rows": self.rows, "cols": self.cols, "filter_rf_bytes": self.filter_rf_bytes,
+            "ifmap_rf_bytes": self.ifmap_rf_bytes, "psum_rf_bytes": self.psum_rf_bytes,
             "buffer_bytes": self.buffer_bytes, "word_bytes": self.word_bytes,
             "bus_bytes": self.bus_bytes,
         })
+        smallest = min(self.filter_rf_bytes, self.ifmap_rf_bytes, self.psum_rf_bytes)
+        if smallest < self.word_bytes:
+            raise ValueError(f"PEArraySpec: every scratch pad must hold one {self.word_bytes}-byte "
+                             f"word; the smallest has {smallest} B")
         if not self.clock_hz > 0:
             raise ValueError(f"PEArraySpec: clock_hz must be > 0, got {self.clock_hz!r}")
 
@@ -93,6 +100,18 @@ class PEArraySpec:
     def pes(self) -> int:
         """Physical PEs."""
         return self.rows * self.cols
+
+    @property
+    def filter_rf_words(self) -> int:
+        return self.filter_rf_bytes // self.word_bytes
+
+    @property
+    def ifmap_rf_words(self) -> int:
+        return self.ifmap_rf_bytes // self.word_bytes
+
+    @property
+    def psum_rf_words(self) -> int:
+        return self.psum_rf_bytes // self.word_bytes
 
     @property
     def bus_words(self) -> int:
@@ -352,8 +371,10 @@ def map_conv(work: ConvWork, spec: PEArraySpec, shared: str = "", sharers: int =
     dram_ifmap = _ceil(filters, m) * ifmap_fetch
     dram_filter = n_groups * filter_fetch
     spill_words = (cgroups - 1) * ofmap if spill else 0
-    # Per MAC: ifmap, filter and psum read plus psum write in the spads ([ISCA16] Sec. VI-A);
-    # plus the spad fills of each pass.
+    # Register-file accesses: four per MAC, the filter weight, the ifmap value and the psum
+    # read and the updated psum written ([ISCA16] Sec. II and VI-A count a MAC so; its
+    # energy table prices each at one RF access), plus each word written into a spad when
+    # a pass fills it; one access is one word of `word_bytes`, priced by energy_rf_pj.
     rf = 4 * useful + passes_f * active * (p * q * s_seg + n * q * in_w)
     buffer = (passes_f * ifmap_f + dram_ifmap  # ifmap to array, and in from DRAM
               + psum_traffic + psum_reads + ofmap)  # psums out/in, ofmap out to DRAM
