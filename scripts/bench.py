@@ -19,7 +19,7 @@ import simpy
 
 from hypar_sim.hardware.config import load_hardware
 from hypar_sim.hardware.costs import conv_cost, phase_cost, update_piece_cost
-from hypar_sim.hardware.pe_array import map_conv
+from hypar_sim.hardware.rs_mapper import map_conv
 from hypar_sim.paper import PAPER_NETWORKS
 from hypar_sim.partition.hierarchy import Hierarchy
 from hypar_sim.partition.steps import Phase

@@ -59,6 +59,7 @@ def test_command_line_overrides_win(tmp_path):
     ("vaults_per_cube: 2.5\n", "vaults_per_cube: must be an integer"),
     ("pe_rows: 13\n", "pe_rows x pe_cols = 13 x 14 = 182 differs from pe_count = 168"),
     ("buffer_kib: 0.5\n", "buffer_kib = 0.5 is smaller than one PE set needs"),
+    ("mapper_objective: speed\n", "mapper_objective: 'speed' is not allowed; allowed: energy, cycles"),
     ("rf_ifmap_bytes: 2\n", "rf_ifmap_bytes = 2 B holds no 4-byte word; allowed: >= word_bytes"),
     ("rf_filter_words: 224\n", "unknown key 'rf_filter_words' (did you mean 'rf_filter_bytes'?)"),
     ("accelerators: 0\n", "accelerators: 0 is out of range; allowed: >= 1"),

@@ -60,6 +60,9 @@ class HardwareConfig:
                                   1, False)
     rf_ifmap_bytes: int = _param("B", "ifmap scratch pad per PE", 1, False)
     rf_psum_bytes: int = _param("B", "psum scratch pad per PE", 1, False)
+    mapper_objective: str = _choice("what the PU's mapping search minimises: energy (pJ) or "
+                                    "cycles (processing overlapped with the vault's DRAM)",
+                                    "energy", "cycles")
     pe_bus_bits: int = _param("bits", "width of each global buffer <-> PE array bus (filters, "
                               "ifmaps, psums), a multiple of 8", 8, False, 4096)
 

@@ -1,4 +1,4 @@
-"""Convolution-shaped work: what a row-stationary PU computes (`pe_array.map_conv`).
+"""Convolution-shaped work: what a row-stationary PU computes (`rs_mapper.map_conv`).
 
 A training step's three computations of a layer are convolutions: the forward pass, the
 error backward (the output error, dilated and padded, convolved with the rotated filters)

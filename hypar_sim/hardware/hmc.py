@@ -28,7 +28,9 @@ from dataclasses import dataclass, replace
 
 from hypar_sim.hardware.config import HardwareConfig
 from hypar_sim.hardware.conv_work import ConvWork
-from hypar_sim.hardware.pe_array import ArrayCost, PEArraySpec, map_conv
+from hypar_sim.hardware.pe_array import AccessEnergy, ArrayCost, PEArraySpec
+from hypar_sim.hardware.rs_bounds import cycles_bound
+from hypar_sim.hardware.rs_mapper import map_conv
 
 #: The dimensions a layer's work may be split along over the PUs of a cube, each with the
 #: tensor every piece reads whole (multicast), or None where the pieces hold partial sums of
@@ -45,7 +47,13 @@ def pe_array_spec(config: HardwareConfig) -> PEArraySpec:
         filter_rf_bytes=config.rf_filter_bytes, ifmap_rf_bytes=config.rf_ifmap_bytes,
         psum_rf_bytes=config.rf_psum_bytes, buffer_bytes=config.buffer_bytes,
         word_bytes=config.word_bytes, clock_hz=config.clock_hz,
-        bus_bytes=config.pe_bus_bits // 8,
+        bus_bytes=config.pe_bus_bits // 8, objective=config.mapper_objective,
+        energy=AccessEnergy(
+            mac=config.mac_energy_pj, rf=config.energy_rf_pj,
+            inter_pe=config.energy_inter_pe_pj, buffer=config.energy_buffer_pj,
+            dram=config.energy_dram_pj,
+            vault_hop=config.energy_vault_hop_pj_per_bit * 8 * config.word_bytes),
+        dram_bytes_per_cycle=config.vault_bandwidth_bytes_per_cycle,
     )
 
 
@@ -122,17 +130,23 @@ def split_over_vaults(work: ConvWork, config: HardwareConfig) -> VaultSplit:
     """Spread `work` over the cube's PUs: the split with the fewest cycles (compute and its
     vault's DRAM overlapped), then the fewest DRAM words."""
     spec = pe_array_spec(config)
-    candidates = []
-    for dimension in SPLIT_DIMENSIONS:
+    options = []
+    for order, dimension in enumerate(SPLIT_DIMENSIONS):
         total = getattr(work, dimension)
         parts = min(config.pus_per_cube, total)
+        works = tuple((_piece(work, dimension, size), count)
+                      for size, count in even_parts(total, parts))
+        options.append((cycles_bound(works[0][0], spec), order, dimension, parts, works))
+    candidates = []
+    for bound, order, dimension, parts, works in sorted(options):
+        if candidates and bound > min(candidates)[0][0]:
+            continue  # its largest piece alone takes longer than a split already found
         shared = SHARED_READS[dimension] or ""
         pieces = tuple((piece, count, map_conv(piece, spec, shared, parts))
-                       for piece, count in ((_piece(work, dimension, size), count)
-                                            for size, count in even_parts(total, parts)))
+                       for piece, count in works)
         split = VaultSplit(dimension, parts, pieces)
         time = split_time(split, config)
-        candidates.append(((time.total_cycles, split.dram_words), split))
+        candidates.append(((time.total_cycles, split.dram_words, order), split))
     return min(candidates, key=lambda candidate: candidate[0])[1]
 
 

@@ -1,0 +1,192 @@
+"""The row-stationary search's view of a piece of work, its prices, and its lower bounds.
+
+`rs_mapper` searches mappings by branch and bound; the bounds here are what it prunes
+with: each at most the objective (energy in pJ, or cycles) of every point it stands for,
+so pruning never changes the answer (tests check every bound against the points).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+from hypar_sim.hardware.conv_work import ConvWork
+from hypar_sim.hardware.pe_array import PEArraySpec, set_candidates, strip_rows
+
+
+def ceil_div(a, b):
+    return -(-a // b)
+
+
+@dataclass(frozen=True)
+class Piece:
+    """The work's sizes as the mapping sees them (R and S segments, padded widths)."""
+
+    images: int
+    chans: int  # C': input channels x R segments x S segments
+    filters: int
+    out_h: int
+    out_w: int
+    stride: int
+    set_rows: int  # R (or one R segment)
+    s_seg: int  # S (or one S segment)
+    in_w: int  # input columns one S segment reads
+    row_segments: int
+    col_segments: int
+    macs: int
+
+    @classmethod
+    def of(cls, work: ConvWork, spec: PEArraySpec) -> Piece:
+        # Tall kernels: R in segments that fit the array height, their psums accumulated
+        # like extra channels ([ISCA16] Sec. V-B); wide ones: S cut to fit the spads.
+        row_segments = ceil_div(work.kernel_height, spec.rows)
+        col_segments = ceil_div(work.kernel_width, min(spec.ifmap_rf_words, spec.filter_rf_words))
+        s_seg = ceil_div(work.kernel_width, col_segments)
+        return cls(work.batch, work.in_channels * row_segments * col_segments,
+                   work.out_channels, work.out_height, work.out_width, work.stride,
+                   ceil_div(work.kernel_height, row_segments), s_seg,
+                   min(work.in_width, (work.out_width - 1) * work.stride + s_seg),
+                   row_segments, col_segments, work.macs)
+
+
+@dataclass(frozen=True)
+class Prices:
+    """pJ of one word of each kind for one PU; shared words at their per-PU share."""
+
+    ifmap_dram: float
+    filter_dram: float
+    dram: float
+
+    @classmethod
+    def of(cls, spec: PEArraySpec, shared: str, sharers: int) -> Prices:
+        energy = spec.energy
+        common = (energy.dram + (sharers - 1) * energy.vault_hop) / sharers
+        return cls(common if shared == "ifmap" else energy.dram,
+                   common if shared == "filter" else energy.dram, energy.dram)
+
+
+def candidate_bounds(g: Piece, spec: PEArraySpec, prices: Prices, rows, p_c, q_c) -> np.ndarray:
+    """[rows x columns] a lower bound of the objective over each candidate's blockings.
+
+    Passes of one image group: strips ceil(M / (p t)) ceil(C' / (q r)); n images fit only
+    if n (q r x + p t y) <= B (x, y: input and psum words of a channel and a filter for one
+    image), so the image groups G >= ceil(N / n_hi) and G n >= N. Cycles >= G (filter loads + fills) + N x one
+    image's stream, and >= the input once and G filter fetches at the vault's rate.
+    Energy >= MACs and four RF accesses each, N x what one image moves (spad fills,
+    buffer, psums between PEs), the output once, and G filter fetches plus j input reads:
+    in "psum" order m >= M / j filters' psums also fit, so G >= N (q r x + M y / j) / B,
+    whose least over real j >= 1 of G a + j b is >= max(a + b, a N q r x / B +
+    2 sqrt(a b N M y / B)); in "ifmap" order j = 1 and the input rows of max(C', q r)
+    channels fit; a candidate whose one image does not fit spills (G = N, j = M / (p t))."""
+    e, r, t, _, strips = (x.astype(np.float64)[:, None] for x in rows)
+    p, q = p_c.astype(np.float64)[None, :], q_c.astype(np.float64)[None, :]
+    x = ((e - 1) * g.stride + g.set_rows) * g.in_w
+    y = e * g.out_w
+    pt, qr = p * t, q * r
+    footprint = qr * x + pt * y
+    scale = g.images / spec.buffer_words
+    fits = np.minimum(g.images, np.floor(spec.buffer_words / footprint))
+    groups = np.ceil(g.images / np.maximum(fits, 1.0))
+    passes = strips * np.ceil(g.filters / pt) * np.ceil(g.chans / qr)
+    ifmap = g.images * g.chans * strip_rows(g.out_h, rows[0], g.stride, g.set_rows)[:, None] \
+        * g.in_w
+    fetch = float(g.filters * g.chans * g.set_rows * g.s_seg)
+    ofmap = float(g.images * g.filters * g.out_h * g.out_w)
+    if spec.objective == "cycles":
+        bw = spec.bus_words
+        loads = strips * g.filters * g.chans * g.set_rows * g.s_seg / bw
+        stream = np.maximum(g.out_w * g.s_seg * (p * q), np.maximum(qr * x, pt * y) / bw)
+        cycles = groups * (loads + passes * (g.set_rows + g.s_seg)) \
+            + g.images * passes * stream
+        memory = (ifmap * prices.ifmap_dram + groups * fetch * prices.filter_dram) \
+            / prices.dram + ofmap
+        return np.maximum(np.maximum(cycles, g.macs / spec.pes),
+                          memory * spec.word_bytes / spec.dram_bytes_per_cycle)
+    energy = spec.energy
+    active = g.set_rows * e * r * t
+    per_image = passes * (q * (energy.rf * active * g.in_w + energy.buffer * r * x)
+                          + pt * y * (energy.buffer * np.maximum(1.0, 2 - qr / g.chans)
+                                      + energy.inter_pe * (r * g.set_rows - 1)))
+    per_group = passes * (p * q) * (energy.rf * g.s_seg * active) \
+        + prices.filter_dram * fetch
+    per_read = (prices.ifmap_dram + energy.buffer) * ifmap
+    psum_order = np.maximum(per_group + per_read, per_group * scale * qr * x + 2 * np.sqrt(
+        per_group * scale * g.filters * y * per_read))
+    ifmap_order = per_group * np.maximum(1.0, scale * (np.maximum(g.chans, qr) * x + pt * y)) \
+        + per_read
+    spill = np.where(fits < 1,
+                     g.images * per_group + g.filters / pt * per_read, np.inf)
+    return ((energy.mac + 4 * energy.rf) * g.macs + (prices.dram + energy.buffer) * ofmap
+            + g.images * per_image + np.minimum(np.minimum(psum_order, ifmap_order), spill))
+
+
+def row_cycles(g: Piece, spec: PEArraySpec, rows, p_max: int, q_max: int) -> np.ndarray:
+    """[rows] a lower bound of the processing cycles of every column and blocking of each
+    row (`candidate_bounds`' cycles with p, q at the ends of their ranges)."""
+    e, r, t, _, strips = (x.astype(np.float64) for x in rows)
+    x = ((e - 1) * g.stride + g.set_rows) * g.in_w
+    y = e * g.out_w
+    fits = np.minimum(g.images, np.floor(spec.buffer_words / (r * x + t * y)))
+    groups = np.ceil(g.images / np.maximum(fits, 1.0))
+    by_filters = strips * np.ceil(g.filters / (p_max * t))  # passes / ceil(C' / (q r))
+    by_chans = strips * np.ceil(g.chans / (q_max * r))  # passes / ceil(M / (p t))
+    bw = spec.bus_words
+    loads = strips * g.filters * g.chans * g.set_rows * g.s_seg / bw
+    stream = np.maximum(strips * g.filters * g.chans * g.out_w * g.s_seg / (r * t),
+                        np.maximum(by_filters * g.chans * x, by_chans * g.filters * y) / bw)
+    cycles = groups * (loads + by_filters * np.ceil(g.chans / (q_max * r))
+                       * (g.set_rows + g.s_seg)) + g.images * stream
+    return np.maximum(cycles, g.macs / spec.pes)
+
+
+@lru_cache(maxsize=65536)
+def cycles_bound(work: ConvWork, spec: PEArraySpec) -> float:
+    """At most the processing cycles of any mapping of `work` on `spec`: `hmc` skips the
+    vault splits whose pieces cannot be as fast as one already mapped."""
+    g = Piece.of(work, spec)
+    rows = set_candidates(spec, g.set_rows, g.out_h, g.chans, g.filters)
+    q_max = max(1, min(spec.ifmap_rf_words // g.s_seg, g.chans))
+    p_max = max(1, min(spec.psum_rf_words, g.filters))
+    return float(row_cycles(g, spec, rows, p_max, q_max).min())
+
+
+def row_bounds(g: Piece, spec: PEArraySpec, prices: Prices, rows, p_max: int,
+                q_max: int) -> np.ndarray:
+    """[rows] a lower bound of `candidate_bounds` over every column of each row: p and q at the
+    ends of their ranges where a term falls with them, the spad fills dropped, and the
+    psum and input words in flight (q r x + p t y) at their least, r x + t y."""
+    e, r, t, _, strips = (x.astype(np.float64) for x in rows)
+    x = ((e - 1) * g.stride + g.set_rows) * g.in_w
+    y = e * g.out_w
+    scale = g.images / spec.buffer_words
+    fits = np.minimum(g.images, np.floor(spec.buffer_words / (r * x + t * y)))
+    groups = np.ceil(g.images / np.maximum(fits, 1.0))
+    by_chans = strips * np.ceil(g.chans / (q_max * r))  # passes / ceil(M / (p t))
+    ifmap = g.images * g.chans * strip_rows(g.out_h, rows[0], g.stride, g.set_rows) * g.in_w
+    fetch = float(g.filters * g.chans * g.set_rows * g.s_seg)
+    ofmap = float(g.images * g.filters * g.out_h * g.out_w)
+    if spec.objective == "cycles":
+        memory = (ifmap * prices.ifmap_dram + groups * fetch * prices.filter_dram) \
+            / prices.dram + ofmap
+        return np.maximum(row_cycles(g, spec, rows, p_max, q_max),
+                          memory * spec.word_bytes / spec.dram_bytes_per_cycle)
+    energy = spec.energy
+    active = g.set_rows * e * r * t
+    per_image = (strips * g.filters * g.chans / (p_max * t * r)
+                 * (energy.rf * active * g.in_w + energy.buffer * r * x)
+                 + by_chans * g.filters * y * (energy.buffer + energy.inter_pe
+                                                * (r * g.set_rows - 1)))
+    per_group = prices.filter_dram * fetch
+    per_read = (prices.ifmap_dram + energy.buffer) * ifmap
+    psum_order = np.maximum(per_group + per_read, per_group * scale * r * x + 2 * np.sqrt(
+        per_group * scale * g.filters * y * per_read))
+    ifmap_order = per_group * np.maximum(1.0, scale * (np.maximum(g.chans, r) * x + t * y)) \
+        + per_read
+    spill = np.where(q_max * r * x + p_max * t * y > spec.buffer_words,
+                     g.images * per_group + g.filters / (p_max * t) * per_read, np.inf)
+    return ((energy.mac + 4 * energy.rf) * g.macs + (prices.dram + energy.buffer) * ofmap
+            + g.images * per_image + np.minimum(np.minimum(psum_order, ifmap_order), spill))
+
+
