@@ -148,10 +148,11 @@ def _names(spec: PEArraySpec) -> tuple[str, str]:
 
 def _chunks(row_bound: np.ndarray, bounds_of, columns: int, best):
     """Candidates to evaluate (flat indices row x columns + column), in chunks of doubling
-    size by increasing bound: rows are expanded (their candidates' bounds computed by
-    `bounds_of(rows)`) while a row's bound is at most the best found (`best()`, read again
-    before each chunk) and below the pool's least bound; candidates whose bound exceeds
-    the best are dropped. So no candidate left unevaluated can beat or tie the best."""
+    size, the least bounds first: the pool of expanded rows' candidates (their bounds from
+    `bounds_of(rows)`) is evaluated before more rows are expanded, rows by increasing bound
+    while theirs is at most the best found (`best()`, read again before each chunk), and
+    candidates whose bound exceeds the best are dropped. So no candidate left unevaluated
+    can beat or tie the best."""
     rows = np.argsort(row_bound, kind="stable")
     pool, pool_bound = np.zeros(0, dtype=np.int64), np.zeros(0)
     expanded, row_chunk, chunk = 0, _FIRST_ROWS, _FIRST
@@ -159,24 +160,21 @@ def _chunks(row_bound: np.ndarray, bounds_of, columns: int, best):
         limit = best()
         keep = pool_bound <= limit
         pool, pool_bound = pool[keep], pool_bound[keep]
-        least = pool_bound.min() if pool.size else np.inf
-        if expanded < rows.size and row_bound[rows[expanded]] <= min(limit, least):
+        if pool.size:
+            pick = np.argpartition(pool_bound, chunk - 1)[:chunk] if pool.size > chunk \
+                else np.arange(pool.size)
+            yield np.sort(pool[pick])
+            rest = np.ones(pool.size, dtype=bool)
+            rest[pick] = False
+            pool, pool_bound = pool[rest], pool_bound[rest]
+            chunk *= 2
+        elif expanded < rows.size and row_bound[rows[expanded]] <= limit:
             taken = rows[expanded:expanded + row_chunk]
             expanded, row_chunk = expanded + taken.size, 2 * row_chunk
-            bounds = bounds_of(taken)
-            flat = (taken[:, None] * columns + np.arange(columns)).ravel()
-            pool = np.concatenate([pool, flat])
-            pool_bound = np.concatenate([pool_bound, bounds.ravel()])
-            continue
-        if not pool.size:
+            pool = (taken[:, None] * columns + np.arange(columns)).ravel()
+            pool_bound = bounds_of(taken).ravel()
+        else:
             return
-        pick = np.argpartition(pool_bound, chunk - 1)[:chunk] if pool.size > chunk \
-            else np.arange(pool.size)
-        yield np.sort(pool[pick])
-        rest = np.ones(pool.size, dtype=bool)
-        rest[pick] = False
-        pool, pool_bound = pool[rest], pool_bound[rest]
-        chunk *= 2
 
 
 def _columns(g: Piece, spec: PEArraySpec, p_max: int,
