@@ -18,34 +18,11 @@ from hypar_sim.hardware.conv_work import (
     forward_work,
     gradient_work,
 )
+from hypar_sim.hardware.eyeriss import ALEXNET, CHIP, LATENCY_TOLERANCE, TABLE_V
 from hypar_sim.hardware.pe_array import OBJECTIVES, PEArraySpec, set_candidates, update_cost
 from hypar_sim.hardware.rs_mapper import map_conv
 
-# [JSSC17] Table IV, run at 200 MHz (Table V). Its Table V configurations fill the array with
-# whole-width sets: the cycles objective finds them; the energy objective trades PEs for
-# fewer DRAM reads (CONV2: 120 active PEs, not 135; measured in test_energy_objective_...).
-EYERISS = PEArraySpec(word_bytes=2, clock_hz=200e6, objective="cycles")
-
-# AlexNet CONV1-5 as Eyeriss runs them, batch N = 4 ([JSSC17] Table III: H, R, E, C, M, U;
-# CONV2, CONV4, CONV5 are the grouped layers, taken per group: C = 48 / 192 / 192).
-ALEXNET = {
-    "CONV1": ConvWork(4, 3, 96, 227, 227, 11, 11, 4, 55, 55),
-    "CONV2": ConvWork(4, 48, 256, 31, 31, 5, 5, 1, 27, 27),
-    "CONV3": ConvWork(4, 256, 384, 15, 15, 3, 3, 1, 13, 13),
-    "CONV4": ConvWork(4, 192, 384, 15, 15, 3, 3, 1, 13, 13),
-    "CONV5": ConvWork(4, 192, 256, 15, 15, 3, 3, 1, 13, 13),
-}
-
-# Chen et al., "Eyeriss: An Energy-Efficient Reconfigurable Accelerator for Deep CNNs",
-# IEEE JSSC 52(1), 2017, Table V (AlexNet CONV layers, N = 4, 200 MHz, 168 PEs):
-# (number of active PEs, processing latency in ms, MACs in units of 1e9).
-TABLE_V = {
-    "CONV1": (154, 16.5, 0.42),
-    "CONV2": (135, 39.2, 0.90),
-    "CONV3": (156, 21.8, 0.60),
-    "CONV4": (156, 16.0, 0.45),
-    "CONV5": (156, 10.0, 0.30),
-}
+EYERISS = CHIP
 
 
 @pytest.mark.parametrize("layer", sorted(ALEXNET))
@@ -63,7 +40,7 @@ def test_eyeriss_alexnet_processing_latency_within_15_percent(layer: str) -> Non
     # CONV2 were -11.1% and -11.3%.
     cost = map_conv(ALEXNET[layer], EYERISS)
     paper_ms = TABLE_V[layer][1]
-    assert cost.latency_s * 1e3 == pytest.approx(paper_ms, rel=0.15)
+    assert cost.latency_s * 1e3 == pytest.approx(paper_ms, rel=LATENCY_TOLERANCE)
 
 
 @pytest.mark.parametrize("layer", sorted(ALEXNET))
