@@ -72,8 +72,9 @@ def candidate_bounds(g: Piece, spec: PEArraySpec, prices: Prices, rows, p_c, q_c
 
     Passes of one image group: strips ceil(M / (p t)) ceil(C' / (q r)); n images fit only
     if n (q r x + p t y) <= B (x, y: input and psum words of a channel and a filter for one
-    image), so the image groups G >= ceil(N / n_hi) and G n >= N. Cycles >= G (filter loads + fills) + N x one
-    image's stream, and >= the input once and G filter fetches at the vault's rate.
+    image), so the image groups G >= ceil(N / n_hi) and G n >= N. Cycles >= G (filter
+    loads + fills) + N x one image's stream, and >= the input once and G filter fetches at
+    the vault's rate.
     Energy >= MACs and four RF accesses each, N x what one image moves (spad fills,
     buffer, psums between PEs), the output once, and G filter fetches plus j input reads:
     in "psum" order m >= M / j filters' psums also fit, so G >= N (q r x + M y / j) / B,
