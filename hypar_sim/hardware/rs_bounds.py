@@ -88,14 +88,14 @@ def candidate_bounds(g: Piece, spec: PEArraySpec, prices: Prices, rows, p_c, q_c
     pt, qr = p * t, q * r
     footprint = qr * x + pt * y
     scale = g.images / spec.buffer_words
-    fits = np.minimum(g.images, np.floor(spec.buffer_words / footprint))
-    groups = np.ceil(g.images / np.maximum(fits, 1.0))
     passes = strips * np.ceil(g.filters / pt) * np.ceil(g.chans / qr)
     ifmap = g.images * g.chans * strip_rows(g.out_h, rows[0], g.stride, g.set_rows)[:, None] \
         * g.in_w
     fetch = float(g.filters * g.chans * g.set_rows * g.s_seg)
     ofmap = float(g.images * g.filters * g.out_h * g.out_w)
     if spec.objective == "cycles":
+        fits = np.minimum(g.images, np.floor(spec.buffer_words / footprint))
+        groups = np.ceil(g.images / np.maximum(fits, 1.0))
         bw = spec.bus_words
         loads = strips * g.filters * g.chans * g.set_rows * g.s_seg / bw
         stream = np.maximum(g.out_w * g.s_seg * (p * q), np.maximum(qr * x, pt * y) / bw)
@@ -117,10 +117,13 @@ def candidate_bounds(g: Piece, spec: PEArraySpec, prices: Prices, rows, p_c, q_c
         per_group * scale * g.filters * y * per_read))
     ifmap_order = per_group * np.maximum(1.0, scale * (np.maximum(g.chans, qr) * x + pt * y)) \
         + per_read
-    spill = np.where(fits < 1,
-                     g.images * per_group + g.filters / pt * per_read, np.inf)
+    data = np.minimum(psum_order, ifmap_order)
+    spills = footprint > spec.buffer_words  # not one image's pass fits
+    if spills.any():
+        data = np.minimum(data, np.where(spills, g.images * per_group
+                                         + g.filters / pt * per_read, np.inf))
     return ((energy.mac + 4 * energy.rf) * g.macs + (prices.dram + energy.buffer) * ofmap
-            + g.images * per_image + np.minimum(np.minimum(psum_order, ifmap_order), spill))
+            + g.images * per_image + data)
 
 
 def row_cycles(g: Piece, spec: PEArraySpec, rows, p_max: int, q_max: int) -> np.ndarray:

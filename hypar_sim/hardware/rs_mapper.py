@@ -149,13 +149,13 @@ def _names(spec: PEArraySpec) -> tuple[str, str]:
 def _chunks(row_bound: np.ndarray, bounds_of, columns: int, best):
     """Candidates to evaluate (flat indices row x columns + column), in chunks of doubling
     size, the least bounds first: the pool of expanded rows' candidates (their bounds from
-    `bounds_of(rows)`) is evaluated before more rows are expanded, rows by increasing bound
-    while theirs is at most the best found (`best()`, read again before each chunk), and
-    candidates whose bound exceeds the best are dropped. So no candidate left unevaluated
-    can beat or tie the best."""
+    `bounds_of(rows)`) is evaluated before more rows are expanded; the first rows by bound,
+    then, once a best is known (`best()`, read again before each chunk), every row whose
+    bound is at most it; candidates whose bound exceeds the best are dropped. So no
+    candidate left unevaluated can beat or tie the best."""
     rows = np.argsort(row_bound, kind="stable")
     pool, pool_bound = np.zeros(0, dtype=np.int64), np.zeros(0)
-    expanded, row_chunk, chunk = 0, _FIRST_ROWS, _FIRST
+    expanded, chunk = 0, _FIRST
     while True:
         limit = best()
         keep = pool_bound <= limit
@@ -169,8 +169,11 @@ def _chunks(row_bound: np.ndarray, bounds_of, columns: int, best):
             pool, pool_bound = pool[rest], pool_bound[rest]
             chunk *= 2
         elif expanded < rows.size and row_bound[rows[expanded]] <= limit:
-            taken = rows[expanded:expanded + row_chunk]
-            expanded, row_chunk = expanded + taken.size, 2 * row_chunk
+            # the first rows by bound; once a best is known, every row that may hold better
+            until = expanded + _FIRST_ROWS if np.isinf(limit) else np.searchsorted(
+                row_bound[rows], limit, side="right")
+            taken = rows[expanded:until]
+            expanded = expanded + taken.size
             pool = (taken[:, None] * columns + np.arange(columns)).ravel()
             pool_bound = bounds_of(taken).ravel()
         else:
@@ -258,8 +261,11 @@ def _result(g: Piece, spec: PEArraySpec, prices: Prices, rows,
         first, second = (values[name] for name in _names(spec))
         pick = np.lexsort((-ns, second, first))[0]
         n, m = int(ns[pick]), int(ms[pick])
-    v = {name: int(np.asarray(value)) if name not in ("pj", "overlapped") else value
-         for name, value in _evaluate(g, spec, prices, e, r, t, p, q, n, m, order).items()}
+        chosen = {name: np.broadcast_to(value, ns.shape)[pick]
+                  for name, value in values.items()}
+    else:
+        chosen = _evaluate(g, spec, prices, e, r, t, p, q, n, m, order)
+    v = {name: int(value) for name, value in chosen.items() if name not in ("pj", "overlapped")}
     accesses = AccessCounts(
         macs=g.macs, rf=v["rf"], buffer=v["buffer"], inter_pe=v["inter_pe"],
         dram_read=v["dram_ifmap"] + v["dram_filter"] + v["spill"],
