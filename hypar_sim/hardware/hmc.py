@@ -4,7 +4,10 @@ Each vault has its own DRAM channel (the cube's bandwidth shared evenly,
 320 GB/s / 32 = 10 GB/s, i.e. 40 B per 250 MHz cycle) and, on the logic die,
 one row-stationary PU. A layer's share of work on one cube is split over the
 PUs along one dimension: output channels, samples, output rows or input
-channels, the one with the fewest cycles, then the fewest DRAM words. The PUs
+channels, the one with the fewest cycles, then the fewest DRAM words, whatever
+the PU mapping's objective (`mapper_objective`): chosen by energy, with no
+static power in the energy (HyPar 6.1's table has none), VGG-A's HyPar step
+took 1.84 s instead of 0.89 s for 4% less energy (65.6 J against 68.5 J). The PUs
 run in parallel, each streaming its tiles from its own vault with double
 buffering, so a PU's time is max(compute, memory) plus the fill of one tile
 and one DRAM access latency.
