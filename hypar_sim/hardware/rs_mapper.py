@@ -56,16 +56,17 @@ from hypar_sim.hardware.rs_bounds import (
 ORDERS = ("psum", "ifmap", "spill")
 #: Values of n searched in "psum" order before the winner's n is searched in full.
 _PSUM_NS = 4
-#: Rows of (e, r, t) expanded first, candidates evaluated first; both chunks then double.
+#: Rows of (e, r, t) expanded first (then every row that may beat the best found) and
+#: candidates evaluated first (then chunks of doubling size).
 _FIRST_ROWS = 32
 _FIRST = 32
 
 
-def _evaluate(g: Piece, spec: PEArraySpec, prices: Prices, e, r, t, p, q, n, m, order,
-              want: str = "all") -> dict:
+def _evaluate(g: Piece, spec: PEArraySpec, prices: Prices, e, r, t, p, q, n, m,
+              order) -> dict:
     """Counts of the candidates given as broadcastable int64 arrays (n, m the blocking;
-    order 0 psum, 1 ifmap, 2 spill) and, as `want` asks, their energy "pj", their cycles
-    with the DRAM stream overlapped ("overlapped") or "all" of it (cycles, pj, overlapped)."""
+    order 0 psum, 1 ifmap, 2 spill), their processing cycles, their cycles with the DRAM
+    stream overlapped ("overlapped") and their energy ("pj")."""
     pt, qr = p * t, q * r
     strips = ceil_div(g.out_h, e)
     strip_in = (e - 1) * g.stride + g.set_rows
@@ -80,34 +81,31 @@ def _evaluate(g: Piece, spec: PEArraySpec, prices: Prices, e, r, t, p, q, n, m, 
     active = g.set_rows * e * r * t
     ifmap = n * r * q * strip_in * g.in_w  # to the array per pass, multicast to the t sets
     psum = n * t * p * e * g.out_w  # out of the array per pass, after accumulation
-    out = dict(passes=passes, dram_ifmap=dram_ifmap, dram_filter=dram_filter, spill=spill,
-               ofmap=ofmap, active=active)
-    if want != "pj":
-        bw = spec.bus_words
-        filt = r * t * g.set_rows * g.s_seg * p * q  # spads loaded before a pass
-        stream = np.maximum(n * g.out_w * g.s_seg * p * q, np.maximum(ceil_div(ifmap, bw),
-                                                                      ceil_div(psum, bw)))
-        cycles = np.maximum(passes * (ceil_div(filt, bw) + stream + g.set_rows + g.s_seg),
-                            ceil_div(g.macs, spec.pes))
-        memory = (dram_ifmap * prices.ifmap_dram + dram_filter * prices.filter_dram) \
-            / prices.dram + ofmap + 2 * spill  # the vault's words: a shared word's share
-        out.update(cycles=cycles, overlapped=np.maximum(
-            cycles, memory * spec.word_bytes / spec.dram_bytes_per_cycle))
-    if want != "overlapped":
-        psum_traffic = passes * psum
-        # RF: four accesses per MAC (filter, ifmap and psum read, psum written: [ISCA16]
-        # Sec. II, VI-A), plus the spads filled at each pass.
-        rf = 4 * g.macs + passes * active * (p * q * g.s_seg + n * q * g.in_w)
-        buffer = (passes * ifmap + dram_ifmap + psum_traffic
-                  + psum_traffic - psum_traffic // cgroups + ofmap)
-        # Psums move up a set's R PEs, then across its r sets ([ISCA16] Sec. V-A).
-        inter_pe = psum_traffic * (r * (g.set_rows - 1) + (r - 1))
-        energy = spec.energy
-        out.update(rf=rf, buffer=buffer, inter_pe=inter_pe, pj=(
-            energy.mac * g.macs + energy.rf * rf + energy.buffer * buffer
-            + energy.inter_pe * inter_pe + prices.ifmap_dram * dram_ifmap
-            + prices.filter_dram * dram_filter + prices.dram * (ofmap + 2 * spill)))
-    return out
+    bw = spec.bus_words
+    filt = r * t * g.set_rows * g.s_seg * p * q  # spads loaded before a pass
+    stream = np.maximum(n * g.out_w * g.s_seg * p * q, np.maximum(ceil_div(ifmap, bw),
+                                                                  ceil_div(psum, bw)))
+    cycles = np.maximum(passes * (ceil_div(filt, bw) + stream + g.set_rows + g.s_seg),
+                        ceil_div(g.macs, spec.pes))
+    memory = (dram_ifmap * prices.ifmap_dram + dram_filter * prices.filter_dram) \
+        / prices.dram + ofmap + 2 * spill  # the vault's words: a shared word's share
+    psum_traffic = passes * psum
+    # RF: four accesses per MAC (filter, ifmap and psum read, psum written: [ISCA16]
+    # Sec. II, VI-A), plus the spads filled at each pass.
+    rf = 4 * g.macs + passes * active * (p * q * g.s_seg + n * q * g.in_w)
+    buffer = (passes * ifmap + dram_ifmap + psum_traffic
+              + psum_traffic - psum_traffic // cgroups + ofmap)
+    # Psums move up a set's R PEs, then across its r sets ([ISCA16] Sec. V-A).
+    inter_pe = psum_traffic * (r * (g.set_rows - 1) + (r - 1))
+    energy = spec.energy
+    pj = (energy.mac * g.macs + energy.rf * rf + energy.buffer * buffer
+          + energy.inter_pe * inter_pe + prices.ifmap_dram * dram_ifmap
+          + prices.filter_dram * dram_filter + prices.dram * (ofmap + 2 * spill))
+    return dict(passes=passes, dram_ifmap=dram_ifmap, dram_filter=dram_filter, spill=spill,
+                ofmap=ofmap, active=active, cycles=cycles, rf=rf, buffer=buffer,
+                inter_pe=inter_pe, pj=pj,
+                overlapped=np.maximum(cycles, memory * spec.word_bytes
+                                      / spec.dram_bytes_per_cycle))
 
 
 def _blockings(g: Piece, spec: PEArraySpec, e, r, t, p, q):
