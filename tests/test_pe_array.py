@@ -19,7 +19,7 @@ from hypar_sim.hardware.conv_work import (
     gradient_work,
 )
 from hypar_sim.hardware.eyeriss import ALEXNET, CHIP, LATENCY_TOLERANCE, TABLE_V
-from hypar_sim.hardware.pe_array import OBJECTIVES, PEArraySpec, set_candidates, update_cost
+from hypar_sim.hardware.pe_array import OBJECTIVES, PEArraySpec, update_cost
 from hypar_sim.hardware.rs_mapper import map_conv
 
 EYERISS = CHIP
@@ -268,10 +268,8 @@ def _exhaustive(work: ConvWork, spec: PEArraySpec, shared: str, sharers: int):
     (no bounds, no chunks), then the winner's n searched in full, as `map_conv` does."""
     g = rs_bounds.Piece.of(work, spec)
     prices = rs_bounds.Prices.of(spec, shared, sharers)
-    rows = set_candidates(spec, g.set_rows, g.out_h, g.chans, g.filters)
-    q_max = max(1, min(spec.ifmap_rf_words // g.s_seg, g.chans))
-    p_max = max(1, min(spec.psum_rf_words, g.filters))
-    p_c, q_c = rs_mapper._columns(g, spec, p_max, q_max)
+    rows = g.rows(spec)
+    p_c, q_c = rs_mapper._columns(g, spec)
     i = np.repeat(np.arange(rows[0].size), p_c.size)
     _, point = rs_mapper._best_of(g, spec, prices, rows, i, np.tile(p_c, rows[0].size),
                                   np.tile(q_c, rows[0].size))
@@ -302,12 +300,10 @@ def test_bounds_are_bounds(work: ConvWork, spec: PEArraySpec, objective: str) ->
     spec = replace(spec, objective=objective)
     g = rs_bounds.Piece.of(work, spec)
     prices = rs_bounds.Prices.of(spec, "", 1)
-    rows = set_candidates(spec, g.set_rows, g.out_h, g.chans, g.filters)
-    q_max = max(1, min(spec.ifmap_rf_words // g.s_seg, g.chans))
-    p_max = max(1, min(spec.psum_rf_words, g.filters))
-    p_c, q_c = rs_mapper._columns(g, spec, p_max, q_max)
+    rows = g.rows(spec)
+    p_c, q_c = rs_mapper._columns(g, spec)
     bounds = rs_bounds.candidate_bounds(g, spec, prices, rows, p_c, q_c)
-    row_bounds = rs_bounds.row_bounds(g, spec, prices, rows, p_max, q_max)
+    row_bounds = rs_bounds.row_bounds(g, spec, prices, rows)
     assert np.all(row_bounds <= bounds.min(axis=1) * (1 + 1e-9))
     e, r, t = (x[:, None, None] for x in rows[:3])
     p, q = p_c[None, :, None], q_c[None, :, None]

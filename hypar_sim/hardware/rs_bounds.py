@@ -36,6 +36,8 @@ class Piece:
     row_segments: int
     col_segments: int
     macs: int
+    p_max: int  # most filters a PE holds (the psum spad, the filters there are)
+    q_max: int  # most channels a PE holds (the ifmap spad, the channels there are)
 
     @classmethod
     def of(cls, work: ConvWork, spec: PEArraySpec) -> Piece:
@@ -44,11 +46,35 @@ class Piece:
         row_segments = ceil_div(work.kernel_height, spec.rows)
         col_segments = ceil_div(work.kernel_width, min(spec.ifmap_rf_words, spec.filter_rf_words))
         s_seg = ceil_div(work.kernel_width, col_segments)
-        return cls(work.batch, work.in_channels * row_segments * col_segments,
-                   work.out_channels, work.out_height, work.out_width, work.stride,
-                   ceil_div(work.kernel_height, row_segments), s_seg,
+        chans = work.in_channels * row_segments * col_segments
+        return cls(work.batch, chans, work.out_channels, work.out_height, work.out_width,
+                   work.stride, ceil_div(work.kernel_height, row_segments), s_seg,
                    min(work.in_width, (work.out_width - 1) * work.stride + s_seg),
-                   row_segments, col_segments, work.macs)
+                   row_segments, col_segments, work.macs,
+                   max(1, min(spec.psum_rf_words, work.out_channels)),
+                   max(1, min(spec.ifmap_rf_words // s_seg, chans)))
+
+    def rows(self, spec: PEArraySpec) -> tuple[np.ndarray, ...]:
+        """The (e, r, t) set arrangements (`pe_array.set_candidates`): e, r, t, folds, strips."""
+        return set_candidates(spec, self.set_rows, self.out_h, self.chans, self.filters)
+
+    def strip_in(self, e):
+        """Input rows one strip of e output rows reads (int or array)."""
+        return (e - 1) * self.stride + self.set_rows
+
+    def input_words(self, e):
+        """Words of the input read once over all strips of width e (halos again)."""
+        return self.images * self.chans * strip_rows(self.out_h, e, self.stride,
+                                                     self.set_rows) * self.in_w
+
+    @property
+    def output_words(self) -> int:
+        return self.images * self.filters * self.out_h * self.out_w
+
+    @property
+    def filter_words(self) -> int:
+        """Words of the filters, each once (R and S segments counted as channels)."""
+        return self.filters * self.chans * self.set_rows * self.s_seg
 
 
 @dataclass(frozen=True)
@@ -83,21 +109,18 @@ def candidate_bounds(g: Piece, spec: PEArraySpec, prices: Prices, rows, p_c, q_c
     channels fit; a candidate whose one image does not fit spills (G = N, j = M / (p t))."""
     e, r, t, _, strips = (x.astype(np.float64)[:, None] for x in rows)
     p, q = p_c.astype(np.float64)[None, :], q_c.astype(np.float64)[None, :]
-    x = ((e - 1) * g.stride + g.set_rows) * g.in_w
+    x = g.strip_in(e) * g.in_w
     y = e * g.out_w
     pt, qr = p * t, q * r
     footprint = qr * x + pt * y
     scale = g.images / spec.buffer_words
     passes = strips * np.ceil(g.filters / pt) * np.ceil(g.chans / qr)
-    ifmap = g.images * g.chans * strip_rows(g.out_h, rows[0], g.stride, g.set_rows)[:, None] \
-        * g.in_w
-    fetch = float(g.filters * g.chans * g.set_rows * g.s_seg)
-    ofmap = float(g.images * g.filters * g.out_h * g.out_w)
+    ifmap = g.input_words(rows[0])[:, None]
+    fetch, ofmap = float(g.filter_words), float(g.output_words)
     if spec.objective == "cycles":
-        fits = np.minimum(g.images, np.floor(spec.buffer_words / footprint))
-        groups = np.ceil(g.images / np.maximum(fits, 1.0))
+        groups = _least_groups(g, spec, footprint)
         bw = spec.bus_words
-        loads = strips * g.filters * g.chans * g.set_rows * g.s_seg / bw
+        loads = strips * g.filter_words / bw
         stream = np.maximum(g.out_w * g.s_seg * (p * q), np.maximum(qr * x, pt * y) / bw)
         cycles = groups * (loads + passes * (g.set_rows + g.s_seg)) \
             + g.images * passes * stream
@@ -126,21 +149,27 @@ def candidate_bounds(g: Piece, spec: PEArraySpec, prices: Prices, rows, p_c, q_c
             + g.images * per_image + data)
 
 
-def row_cycles(g: Piece, spec: PEArraySpec, rows, p_max: int, q_max: int) -> np.ndarray:
+def _least_groups(g: Piece, spec: PEArraySpec, footprint: np.ndarray) -> np.ndarray:
+    """The fewest image groups when one image's pass needs `footprint` buffer words (the
+    most images that fit, at least one a group)."""
+    fits = np.minimum(g.images, np.floor(spec.buffer_words / footprint))
+    return np.ceil(g.images / np.maximum(fits, 1.0))
+
+
+def row_cycles(g: Piece, spec: PEArraySpec, rows) -> np.ndarray:
     """[rows] a lower bound of the processing cycles of every column and blocking of each
     row (`candidate_bounds`' cycles with p, q at the ends of their ranges)."""
     e, r, t, _, strips = (x.astype(np.float64) for x in rows)
-    x = ((e - 1) * g.stride + g.set_rows) * g.in_w
+    x = g.strip_in(e) * g.in_w
     y = e * g.out_w
-    fits = np.minimum(g.images, np.floor(spec.buffer_words / (r * x + t * y)))
-    groups = np.ceil(g.images / np.maximum(fits, 1.0))
-    by_filters = strips * np.ceil(g.filters / (p_max * t))  # passes / ceil(C' / (q r))
-    by_chans = strips * np.ceil(g.chans / (q_max * r))  # passes / ceil(M / (p t))
+    groups = _least_groups(g, spec, r * x + t * y)
+    by_filters = strips * np.ceil(g.filters / (g.p_max * t))  # passes / ceil(C' / (q r))
+    by_chans = strips * np.ceil(g.chans / (g.q_max * r))  # passes / ceil(M / (p t))
     bw = spec.bus_words
-    loads = strips * g.filters * g.chans * g.set_rows * g.s_seg / bw
+    loads = strips * g.filter_words / bw
     stream = np.maximum(strips * g.filters * g.chans * g.out_w * g.s_seg / (r * t),
                         np.maximum(by_filters * g.chans * x, by_chans * g.filters * y) / bw)
-    cycles = groups * (loads + by_filters * np.ceil(g.chans / (q_max * r))
+    cycles = groups * (loads + by_filters * np.ceil(g.chans / (g.q_max * r))
                        * (g.set_rows + g.s_seg)) + g.images * stream
     return np.maximum(cycles, g.macs / spec.pes)
 
@@ -150,35 +179,28 @@ def cycles_bound(work: ConvWork, spec: PEArraySpec) -> float:
     """At most the processing cycles of any mapping of `work` on `spec`: `hmc` skips the
     vault splits whose pieces cannot be as fast as one already mapped."""
     g = Piece.of(work, spec)
-    rows = set_candidates(spec, g.set_rows, g.out_h, g.chans, g.filters)
-    q_max = max(1, min(spec.ifmap_rf_words // g.s_seg, g.chans))
-    p_max = max(1, min(spec.psum_rf_words, g.filters))
-    return float(row_cycles(g, spec, rows, p_max, q_max).min())
+    return float(row_cycles(g, spec, g.rows(spec)).min())
 
 
-def row_bounds(g: Piece, spec: PEArraySpec, prices: Prices, rows, p_max: int,
-                q_max: int) -> np.ndarray:
+def row_bounds(g: Piece, spec: PEArraySpec, prices: Prices, rows) -> np.ndarray:
     """[rows] a lower bound of `candidate_bounds` over every column of each row: p and q at the
     ends of their ranges where a term falls with them, the spad fills dropped, and the
     psum and input words in flight (q r x + p t y) at their least, r x + t y."""
     e, r, t, _, strips = (x.astype(np.float64) for x in rows)
-    x = ((e - 1) * g.stride + g.set_rows) * g.in_w
+    x = g.strip_in(e) * g.in_w
     y = e * g.out_w
     scale = g.images / spec.buffer_words
-    fits = np.minimum(g.images, np.floor(spec.buffer_words / (r * x + t * y)))
-    groups = np.ceil(g.images / np.maximum(fits, 1.0))
-    by_chans = strips * np.ceil(g.chans / (q_max * r))  # passes / ceil(M / (p t))
-    ifmap = g.images * g.chans * strip_rows(g.out_h, rows[0], g.stride, g.set_rows) * g.in_w
-    fetch = float(g.filters * g.chans * g.set_rows * g.s_seg)
-    ofmap = float(g.images * g.filters * g.out_h * g.out_w)
+    by_chans = strips * np.ceil(g.chans / (g.q_max * r))  # passes / ceil(M / (p t))
+    ifmap = g.input_words(rows[0])
+    fetch, ofmap = float(g.filter_words), float(g.output_words)
     if spec.objective == "cycles":
-        memory = (ifmap * prices.ifmap_dram + groups * fetch * prices.filter_dram) \
-            / prices.dram + ofmap
-        return np.maximum(row_cycles(g, spec, rows, p_max, q_max),
+        memory = (ifmap * prices.ifmap_dram + _least_groups(g, spec, r * x + t * y) * fetch
+                  * prices.filter_dram) / prices.dram + ofmap
+        return np.maximum(row_cycles(g, spec, rows),
                           memory * spec.word_bytes / spec.dram_bytes_per_cycle)
     energy = spec.energy
     active = g.set_rows * e * r * t
-    per_image = (strips * g.filters * g.chans / (p_max * t * r)
+    per_image = (strips * g.filters * g.chans / (g.p_max * t * r)
                  * (energy.rf * active * g.in_w + energy.buffer * r * x)
                  + by_chans * g.filters * y * (energy.buffer + energy.inter_pe
                                                 * (r * g.set_rows - 1)))
@@ -188,8 +210,8 @@ def row_bounds(g: Piece, spec: PEArraySpec, prices: Prices, rows, p_max: int,
         per_group * scale * g.filters * y * per_read))
     ifmap_order = per_group * np.maximum(1.0, scale * (np.maximum(g.chans, r) * x + t * y)) \
         + per_read
-    spill = np.where(q_max * r * x + p_max * t * y > spec.buffer_words,
-                     g.images * per_group + g.filters / (p_max * t) * per_read, np.inf)
+    spill = np.where(g.q_max * r * x + g.p_max * t * y > spec.buffer_words,
+                     g.images * per_group + g.filters / (g.p_max * t) * per_read, np.inf)
     return ((energy.mac + 4 * energy.rf) * g.macs + (prices.dram + energy.buffer) * ofmap
             + g.images * per_image + np.minimum(np.minimum(psum_order, ifmap_order), spill))
 

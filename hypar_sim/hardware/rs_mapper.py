@@ -41,8 +41,6 @@ from hypar_sim.hardware.pe_array import (
     ArrayCost,
     PEArraySpec,
     RSMapping,
-    set_candidates,
-    strip_rows,
 )
 from hypar_sim.hardware.rs_bounds import (
     Piece,
@@ -69,12 +67,12 @@ def _evaluate(g: Piece, spec: PEArraySpec, prices: Prices, e, r, t, p, q, n, m,
     stream overlapped ("overlapped") and their energy ("pj")."""
     pt, qr = p * t, q * r
     strips = ceil_div(g.out_h, e)
-    strip_in = (e - 1) * g.stride + g.set_rows
+    strip_in = g.strip_in(e)
     groups = ceil_div(g.images, n)
     cgroups = ceil_div(g.chans, qr)
     passes = groups * strips * ceil_div(g.filters, pt) * cgroups
-    ofmap = g.images * g.filters * g.out_h * g.out_w
-    ifmap_fetch = g.images * g.chans * strip_rows(g.out_h, e, g.stride, g.set_rows) * g.in_w
+    ofmap = g.output_words
+    ifmap_fetch = g.input_words(e)
     dram_ifmap = np.where(order == 1, ifmap_fetch, ceil_div(g.filters, m) * ifmap_fetch)
     dram_filter = groups * ceil_div(g.filters, pt) * pt * g.chans * g.set_rows * g.s_seg
     spill = np.where(order == 2, (cgroups - 1) * ofmap, 0)
@@ -112,7 +110,7 @@ def _blockings(g: Piece, spec: PEArraySpec, e, r, t, p, q):
     """[..., 5] (n, m, order) of every candidate: four n in "psum" order, one in "ifmap"
     order; a candidate none of whose blockings fits one image spills (n = 1, m = p t)."""
     pt, qr = p * t, q * r
-    strip_in = (e - 1) * g.stride + g.set_rows
+    strip_in = g.strip_in(e)
     filters_pad = ceil_div(g.filters, pt) * pt
     words = spec.buffer_words
     per_chan = strip_in * g.in_w
@@ -178,10 +176,9 @@ def _chunks(row_bound: np.ndarray, bounds_of, columns: int, best):
             return
 
 
-def _columns(g: Piece, spec: PEArraySpec, p_max: int,
-             q_max: int) -> tuple[np.ndarray, np.ndarray]:
+def _columns(g: Piece, spec: PEArraySpec) -> tuple[np.ndarray, np.ndarray]:
     """(p, q) within the spads ([ISCA16] Sec. V-A; [JSSC17] Table III), q-major."""
-    at_q, at_p = np.nonzero(np.arange(1, q_max + 1)[:, None] * np.arange(1, p_max + 1)
+    at_q, at_p = np.nonzero(np.arange(1, g.q_max + 1)[:, None] * np.arange(1, g.p_max + 1)
                             * g.s_seg <= spec.filter_rf_words)
     return at_p + 1, at_q + 1
 
@@ -221,11 +218,9 @@ def map_conv(work: ConvWork, spec: PEArraySpec, shared: str = "", sharers: int =
                          "'ifmap' or 'filter', and at least 1 sharer")
     g = Piece.of(work, spec)
     prices = Prices.of(spec, shared, sharers)
-    rows = set_candidates(spec, g.set_rows, g.out_h, g.chans, g.filters)
-    q_max = max(1, min(spec.ifmap_rf_words // g.s_seg, g.chans))
-    p_max = max(1, min(spec.psum_rf_words, g.filters))
-    p_c, q_c = _columns(g, spec, p_max, q_max)
-    row_bound = row_bounds(g, spec, prices, rows, p_max, q_max)
+    rows = g.rows(spec)
+    p_c, q_c = _columns(g, spec)
+    row_bound = row_bounds(g, spec, prices, rows)
     best: list[tuple] = []  # (key, point) of the best found (read by the chunks as they go)
 
     def bounds_of(taken: np.ndarray) -> np.ndarray:
@@ -249,7 +244,7 @@ def _result(g: Piece, spec: PEArraySpec, prices: Prices, rows,
     e, r, t, folds, _ = (int(a[i]) for a in rows)
     if order == 0:  # every n whose pass fits, m the most psums that then fit
         pt, qr = p * t, q * r
-        strip_in = (e - 1) * g.stride + g.set_rows
+        strip_in = g.strip_in(e)
         ns = np.arange(1, g.images + 1)
         ms = np.minimum(ceil_div(g.filters, pt) * pt,
                         (spec.buffer_words // ns - qr * strip_in * g.in_w)
