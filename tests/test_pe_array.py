@@ -19,7 +19,7 @@ from hypar_sim.hardware.conv_work import (
     gradient_work,
 )
 from hypar_sim.hardware.eyeriss import ALEXNET, CHIP, LATENCY_TOLERANCE, TABLE_V
-from hypar_sim.hardware.pe_array import OBJECTIVES, PEArraySpec, update_cost
+from hypar_sim.hardware.pe_array import MAPPER_OBJECTIVES, PEArraySpec, update_cost
 from hypar_sim.hardware.rs_mapper import map_conv
 
 EYERISS = CHIP
@@ -282,7 +282,7 @@ def _fields(m) -> tuple:
 
 @settings(max_examples=60, deadline=None)
 @given(works, st.one_of(specs, st.just(PEArraySpec())), st.sampled_from(["fwd", "bwd", "grad"]),
-       st.sampled_from(OBJECTIVES), st.sampled_from([("", 1), ("ifmap", 8), ("filter", 32)]))
+       st.sampled_from(MAPPER_OBJECTIVES), st.sampled_from([("", 1), ("ifmap", 8), ("filter", 32)]))
 def test_pruned_search_matches_exhaustive_search(work: ConvWork, spec: PEArraySpec, phase: str,
                                                  objective: str, sharing: tuple) -> None:
     work = {"fwd": work, "bwd": backward_work(work), "grad": gradient_work(work)}[phase]
@@ -293,7 +293,7 @@ def test_pruned_search_matches_exhaustive_search(work: ConvWork, spec: PEArraySp
 
 
 @settings(max_examples=40, deadline=None)
-@given(works, st.one_of(specs, st.just(PEArraySpec())), st.sampled_from(OBJECTIVES))
+@given(works, st.one_of(specs, st.just(PEArraySpec())), st.sampled_from(MAPPER_OBJECTIVES))
 def test_bounds_are_bounds(work: ConvWork, spec: PEArraySpec, objective: str) -> None:
     """Every candidate's bound is at most its best blocking's objective; a row's bound at
     most its candidates'; the cycles bound at most any mapping's cycles."""
@@ -313,7 +313,7 @@ def test_bounds_are_bounds(work: ConvWork, spec: PEArraySpec, objective: str) ->
     value = rs_mapper._evaluate(g, spec, prices, e, r, t, p, q, n, m, order)[name]
     best = np.where(valid, np.broadcast_to(value, n.shape), np.inf).min(axis=2)
     assert np.all(bounds <= best * (1 + 1e-9))
-    for spec_objective in OBJECTIVES:
+    for spec_objective in MAPPER_OBJECTIVES:
         cost = map_conv(work, replace(spec, objective=spec_objective))
         assert rs_bounds.cycles_bound(work, spec) <= cost.cycles
 

@@ -52,8 +52,10 @@ __all__ = [
     "AccessCounts",
     "AccessEnergy",
     "ArrayCost",
+    "MAPPER_OBJECTIVES",
     "PEArraySpec",
     "RSMapping",
+    "ceil_div",
     "elementwise_cost",
     "set_candidates",
     "strip_rows",
@@ -61,7 +63,7 @@ __all__ = [
 ]
 
 #: What the mapping search minimises (`rs_mapper`): the PU's energy or its cycles.
-OBJECTIVES = ("energy", "cycles")
+MAPPER_OBJECTIVES = ("energy", "cycles")
 
 
 @dataclass(frozen=True)
@@ -114,9 +116,9 @@ class PEArraySpec:
         if smallest < self.word_bytes:
             raise ValueError(f"PEArraySpec: every scratch pad must hold one {self.word_bytes}-byte "
                              f"word; the smallest has {smallest} B")
-        if self.objective not in OBJECTIVES:
+        if self.objective not in MAPPER_OBJECTIVES:
             raise ValueError(f"PEArraySpec: objective {self.objective!r}; allowed: "
-                             f"{', '.join(OBJECTIVES)}")
+                             f"{', '.join(MAPPER_OBJECTIVES)}")
         if not self.dram_bytes_per_cycle > 0:
             raise ValueError("PEArraySpec: dram_bytes_per_cycle must be > 0")
         if not self.clock_hz > 0:
@@ -199,7 +201,8 @@ class ArrayCost:
     mapping: RSMapping | None  # None for element-wise work
 
 
-def _ceil(a: int, b: int) -> int:
+def ceil_div(a, b):
+    """The ceiling of a / b for positive integers (or int arrays)."""
     return -(-a // b)
 
 
@@ -258,8 +261,8 @@ def elementwise_cost(ops: int, read_words: int, written_words: int, streams: int
     out) and a scratch pad once."""
     check_positive_ints("elementwise_cost", {"streams": streams})
     moved = read_words + written_words
-    cycles = max(_ceil(ops, spec.pes), _ceil(read_words, streams * spec.bus_words),
-                 _ceil(written_words, spec.bus_words), 1)
+    cycles = max(ceil_div(ops, spec.pes), ceil_div(read_words, streams * spec.bus_words),
+                 ceil_div(written_words, spec.bus_words), 1)
     active = max(1, min(spec.pes, ops))
     accesses = AccessCounts(macs=ops, rf=moved, buffer=2 * moved, inter_pe=0,
                             dram_read=read_words, dram_write=written_words)
@@ -278,7 +281,7 @@ def update_cost(weights: int, spec: PEArraySpec) -> ArrayCost:
     is bus-bound on any array wider than the bus.
     """
     check_positive_ints("update_cost", {"weights": weights})
-    cycles = max(_ceil(weights, spec.pes), _ceil(weights, spec.bus_words))
+    cycles = max(ceil_div(weights, spec.pes), ceil_div(weights, spec.bus_words))
     active = min(spec.pes, weights)
     accesses = AccessCounts(macs=weights, rf=3 * weights, buffer=6 * weights, inter_pe=0,
                             dram_read=2 * weights, dram_write=weights)

@@ -13,11 +13,7 @@ from functools import lru_cache
 import numpy as np
 
 from hypar_sim.hardware.conv_work import ConvWork
-from hypar_sim.hardware.pe_array import PEArraySpec, set_candidates, strip_rows
-
-
-def ceil_div(a, b):
-    return -(-a // b)
+from hypar_sim.hardware.pe_array import PEArraySpec, ceil_div, set_candidates, strip_rows
 
 
 @dataclass(frozen=True)

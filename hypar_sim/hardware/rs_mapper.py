@@ -41,14 +41,9 @@ from hypar_sim.hardware.pe_array import (
     ArrayCost,
     PEArraySpec,
     RSMapping,
-)
-from hypar_sim.hardware.rs_bounds import (
-    Piece,
-    Prices,
-    candidate_bounds,
     ceil_div,
-    row_bounds,
 )
+from hypar_sim.hardware.rs_bounds import Piece, Prices, candidate_bounds, row_bounds
 
 #: Loop orders at the DRAM level (index in the blocking axis of the search).
 ORDERS = ("psum", "ifmap", "spill")
