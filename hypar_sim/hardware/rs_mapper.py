@@ -101,6 +101,14 @@ def _evaluate(g: Piece, spec: PEArraySpec, prices: Prices, e, r, t, p, q, n, m,
                                       / spec.dram_bytes_per_cycle))
 
 
+def _most_psums(g: Piece, spec: PEArraySpec, e, qr, pt, n):
+    """In "psum" order with n images a group, the most filters whose psums fit beside the
+    input rows of q r channels: a multiple of p t, at most the filters padded to one (below
+    p t where not even p t fit). Broadcast over the arrays given."""
+    room = spec.buffer_words // n - qr * g.strip_in(e) * g.in_w
+    return np.minimum(ceil_div(g.filters, pt) * pt, room // (e * g.out_w) // pt * pt)
+
+
 def _blockings(g: Piece, spec: PEArraySpec, e, r, t, p, q):
     """[..., 5] (n, m, order) of every candidate: four n in "psum" order, one in "ifmap"
     order; a candidate none of whose blockings fits one image spills (n = 1, m = p t)."""
@@ -115,9 +123,7 @@ def _blockings(g: Piece, spec: PEArraySpec, e, r, t, p, q):
     steps = np.arange(_PSUM_NS) / (_PSUM_NS - 1)
     n_psum = np.round(n_lo[..., None] * (np.maximum(n_hi, 1) / n_lo)[..., None] ** steps)
     n_psum = np.minimum(n_psum.astype(np.int64), np.maximum(n_hi, 1)[..., None])
-    m_psum = np.minimum(filters_pad[..., None],
-                        (words // n_psum - (qr * per_chan)[..., None])
-                        // (e * g.out_w)[..., None] // pt[..., None] * pt[..., None])
+    m_psum = _most_psums(g, spec, e[..., None], qr[..., None], pt[..., None], n_psum)
     n_ifmap = np.minimum(g.images, words // (np.maximum(g.chans, qr) * per_chan
                                              + pt * e * g.out_w))
     spills = n_hi < 1
@@ -238,12 +244,9 @@ def _result(g: Piece, spec: PEArraySpec, prices: Prices, rows,
     i, p, q, n, m, order = point
     e, r, t, folds, _ = (int(a[i]) for a in rows)
     if order == 0:  # every n whose pass fits, m the most psums that then fit
-        pt, qr = p * t, q * r
-        strip_in = g.strip_in(e)
+        pt = p * t
         ns = np.arange(1, g.images + 1)
-        ms = np.minimum(ceil_div(g.filters, pt) * pt,
-                        (spec.buffer_words // ns - qr * strip_in * g.in_w)
-                        // (e * g.out_w) // pt * pt)
+        ms = _most_psums(g, spec, e, q * r, pt, ns)
         ns, ms = ns[ms >= pt], ms[ms >= pt]
         values = _evaluate(g, spec, prices, e, r, t, p, q, ns, ms, 0)
         first, second = (values[name] for name in _names(spec))
