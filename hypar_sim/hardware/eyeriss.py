@@ -4,17 +4,19 @@ checked against (tests/test_pe_array.py, `experiments.validation`).
 [JSSC17] Y.-H. Chen, T. Krishna, J. Emer, V. Sze, "Eyeriss: An Energy-Efficient
 Reconfigurable Accelerator for Deep Convolutional Neural Networks", IEEE JSSC 52(1), 2017:
 Table IV (the chip: 12 x 14 PEs, 108 KB buffer, 16-bit words), Table III (AlexNet CONV1-5
-as the chip runs them, batch 4), Table V (per layer: active PEs, processing latency at
-200 MHz, MACs). These numbers have been the PE-array tests' targets since the model
-landed; Table V's power column is not carried here (no copy of the paper in ../shared).
+as the chip runs them, batch 4), Table V (per layer at 1 V, 200 MHz: active PEs, processing
+latency, MACs, chip power). Table V's power column was read from a public transcription of
+the table (github.com/cucapra/fodlam, data/eyeriss-alexnet.csv and raw/eyeriss-tableV.txt);
+its other columns there agree with the ones the tests have used since the PU model landed.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from types import MappingProxyType
 
 from hypar_sim.hardware.conv_work import ConvWork
-from hypar_sim.hardware.pe_array import PEArraySpec
+from hypar_sim.hardware.pe_array import AccessCounts, AccessEnergy, PEArraySpec
 
 #: The chip at 200 MHz (Table V's clock). Its Table V configurations fill the array with
 #: whole-width sets: the cycles objective finds them; the energy objective trades PEs for
@@ -31,14 +33,39 @@ ALEXNET = MappingProxyType({
     "CONV5": ConvWork(4, 192, 256, 15, 15, 3, 3, 1, 13, 13),
 })
 
-#: Table V: (active PEs, processing latency in ms, MACs in units of 1e9) per layer.
+
+
+@dataclass(frozen=True)
+class TableVRow:
+    """One layer of [JSSC17] Table V."""
+
+    active_pes: int
+    processing_ms: float  # processing latency (DRAM transfer time excluded)
+    macs_g: float  # MACs, in units of 1e9
+    power_mw: float  # the chip's measured power (DRAM excluded)
+    zero_ifmaps: float  # fraction of input values that are zero (the chip gates their MACs)
+
+    @property
+    def processing_energy_mj(self) -> float:
+        """The chip's energy over the processing latency: power x processing latency, mJ."""
+        return self.power_mw * self.processing_ms * 1e-3
+
+
+#: [JSSC17] Table V, AlexNet CONV1-5 at batch 4, 1 V, 200 MHz.
 TABLE_V = MappingProxyType({
-    "CONV1": (154, 16.5, 0.42),
-    "CONV2": (135, 39.2, 0.90),
-    "CONV3": (156, 21.8, 0.60),
-    "CONV4": (156, 16.0, 0.45),
-    "CONV5": (156, 10.0, 0.30),
+    "CONV1": TableVRow(154, 16.5, 0.42, 332, 0.0001),
+    "CONV2": TableVRow(135, 39.2, 0.90, 288, 0.387),
+    "CONV3": TableVRow(156, 21.8, 0.60, 266, 0.725),
+    "CONV4": TableVRow(156, 16.0, 0.45, 235, 0.793),
+    "CONV5": TableVRow(156, 10.0, 0.30, 236, 0.776),
 })
 
 #: How close the model's processing latency comes to Table V's (README's claim).
 LATENCY_TOLERANCE = 0.15
+
+
+def chip_energy_pj(counts: AccessCounts, energy: AccessEnergy) -> float:
+    """What Table V's power covers, pJ: MACs, scratch pads, PE-to-PE passes and the global
+    buffer; DRAM is outside the chip."""
+    return (energy.mac * counts.macs + energy.rf * counts.rf + energy.inter_pe * counts.inter_pe
+            + energy.buffer * counts.buffer)
