@@ -8,4 +8,4 @@ figure` (drawn in `hypar_sim.figure_style` and saved by `Figure.run` as PNG and 
 
 FIGURES = ("fig05_plans", "fig06_performance", "fig07_energy", "fig08_communication",
            "fig09_lenet_space", "fig10_vgga_space", "fig11_scalability", "fig12_topology",
-           "fig13_trick", "partition_kinds")
+           "fig13_trick", "partition_kinds", "readings")
