@@ -5,13 +5,19 @@ Sections: the cost models (layer pieces costed per second); bare SimPy
 networks x {data, model, hypar} x {htree, torus} at 16 accelerators (wall
 time, events, events per second), the 60 runs spread over all cores; graph
 networks (ResNet-50 on 64 cubes, BERT-base on 16: plan and simulation times); scale (VGG-A
-from 16 to 1,024 or 4,096 accelerators, both engines).
+from 16 to 1,024 or 4,096 accelerators, both engines); startup (whole processes: `--help`,
+`networks`, `plan vgg_a`, `run vgg_a`, beside bare Python and `import numpy, yaml`); sweep (the
+60-run paper set through `python -m hypar_sim sweep`, a whole process).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import statistics
+import subprocess
+import sys
+import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor
 
@@ -177,15 +183,61 @@ def bench_scale(largest: int) -> None:
     print("targets (issue 14): DES 1,024 < 2 s, 4,096 < 10 s; analytic 1,024 < 0.2 s")
 
 
+#: Whole-process commands of the startup section, with their targets in seconds (issue 14).
+STARTUP = (
+    ("python -c pass", ["-c", "pass"], None),
+    ("import numpy, yaml", ["-c", "import numpy, yaml"], None),
+    ("--help", ["-m", "hypar_sim", "--help"], 0.2),
+    ("networks", ["-m", "hypar_sim", "networks"], 0.2),
+    ("plan vgg_a", ["-m", "hypar_sim", "plan", "vgg_a"], 0.2),
+    ("run vgg_a", ["-m", "hypar_sim", "run", "vgg_a"], 0.5),
+)
+
+
+def _process_seconds(args: list[str], env: dict[str, str]) -> float:
+    start = time.perf_counter()
+    subprocess.run([sys.executable, *args], env=env, capture_output=True, check=True)
+    return time.perf_counter() - start
+
+
+def bench_startup(repeats: int) -> None:
+    """Each command as a new process, `repeats` times after one warm-up (bytecode written,
+    as an installed tool runs): best and median wall seconds."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    print(f"\n{'startup, whole process':24} {'best s':>7} {'median s':>8}  target")
+    for name, args, target in STARTUP:
+        _process_seconds(args, env)
+        times = [_process_seconds(args, env) for _ in range(repeats)]
+        best, median = min(times), statistics.median(times)
+        verdict = "" if target is None else \
+            f"< {target:g} s: {'met' if median < target else 'MISSED'} (median)"
+        print(f"{name:24} {best:7.3f} {median:8.3f}  {verdict}")
+
+
+def bench_sweep() -> None:
+    """The paper set (10 networks x data, model, hypar x htree, torus, 16 accelerators)
+    through `sweep` on all cores, a whole process with a fresh output file."""
+    with tempfile.TemporaryDirectory() as folder:
+        args = ["-m", "hypar_sim", "sweep", "--networks", ",".join(PAPER_NETWORKS),
+                "--strategies", "data,model,hypar", "--topologies", "htree,torus",
+                "--accelerators", "16", "--no-progress", "--out", f"{folder}/sweep.csv"]
+        took = _process_seconds(args, dict(os.environ))
+    print(f"\nsweep of the 60-run paper set on {os.cpu_count()} cores: {took:.1f} s "
+          f"(target < 10 s: {'met' if took < 10 else 'MISSED'})")
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1,
                         help="processes for the 60 simulations (default: all cores)")
-    parser.add_argument("--only", choices=("costs", "simulator", "graphs", "scale"),
+    parser.add_argument("--only", choices=("costs", "simulator", "graphs", "scale", "startup",
+                                           "sweep"),
                         default=None, help="run one section only")
     parser.add_argument("--scale-to", type=int, default=1024, metavar="N",
                         help="largest array of the scale section (default 1024; 4096 adds "
                              "about a minute)")
+    parser.add_argument("--repeats", type=int, default=11,
+                        help="runs of each command in the startup section (default 11)")
     args = parser.parse_args(argv)
     if args.only in (None, "costs"):
         bench_costs()
@@ -195,6 +247,10 @@ def main(argv=None) -> None:
         bench_graphs()
     if args.only in (None, "scale"):
         bench_scale(args.scale_to)
+    if args.only in (None, "startup"):
+        bench_startup(args.repeats)
+    if args.only in (None, "sweep"):
+        bench_sweep()
 
 
 if __name__ == "__main__":
