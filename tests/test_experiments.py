@@ -23,11 +23,11 @@ from tests.test_simulator import layer_phase_cycles
 # Rows of every quick table: fig05 (4 + 4 + 5 layers) x 2 levels; 3 networks x 3 strategies
 # + 3 geometric means; the 16 x 16 and 4 x 4 plan grids; 2 strategies x 4 counts; 3 networks
 # x (2 + 2 + 1) series + 5 means; 2 parts x 2 levels + the mean; 3 networks x 5 variants;
-# 4 readings.
+# 5 readings.
 QUICK_ROWS = {"fig05_plans": 26, "fig06_performance": 12, "fig07_energy": 12,
               "fig08_communication": 12, "fig09_lenet_space": 256, "fig10_vgga_space": 16,
               "fig11_scalability": 8, "fig12_topology": 20, "fig13_trick": 5,
-              "partition_kinds": 15, "readings": 4}
+              "partition_kinds": 15, "readings": 5}
 
 
 def data_traffic_bytes(network: str, accelerators: int) -> float:

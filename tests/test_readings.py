@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from hypar_sim.experiments import main_runs, readings
+from hypar_sim.experiments import fig12_topology, main_runs, readings
 
 
 @pytest.fixture(scope="module")
@@ -20,6 +20,11 @@ def test_the_configured_row_is_figure_6s_and_7s_mean(quick):
     configured = table.set_index("reading").loc["as configured"]
     assert configured.speedup_vs_data == pytest.approx(mean.speedup_vs_data, rel=1e-12)
     assert configured.efficiency_vs_data == pytest.approx(mean.efficiency_vs_data, rel=1e-12)
+    topology = fig12_topology.FIGURE.compute(quick=True, workers=1, cache=cache)
+    hypar = topology[topology.strategy == "hypar"].pivot(index="network", columns="topology",
+                                                         values="latency_s")
+    faster = int((hypar.torus > hypar.htree * (1 + fig12_topology.TIE)).sum())
+    assert configured.htree_faster == faster and configured.networks == len(hypar)
 
 
 def test_each_reading_changes_what_it_should(quick):

@@ -69,14 +69,18 @@ def plot(table: pd.DataFrame):
     return fig
 
 
+#: Steps within this fraction of each other tie (neither topology is faster).
+TIE = 0.0005
+
+
 def report(table: pd.DataFrame) -> str:
     body = table[table.network != "geomean"]
     hypar = body[body.strategy == "hypar"].pivot(index="network", columns="topology",
                                                  values="latency_s")
     ratio = hypar.torus / hypar.htree
     equal = hypar["torus-equal-total"] / hypar.htree
-    faster = [display(n) for n in ratio.index if ratio[n] > 1.0005]
-    slower = [display(n) for n in ratio.index if ratio[n] < 0.9995]
+    faster = [display(n) for n in ratio.index if ratio[n] > 1 + TIE]
+    slower = [display(n) for n in ratio.index if ratio[n] < 1 - TIE]
     wide = table.pivot(index="network", columns="series", values="speedup_vs_data_htree")
     wide = wide.loc[list(dict.fromkeys(table.network)), list(SERIES)].reset_index()
     wide["network"] = wide.network.map(display)
@@ -85,13 +89,13 @@ def report(table: pd.DataFrame) -> str:
         f"(geometric mean; range {ratio.min():.3f}x to {ratio.max():.3f}x).",
         f"The H-tree is faster for HyPar's plan on {len(faster)} of {len(ratio)} networks "
         f"({', '.join(faster) or 'none'}); the torus on {len(slower)} "
-        f"({', '.join(slower) or 'none'}); the rest tie within 0.05%. With every torus link at "
+        f"({', '.join(slower) or 'none'}); the rest tie within {TIE:.2%}. With every torus link at "
         f"the same per-link bandwidth as the H-tree's base link, the torus has twice the links "
         f"and four ports per accelerator.",
         f"At the H-tree's total link bandwidth (torus links slowed to match), HyPar's step on the "
         f"torus takes **{geomean(equal):.3f}x** its H-tree time (range {equal.min():.3f}x to "
         f"{equal.max():.3f}x); the H-tree is faster on "
-        f"{int((equal > 1.0005).sum())} of {len(equal)} networks.",
+        f"{int((equal > 1 + TIE).sum())} of {len(equal)} networks.",
         "",
         "Performance relative to Data Parallelism on the H-tree:",
         "",
