@@ -58,11 +58,12 @@ PAPER = {
         "layouts, and HyPar's greedy search with an exact joint search over more kinds (AccPar's "
         "out, Tofu's spatial)."),
     "readings": (
-        "Not in the paper: where its text is silent (does the gradient exchange overlap the "
-        "backward pass? what does each PU's mapping minimise? how many vaults has a cube?) the "
-        "defaults follow the reasons configs/hypar_paper.yaml gives. This shows the abstract's "
-        "means (3.39x, 1.51x) and Figure 11's data-parallel gains under the other reading of "
-        "each, one at a time."),
+        "Not in the paper: where its text is silent or unclear (does the gradient exchange "
+        "overlap the backward pass? what does each PU's mapping minimise? how many vaults has "
+        "a cube? how fast is a torus link?) the defaults follow the reasons "
+        "configs/hypar_paper.yaml gives. This shows the abstract's means (3.39x, 1.51x), "
+        "Figure 11's data-parallel gains and Figure 12's H-tree-versus-torus claim under the "
+        "other reading of each, one at a time, and under one pair of them."),
 }
 
 DIFFERENCES = {

@@ -5,9 +5,13 @@ checked against (tests/test_pe_array.py, `experiments.validation`).
 Reconfigurable Accelerator for Deep Convolutional Neural Networks", IEEE JSSC 52(1), 2017:
 Table IV (the chip: 12 x 14 PEs, 108 KB buffer, 16-bit words), Table III (AlexNet CONV1-5
 as the chip runs them, batch 4), Table V (per layer at 1 V, 200 MHz: active PEs, processing
-latency, MACs, chip power). Table V's power column was read from a public transcription of
-the table (github.com/cucapra/fodlam, data/eyeriss-alexnet.csv and raw/eyeriss-tableV.txt);
-its other columns there agree with the ones the tests have used since the PU model landed.
+latency, total latency, MACs, chip power, zeros in the ifmaps). The power, total latency and
+zeros columns were read from a public text scan of the table (github.com/cucapra/fodlam,
+raw/eyeriss-tableV.txt and data/eyeriss-alexnet.csv). The scan has misreadings: it gives
+CONV3's processing latency as 21.3 ms, where the table's Total row (103.5 ms) confirms the
+21.8 ms the tests have used since the PU model landed. The Total row's power, 278 mW, is the
+layers' powers averaged over their total latencies (278.3 mW; over the processing latencies
+it would be 277.2 mW), so a layer's chip energy is its power x its total latency.
 """
 
 from __future__ import annotations
@@ -34,30 +38,30 @@ ALEXNET = MappingProxyType({
 })
 
 
-
 @dataclass(frozen=True)
 class TableVRow:
     """One layer of [JSSC17] Table V."""
 
     active_pes: int
     processing_ms: float  # processing latency (DRAM transfer time excluded)
+    total_ms: float  # total latency (with the DRAM transfers)
     macs_g: float  # MACs, in units of 1e9
-    power_mw: float  # the chip's measured power (DRAM excluded)
-    zero_ifmaps: float  # fraction of input values that are zero (the chip gates their MACs)
+    power_mw: float  # the chip's measured power over the total latency (DRAM excluded)
+    zero_ifmap_fraction: float  # of the input values, zeros (the chip gates their MACs)
 
     @property
-    def processing_energy_mj(self) -> float:
-        """The chip's energy over the processing latency: power x processing latency, mJ."""
-        return self.power_mw * self.processing_ms * 1e-3
+    def energy_mj(self) -> float:
+        """The chip's energy for the layer: power x total latency, mJ."""
+        return self.power_mw * self.total_ms * 1e-3
 
 
 #: [JSSC17] Table V, AlexNet CONV1-5 at batch 4, 1 V, 200 MHz.
 TABLE_V = MappingProxyType({
-    "CONV1": TableVRow(154, 16.5, 0.42, 332, 0.0001),
-    "CONV2": TableVRow(135, 39.2, 0.90, 288, 0.387),
-    "CONV3": TableVRow(156, 21.8, 0.60, 266, 0.725),
-    "CONV4": TableVRow(156, 16.0, 0.45, 235, 0.793),
-    "CONV5": TableVRow(156, 10.0, 0.30, 236, 0.776),
+    "CONV1": TableVRow(154, 16.5, 20.9, 0.42, 332, 0.0001),
+    "CONV2": TableVRow(135, 39.2, 41.9, 0.90, 288, 0.387),
+    "CONV3": TableVRow(156, 21.8, 23.6, 0.60, 266, 0.725),
+    "CONV4": TableVRow(156, 16.0, 18.4, 0.45, 235, 0.793),
+    "CONV5": TableVRow(156, 10.0, 10.5, 0.30, 236, 0.776),
 })
 
 #: How close the model's processing latency comes to Table V's (README's claim).
@@ -65,7 +69,8 @@ LATENCY_TOLERANCE = 0.15
 
 
 def chip_energy_pj(counts: AccessCounts, energy: AccessEnergy) -> float:
-    """What Table V's power covers, pJ: MACs, scratch pads, PE-to-PE passes and the global
-    buffer; DRAM is outside the chip."""
+    """The model's share of what Table V's power covers, pJ: each MAC, scratch-pad access,
+    PE-to-PE pass and global-buffer access at its price. DRAM is outside the chip; the chip's
+    clock tree, control and leakage are not modelled."""
     return (energy.mac * counts.macs + energy.rf * counts.rf + energy.inter_pe * counts.inter_pe
             + energy.buffer * counts.buffer)
