@@ -294,18 +294,23 @@ def make_plan(network: Network, strategy: str, hierarchy: int | Hierarchy, batch
     request = PlanRequest(network, batch, hierarchy, options, word_bytes, model,
                           float(config.cube_capacity_bytes), config=config)
     estimator = _estimator(request, config) if options.objective != "bytes" else None
-    score, columns = _fitting(spec, request, estimator, strategy)
-    choices = tuple(zip(*columns, strict=True)) if hierarchy.levels else ()
     search = options.search if spec.honours_search else ""
-    plan = evaluate_plan(network, batch, choices, strategy, word_bytes, hierarchy,
-                         options.traffic_model, search, options.phases)
+
+    def evaluate(columns: Sequence[Column]) -> Plan:
+        choices = tuple(zip(*columns, strict=True)) if hierarchy.levels else ()
+        return evaluate_plan(network, batch, choices, strategy, word_bytes, hierarchy,
+                             options.traffic_model, search, options.phases)
+
+    score, plan = _fitting(spec, request, estimator, strategy, evaluate)
     return dataclasses.replace(plan, objective=options.objective,
                                estimate=score if estimator else plan.traffic_bytes)
 
 
 def _fitting(spec: Strategy, request: PlanRequest, estimator: Estimator | None,
-             strategy: str) -> memory.Solution:
-    """The strategy's plan, within a cube's memory (`planner.memory`)."""
+             strategy: str, evaluate: Callable[[Sequence[Column]], Plan]
+             ) -> tuple[float, Plan]:
+    """(the objective's value, the plan) of the strategy, within a cube's memory
+    (`planner.memory`); `evaluate` gives a plan's traffic from its columns."""
     layers, hierarchy = request.network.layers, request.hierarchy
     name = request.model.name
 
@@ -325,9 +330,14 @@ def _fitting(spec: Strategy, request: PlanRequest, estimator: Estimator | None,
 
     capacity = request.capacity_bytes or math.inf
     solution = _solve(spec, request, estimator, scored=False)  # bytes: the plan's own total
+    plan = evaluate(solution[1])
+    kept = memory.plan_footprint(name, layers, request.batch, solution[1], hierarchy,
+                                 request.word_bytes)
+    if kept + plan.traffic_bytes <= capacity:  # no layer moves more than the whole plan
+        return solution[0], plan
     needed = footprint_of(solution[1])
     if needed <= capacity:
-        return solution
+        return solution[0], plan
     if estimator is None:
         solution = (searches.chain_cost(request.model, layers, request.batch, solution[1],
                                         hierarchy, request.word_bytes), solution[1])
@@ -344,7 +354,7 @@ def _fitting(spec: Strategy, request: PlanRequest, estimator: Estimator | None,
         footprint_of, capacity, scale)
     if fitted is None:  # the leanest footprints fit, not with the buffers of their plans
         raise memory.too_big(request.network.name, strategy, needed, least, capacity, kinds)
-    return fitted
+    return fitted[0], evaluate(fitted[1])
 
 
 def _solve(spec: Strategy, request: PlanRequest, estimator: Estimator | None,
