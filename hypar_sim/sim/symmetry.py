@@ -171,25 +171,33 @@ def classify(schedule: Schedule, topology: Topology, symmetric: bool = True,
     from_representative = member_label[flat.src] == flat.src
     chosen = np.flatnonzero(from_representative)
     _, first = np.unique(message_label[chosen], return_index=True)
-    offsets = np.cumsum(routed.per_message) - routed.per_message
+    offsets = (np.cumsum(routed.per_message) - routed.per_message).tolist()
+    per_message = routed.per_message.tolist()
+    crossed_all = routed.crossed.tolist()
+    # the loop reads Python lists: numpy scalar indexing costs several times more
+    src_of, dst_of = flat.src.tolist(), flat.dst.tolist()
+    step_of, level_of, round_of = flat.step.tolist(), flat.level.tolist(), flat.round.tolist()
+    bytes_of, label_of = flat.bytes.tolist(), message_label.tolist()
+    class_of_member, class_of_link = member_class.tolist(), link_class.tolist()
+    member_count, link_count = member_sizes.tolist(), link_sizes.tolist()
+    message_count = message_sizes.tolist()
     outbox: dict[tuple[int, StepKey, int], list[Sent]] = {}
     for index in np.sort(chosen[first]).tolist():
-        size = int(message_sizes[message_label[index]])
-        if any(size % int(n) for n in (member_sizes[member_class[flat.src[index]]],
-                                       member_sizes[member_class[flat.dst[index]]])):
+        size = message_count[label_of[index]]
+        src, dst = src_of[index], dst_of[index]
+        src_class, dst_class = class_of_member[src], class_of_member[dst]
+        if size % member_count[src_class] or size % member_count[dst_class]:
             raise RuntimeError("symmetry: a message class does not spread evenly over its "
                                "ends' classes")
-        src, dst = int(flat.src[index]), int(flat.dst[index])
-        key = keys[flat.step[index]]
-        message = Message(src, dst, float(flat.bytes[index]), key[0], int(flat.level[index]),
-                          key[1], int(flat.round[index]))
-        crossed = routed.crossed[offsets[index]:offsets[index] + routed.per_message[index]]
-        hops = tuple((int(link_class[link]), size // int(link_sizes[link_class[link]]))
-                     for link in crossed.tolist())
-        sent = Sent(message, topology.route(src, dst), int(member_class[src]),
-                    int(member_class[dst]), size // int(member_sizes[member_class[src]]),
-                    size // int(member_sizes[member_class[dst]]), hops)
-        outbox.setdefault((sent.src_class, key, message.round), []).append(sent)
+        key = keys[step_of[index]]
+        message = Message(src, dst, float(bytes_of[index]), key[0], level_of[index], key[1],
+                          round_of[index])
+        start = offsets[index]
+        hops = tuple((class_of_link[link], size // link_count[class_of_link[link]])
+                     for link in crossed_all[start:start + per_message[index]])
+        sent = Sent(message, topology.route(src, dst), src_class, dst_class,
+                    size // member_count[src_class], size // member_count[dst_class], hops)
+        outbox.setdefault((src_class, key, message.round), []).append(sent)
 
     # messages each representative receives, per (step, round)
     to_representative = np.flatnonzero(member_label[flat.dst] == flat.dst)
@@ -197,7 +205,7 @@ def classify(schedule: Schedule, topology: Topology, symmetric: bool = True,
     for step, dst, round_ in zip(flat.step[to_representative].tolist(),
                                  flat.dst[to_representative].tolist(),
                                  flat.round[to_representative].tolist(), strict=True):
-        key = (int(member_class[dst]), keys[step], round_)
+        key = (class_of_member[dst], keys[step], round_)
         expected[key] = expected.get(key, 0) + 1
     return Classes(member_class, tuple(members.tolist()), link_class, tuple(links.tolist()),
                    outbox, expected)
