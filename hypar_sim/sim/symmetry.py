@@ -171,30 +171,32 @@ def classify(schedule: Schedule, topology: Topology, symmetric: bool = True,
     from_representative = member_label[flat.src] == flat.src
     chosen = np.flatnonzero(from_representative)
     _, first = np.unique(message_label[chosen], return_index=True)
-    offsets = (np.cumsum(routed.per_message) - routed.per_message).tolist()
-    per_message = routed.per_message.tolist()
-    crossed_all = routed.crossed.tolist()
-    # the loop reads Python lists: numpy scalar indexing costs several times more
-    src_of, dst_of = flat.src.tolist(), flat.dst.tolist()
-    step_of, level_of, round_of = flat.step.tolist(), flat.level.tolist(), flat.round.tolist()
-    bytes_of, label_of = flat.bytes.tolist(), message_label.tolist()
+    picked = np.sort(chosen[first])
+    offsets = np.cumsum(routed.per_message) - routed.per_message
+    lengths = routed.per_message[picked]
+    # the picked messages' links, one after another (each message's `lengths` of them)
+    within = np.arange(int(lengths.sum())) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+    crossed = routed.crossed[np.repeat(offsets[picked], lengths) + within].tolist()
+    # the loop reads Python lists of the picked messages alone: numpy scalar indexing costs
+    # several times more, and converting every message costs more at thousands of members
     class_of_member, class_of_link = member_class.tolist(), link_class.tolist()
     member_count, link_count = member_sizes.tolist(), link_sizes.tolist()
-    message_count = message_sizes.tolist()
     outbox: dict[tuple[int, StepKey, int], list[Sent]] = {}
-    for index in np.sort(chosen[first]).tolist():
-        size = message_count[label_of[index]]
-        src, dst = src_of[index], dst_of[index]
+    start = 0
+    for size, src, dst, step, level, round_, nbytes, length in zip(
+            message_sizes[message_label[picked]].tolist(),
+            flat.src[picked].tolist(), flat.dst[picked].tolist(), flat.step[picked].tolist(),
+            flat.level[picked].tolist(), flat.round[picked].tolist(),
+            flat.bytes[picked].tolist(), lengths.tolist(), strict=True):
         src_class, dst_class = class_of_member[src], class_of_member[dst]
         if size % member_count[src_class] or size % member_count[dst_class]:
             raise RuntimeError("symmetry: a message class does not spread evenly over its "
                                "ends' classes")
-        key = keys[step_of[index]]
-        message = Message(src, dst, float(bytes_of[index]), key[0], level_of[index], key[1],
-                          round_of[index])
-        start = offsets[index]
+        key = keys[step]
+        message = Message(src, dst, float(nbytes), key[0], level, key[1], round_)
         hops = tuple((class_of_link[link], size // link_count[class_of_link[link]])
-                     for link in crossed_all[start:start + per_message[index]])
+                     for link in crossed[start:start + length])
+        start += length
         sent = Sent(message, topology.route(src, dst), src_class, dst_class,
                     size // member_count[src_class], size // member_count[dst_class], hops)
         outbox.setdefault((src_class, key, message.round), []).append(sent)
