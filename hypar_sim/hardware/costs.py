@@ -90,6 +90,15 @@ def phase_work(forward: ConvWork, phase: Phase) -> ConvWork:
     raise ValueError(f"phase_work: {phase} is not a convolution phase")
 
 
+def _summed_counts(pieces: list[tuple[ArrayCost, int]], macs: int) -> dict[Action, float]:
+    """Every PU's own access counts added up (pieces: (cost, PUs running it))."""
+    def total(field: str) -> int:
+        return sum(count * getattr(cost.accesses, field) for cost, count in pieces)
+
+    return {Action.MAC: macs, Action.RF: total("rf"), Action.INTER_PE: total("inter_pe"),
+            Action.BUFFER: total("buffer"), Action.DRAM: total("dram_read") + total("dram_write")}
+
+
 def cube_cost(pieces: list[tuple[ArrayCost, int]], macs: int, config: HardwareConfig) -> PieceCost:
     """The cube's cost of PU pieces (cost, PUs running it), largest first: the time of the
     largest piece (all PUs run in parallel, each streaming its tiles from its vault), and
@@ -98,15 +107,9 @@ def cube_cost(pieces: list[tuple[ArrayCost, int]], macs: int, config: HardwareCo
     slowest_dram = slowest.accesses.dram_read + slowest.accesses.dram_write
     tiles = slowest.mapping.passes if slowest.mapping else 1
     time = overlapped_cycles(slowest.cycles, slowest_dram * config.word_bytes, tiles, config)
-
-    def total(field: str) -> int:
-        return sum(count * getattr(cost.accesses, field) for cost, count in pieces)
-
-    dram_words = total("dram_read") + total("dram_write")
-    counts = {Action.MAC: macs, Action.RF: total("rf"), Action.INTER_PE: total("inter_pe"),
-              Action.BUFFER: total("buffer"), Action.DRAM: dram_words}
+    counts = _summed_counts(pieces, macs)
     return PieceCost(time.total_cycles, time.compute_cycles, time.memory_cycles, macs,
-                     dram_words * config.word_bytes, sum(count for _, count in pieces),
+                     counts[Action.DRAM] * config.word_bytes, sum(count for _, count in pieces),
                      MappingProxyType(counts))
 
 
@@ -119,16 +122,16 @@ def conv_cost(work: ConvWork, config: HardwareConfig) -> PieceCost:
     DRAM once and the cube's network instead (`hmc.VaultSplit`).
     """
     split = split_over_vaults(work, config)
-    own = cube_cost([(cost, count) for _, count, cost in split.pieces], work.macs, config)
     time = split_time(split, config)
-    counts = {**own.counts, Action.DRAM: split.dram_words}
+    counts = _summed_counts([(cost, count) for _, count, cost in split.pieces], work.macs)
+    counts[Action.DRAM] = split.dram_words
     if split.noc_hop_words:
         counts[Action.VAULT_HOP_BIT] = split.noc_hop_words * config.word_bytes * 8
     if split.reduce_adds:
         counts[Action.PSUM_ADD] = split.reduce_adds
-    return dataclasses.replace(own, cycles=time.total_cycles, memory_cycles=time.memory_cycles,
-                               dram_bytes=split.dram_words * config.word_bytes,
-                               counts=MappingProxyType(counts))
+    return PieceCost(time.total_cycles, time.compute_cycles, time.memory_cycles, work.macs,
+                     split.dram_words * config.word_bytes,
+                     sum(count for _, count, _ in split.pieces), MappingProxyType(counts))
 
 
 @lru_cache(maxsize=65536)
