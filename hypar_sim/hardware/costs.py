@@ -26,8 +26,8 @@ from hypar_sim.hardware.conv_work import (
 from hypar_sim.hardware.energy import Action
 from hypar_sim.hardware.hmc import (
     even_parts,
-    overlapped_cycles,
     pe_array_spec,
+    pu_time,
     split_over_vaults,
     split_time,
 )
@@ -103,10 +103,8 @@ def cube_cost(pieces: list[tuple[ArrayCost, int]], macs: int, config: HardwareCo
     """The cube's cost of PU pieces (cost, PUs running it), largest first: the time of the
     largest piece (all PUs run in parallel, each streaming its tiles from its vault), and
     every PU's own access counts added up."""
-    slowest = pieces[0][0]
-    slowest_dram = slowest.accesses.dram_read + slowest.accesses.dram_write
-    tiles = slowest.mapping.passes if slowest.mapping else 1
-    time = overlapped_cycles(slowest.cycles, slowest_dram * config.word_bytes, tiles, config)
+    slowest = pieces[0][0].accesses
+    time = pu_time(pieces[0][0], slowest.dram_read + slowest.dram_write, config)
     counts = _summed_counts(pieces, macs)
     return PieceCost(time.total_cycles, time.compute_cycles, time.memory_cycles, macs,
                      counts[Action.DRAM] * config.word_bytes, sum(count for _, count in pieces),

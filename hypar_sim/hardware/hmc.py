@@ -154,12 +154,15 @@ def split_over_vaults(work: ConvWork, config: HardwareConfig) -> VaultSplit:
 
 
 def split_time(split: VaultSplit, config: HardwareConfig) -> OverlapTime:
-    """The cube's time for `split`: its slowest PU's compute overlapped with its vault's
-    DRAM words (`overlapped_cycles`)."""
-    slowest = split.slowest
-    tiles = slowest.mapping.passes if slowest.mapping else 1
-    return overlapped_cycles(slowest.cycles, split.vault_dram_words * config.word_bytes, tiles,
-                             config)
+    """The cube's time for `split`: its slowest PU's, with its vault's DRAM words."""
+    return pu_time(split.slowest, split.vault_dram_words, config)
+
+
+def pu_time(cost: ArrayCost, dram_words: float, config: HardwareConfig) -> OverlapTime:
+    """A PU's time for its piece `cost` streaming `dram_words` from its vault, a tile a pass
+    (`overlapped_cycles`)."""
+    tiles = cost.mapping.passes if cost.mapping else 1
+    return overlapped_cycles(cost.cycles, dram_words * config.word_bytes, tiles, config)
 
 
 @dataclass(frozen=True)
