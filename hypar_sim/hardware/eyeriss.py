@@ -72,5 +72,4 @@ def chip_energy_pj(counts: AccessCounts, energy: AccessEnergy) -> float:
     """The model's share of what Table V's power covers, pJ: each MAC, scratch-pad access,
     PE-to-PE pass and global-buffer access at its price. DRAM is outside the chip; the chip's
     clock tree, control and leakage are not modelled."""
-    return (energy.mac * counts.macs + energy.rf * counts.rf + energy.inter_pe * counts.inter_pe
-            + energy.buffer * counts.buffer)
+    return energy.on_chip_pj(counts.macs, counts.rf, counts.buffer, counts.inter_pe)

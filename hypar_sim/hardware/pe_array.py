@@ -79,6 +79,11 @@ class AccessEnergy:
     dram: float = 640.0
     vault_hop: float = 80.0
 
+    def on_chip_pj(self, macs, rf, buffer, inter_pe):
+        """pJ of the PU's own actions, DRAM aside: MACs, scratch-pad and buffer accesses,
+        words passed between PEs (counts, or arrays of them)."""
+        return self.mac * macs + self.rf * rf + self.buffer * buffer + self.inter_pe * inter_pe
+
 
 @dataclass(frozen=True)
 class PEArraySpec:

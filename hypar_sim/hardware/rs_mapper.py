@@ -93,8 +93,7 @@ def _evaluate(g: Piece, spec: PEArraySpec, prices: Prices, e, r, t, p, q, n, m,
     # Psums move up a set's R PEs, then across its r sets ([ISCA16] Sec. V-A).
     inter_pe = psum_traffic * (r * (g.set_rows - 1) + (r - 1))
     energy = spec.energy
-    pj = (energy.mac * g.macs + energy.rf * rf + energy.buffer * buffer
-          + energy.inter_pe * inter_pe + prices.ifmap_dram * dram_ifmap
+    pj = (energy.on_chip_pj(g.macs, rf, buffer, inter_pe) + prices.ifmap_dram * dram_ifmap
           + prices.filter_dram * dram_filter + prices.dram * (ofmap + 2 * spill))
     return dict(passes=passes, dram_ifmap=dram_ifmap, dram_filter=dram_filter, spill=spill,
                 ofmap=ofmap, active=active, cycles=cycles, rf=rf, buffer=buffer,
