@@ -72,6 +72,19 @@ for _kind in (
     register_kind(_kind)
 
 
+def kind_of(dim: Dim) -> str:
+    """The registered kind that splits `dim`: code that means "the data-parallel split" asks
+    for `kind_of(Dim.N)` rather than spelling a name."""
+    for kind in KINDS.values():
+        if kind.dim is dim:
+            return kind.name
+    raise ValueError(f"no split kind splits dimension {dim}")
+
+
+#: HyPar's two kinds by what they split: samples (dp) and input channels (mp).
+BATCH, IN = kind_of(Dim.N), kind_of(Dim.C)
+
+
 def allowed_names() -> str:
     return ", ".join(f"{k.name}{' (' + '/'.join(k.aliases) + ')' if k.aliases else ''}"
                      for k in KINDS.values())

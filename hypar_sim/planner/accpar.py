@@ -57,6 +57,7 @@ import numpy as np
 from hypar_sim.errors import InputError
 from hypar_sim.hardware.config import HardwareConfig, load_hardware
 from hypar_sim.partition.hierarchy import Hierarchy
+from hypar_sim.partition.kinds import KINDS, Dim, kind_of
 from hypar_sim.partition.shares import Column
 from hypar_sim.planner.search import chain_dp
 from hypar_sim.planner.strategies import PlanRequest, register_strategy
@@ -71,8 +72,8 @@ __all__ = ["TYPES", "AccParPlan", "Hardware", "Tensors", "accpar_columns", "comp
            "plan_levels"]
 
 #: Our kinds and AccPar's partition types, in search (tie-break) order.
-TYPES: Mapping[str, str] = MappingProxyType({"batch": "Type-I", "in": "Type-II",
-                                             "out": "Type-III"})
+TYPES: Mapping[str, str] = MappingProxyType({kind_of(Dim.N): "Type-I", kind_of(Dim.C): "Type-II",
+                                             kind_of(Dim.K): "Type-III"})
 
 
 @dataclass(frozen=True)
@@ -142,13 +143,11 @@ class Tensors:
         """The heaviest share after a split by `kind` with ratio `alpha`: ceil(alpha d)."""
         def part(d: int) -> int:
             return max(1, math.ceil(d * alpha - 1e-9))
-        if kind == "batch":
-            return dataclasses.replace(self, n=part(self.n))
-        if kind == "in":
-            return dataclasses.replace(self, c=part(self.c))
-        if kind == "out":
-            return dataclasses.replace(self, k=part(self.k))
-        raise ValueError(f"accpar has no type for kind {kind}")
+        fields = {Dim.N: "n", Dim.C: "c", Dim.K: "k"}  # Types I, II and III
+        dim = KINDS[kind].dim if kind in KINDS else None
+        if dim not in fields:
+            raise ValueError(f"accpar has no type for kind {kind}")
+        return dataclasses.replace(self, **{fields[dim]: part(getattr(self, fields[dim]))})
 
 
 def group_tensors(layer: Layer, batch: int, column: Column, sizes: Sequence[int]) -> Tensors:
@@ -166,7 +165,7 @@ def intra_elements(kind: str, t: Tensors, parts: int = 2) -> float:
     """Intra-layer communication: the partial sum a type leaves (Type-I dW_l, Type-II F_{l+1},
     Type-III E_l), all-reduced among `parts` members: 2 (k - 1)/k of it each (k = 2: the paper's
     A(.))."""
-    whole = {"batch": t.weights, "in": t.output, "out": t.features}[kind]
+    whole = {Dim.N: t.weights, Dim.C: t.output, Dim.K: t.features}[KINDS[kind].dim]
     return 2 * (parts - 1) / parts * whole
 
 
@@ -179,11 +178,11 @@ def inter_elements(before: str, kind: str, t: Tensors, parts: int = 2) -> float:
     I->II, III->I 1/4 (A(F)+A(E)); I->III, III->III 1/2 A(F); II->I, II->II 1/2 A(E); else 0."""
     whole, transpose = (parts - 1) / parts, (parts - 1) / parts ** 2
     f = e = t.features
-    table = {("batch", "batch"): 0.0, ("batch", "in"): transpose * (f + e),
-             ("batch", "out"): whole * f,
-             ("in", "batch"): whole * e, ("in", "in"): whole * e, ("in", "out"): 0.0,
-             ("out", "batch"): transpose * (f + e), ("out", "in"): 0.0, ("out", "out"): whole * f}
-    return table[(before, kind)]
+    n, c, k = Dim.N, Dim.C, Dim.K  # Types I, II and III
+    table = {(n, n): 0.0, (n, c): transpose * (f + e), (n, k): whole * f,
+             (c, n): whole * e, (c, c): whole * e, (c, k): 0.0,
+             (k, n): transpose * (f + e), (k, c): 0.0, (k, k): whole * f}
+    return table[(KINDS[before].dim, KINDS[kind].dim)]
 
 
 def compute_seconds(kind: str, t: Tensors, parts: int, cubes: int, hardware: Hardware) -> float:

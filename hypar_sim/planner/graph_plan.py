@@ -26,6 +26,7 @@ from hypar_sim.partition.graph_axes import Site
 from hypar_sim.partition.graph_axes import sites as graph_sites
 from hypar_sim.partition.graph_ops import NODE_OPS
 from hypar_sim.partition.hierarchy import Hierarchy
+from hypar_sim.partition.kinds import BATCH, IN
 from hypar_sim.partition.redistribute import Moved
 from hypar_sim.partition.shares import Column
 from hypar_sim.partition.steps import StepMessages, TransferKind
@@ -171,12 +172,12 @@ def _fixed(sites: Sequence[Site], batch: int, hierarchy: Hierarchy,
         column: Column = ()
         for level in range(hierarchy.levels):
             upper = Hierarchy(hierarchy.sizes[:level + 1])
-            for kind in (preferred, "batch"):
+            for kind in (preferred, BATCH):
                 if graph_layout.offered(site, batch, column + (kind,), upper):
                     column += (kind,)
                     break
             else:
-                raise _no_option(site.node, (preferred, "batch"), upper)
+                raise _no_option(site.node, (preferred, BATCH), upper)
         columns.append(column)
     return columns
 
@@ -190,16 +191,16 @@ def _hypar(request: GraphRequest) -> list[Column]:
 
 @register_graph_strategy("data")
 def _data(request: GraphRequest) -> list[Column]:
-    return _fixed(request.sites, request.batch, request.hierarchy, "batch")
+    return _fixed(request.sites, request.batch, request.hierarchy, BATCH)
 
 
 @register_graph_strategy("model")
 def _model(request: GraphRequest) -> list[Column]:
-    return _fixed(request.sites, request.batch, request.hierarchy, "in")
+    return _fixed(request.sites, request.batch, request.hierarchy, IN)
 
 
 def plan_graph(graph: Graph, strategy: str, hierarchy: Hierarchy, batch: int,
-               kinds: Sequence[str] = ("batch", "in"), search: str = "greedy",
+               kinds: Sequence[str] = (BATCH, IN), search: str = "greedy",
                word_bytes: int = 4, config: HardwareConfig | None = None) -> GraphPlan:
     """The plan of `strategy` for `graph` on `hierarchy`, with its traffic."""
     if strategy not in GRAPH_STRATEGIES:

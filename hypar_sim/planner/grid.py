@@ -68,13 +68,13 @@ import numpy as np
 
 from hypar_sim.errors import InputError
 from hypar_sim.partition.hierarchy import Hierarchy
-from hypar_sim.partition.kinds import Dim
+from hypar_sim.partition.kinds import Dim, kind_of
 from hypar_sim.partition.shares import Column, conv_spans, input_spans, member_intervals
 from hypar_sim.planner.strategies import PlanRequest, register_strategy
 from hypar_sim.workload.layers import Layer
 
 #: The kinds a grid uses, in the order of its dimensions: b, h (rows), k, c.
-GRID_KINDS = ("batch", "spatial", "out", "in")
+GRID_KINDS = tuple(kind_of(dim) for dim in (Dim.N, Dim.P, Dim.K, Dim.C))
 
 
 @dataclass(frozen=True, order=True)

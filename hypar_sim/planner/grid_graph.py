@@ -65,7 +65,7 @@ from hypar_sim.partition import graph_layout
 from hypar_sim.partition.graph_axes import Site
 from hypar_sim.partition.graph_ops import NODE_OPS, weight_shape
 from hypar_sim.partition.hierarchy import Hierarchy
-from hypar_sim.partition.kinds import Dim
+from hypar_sim.partition.kinds import Dim, kind_of
 from hypar_sim.partition.redistribute import Region
 from hypar_sim.partition.shares import Column
 from hypar_sim.planner.graph_plan import GraphRequest, graph_edges, register_graph_strategy
@@ -76,7 +76,7 @@ __all__ = ["EXTRA_KINDS", "NodeGrid", "NodeGridCost", "grid_graph_columns", "is_
            "node_grid", "node_grid_cost"]
 
 #: Kinds beyond the paper's four, used only when --kinds names them.
-EXTRA_KINDS = ("heads", "groups")
+EXTRA_KINDS = (kind_of(Dim.H), kind_of(Dim.G))
 #: Order and letters of grid dimensions (the paper's b, h, k, c; then ours).
 _LETTERS = {Dim.N: "b", Dim.P: "h", Dim.Q: "w", Dim.K: "k", Dim.C: "c", Dim.H: "heads",
             Dim.G: "g"}

@@ -54,7 +54,7 @@ from types import MappingProxyType
 
 from hypar_sim.errors import InputError
 from hypar_sim.partition.hierarchy import Hierarchy
-from hypar_sim.partition.kinds import KINDS, Dim
+from hypar_sim.partition.kinds import KINDS, Dim, kind_of
 from hypar_sim.partition.shares import Column
 from hypar_sim.planner.strategies import PlanRequest, register_strategy
 from hypar_sim.planner.traffic import TrafficModel
@@ -394,6 +394,10 @@ def soybean_columns(request: PlanRequest) -> list[Column]:
                        request.options.kinds, request.word_bytes, request.model).columns)
 
 
-@register_strategy("soybean", searches=True, default_kinds=("batch", "in", "out"), own_cost="Eq. 3 bytes")
+#: SoyBean's kinds: row, column and replicated tilings split samples, input or output channels.
+SOYBEAN_KINDS = tuple(kind_of(dim) for dim in (Dim.N, Dim.C, Dim.K))
+
+
+@register_strategy("soybean", searches=True, default_kinds=SOYBEAN_KINDS, own_cost="Eq. 3 bytes")
 def _soybean(request: PlanRequest) -> list[Column]:
     return soybean_columns(request)

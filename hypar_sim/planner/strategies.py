@@ -29,7 +29,7 @@ from hypar_sim.hardware.config import HardwareConfig, load_hardware
 from hypar_sim.hardware.topology import TOPOLOGIES, make_topology
 from hypar_sim.hardware.topology_file import is_topology_file
 from hypar_sim.partition.hierarchy import Hierarchy
-from hypar_sim.partition.kinds import KINDS, resolve_kind
+from hypar_sim.partition.kinds import BATCH, IN, KINDS, resolve_kind
 from hypar_sim.partition.shares import Column
 from hypar_sim.partition.steps import largest_receive
 from hypar_sim.planner import memory
@@ -45,7 +45,7 @@ from hypar_sim.workload.network import Network
 if TYPE_CHECKING:  # the estimate loads only for --objective time or energy
     from hypar_sim.planner.estimate import Estimator
 
-DEFAULT_KINDS = ("batch", "in")
+DEFAULT_KINDS = (BATCH, IN)
 
 
 @dataclass(frozen=True)
@@ -175,7 +175,7 @@ def _uniform(request: PlanRequest, pick: Callable[[Layer], str]) -> list[Column]
             upper = Hierarchy(request.hierarchy.sizes[:level + 1])
             kind = pick(layer)
             if not request.model.offered(layer, request.batch, column + (kind,), upper):
-                kind = "batch"
+                kind = BATCH
             if not request.model.offered(layer, request.batch, column + (kind,), upper):
                 raise InputError(
                     f"layer {layer.name}: neither {pick(layer)} nor batch can split it at level "
@@ -201,17 +201,17 @@ def _optimal(request: PlanRequest) -> Sequence[Column]:
 
 @register_strategy("data")
 def _data(request: PlanRequest) -> Sequence[Column]:
-    return _uniform(request, lambda layer: "batch")
+    return _uniform(request, lambda layer: BATCH)
 
 
 @register_strategy("model")
 def _model(request: PlanRequest) -> Sequence[Column]:
-    return _uniform(request, lambda layer: "in")
+    return _uniform(request, lambda layer: IN)
 
 
 @register_strategy("trick")
 def _trick(request: PlanRequest) -> Sequence[Column]:
-    return _uniform(request, lambda layer: "batch" if layer.kind is LayerKind.CONV else "in")
+    return _uniform(request, lambda layer: BATCH if layer.kind is LayerKind.CONV else IN)
 
 
 @register_strategy("exhaustive", searches=True, objectives=OBJECTIVES)

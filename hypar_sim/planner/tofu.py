@@ -91,14 +91,14 @@ import numpy as np
 
 from hypar_sim.errors import InputError
 from hypar_sim.partition.hierarchy import Hierarchy
-from hypar_sim.partition.kinds import KINDS, Dim
+from hypar_sim.partition.kinds import KINDS, Dim, kind_of
 from hypar_sim.partition.shares import Column
 from hypar_sim.planner.search import chain_dp
 from hypar_sim.planner.strategies import PlanRequest, register_strategy
 from hypar_sim.workload.layers import FeatureShape, Layer, LayerKind
 
 #: Tofu's kinds: its partition-n-reduce splits of a conv/fc loop nest (Sec 4.2).
-TOFU_KINDS = ("batch", "in", "out", "spatial")
+TOFU_KINDS = tuple(kind_of(dim) for dim in (Dim.N, Dim.C, Dim.K, Dim.P))
 
 Interval = tuple[float, float]  # [start, stop), in indices (fractions of a dimension allowed)
 Region = tuple[Interval, ...]  # a box of a tensor: (samples, channels, rows) or (K, C)

@@ -25,7 +25,7 @@ from hypar_sim.errors import InputError, closest
 from hypar_sim.partition import layout, shares, totals
 from hypar_sim.partition.collectives import COLLECTIVES
 from hypar_sim.partition.hierarchy import Hierarchy
-from hypar_sim.partition.kinds import KINDS
+from hypar_sim.partition.kinds import BATCH, IN, KINDS
 from hypar_sim.partition.shares import Column, Share
 from hypar_sim.partition.steps import Phase, StepMessages, TransferKind
 from hypar_sim.planner.comm_model import LayerSplit, Parallelism, layer_transfers, pair_costs
@@ -33,7 +33,7 @@ from hypar_sim.workload.layers import Layer
 
 StepKey = tuple[int, TransferKind]
 
-_PAPER_KINDS = {"batch": Parallelism.DP, "in": Parallelism.MP}
+_PAPER_KINDS = {BATCH: Parallelism.DP, IN: Parallelism.MP}
 
 
 @lru_cache(maxsize=65536)
@@ -210,12 +210,12 @@ class PaperTraffic(_Phased):
         costs = np.zeros((len(producer_columns), len(columns)))
         for j, column in enumerate(columns):
             for level in range(from_level, len(column)):
-                if column[level] != "in":
+                if column[level] != IN:
                     continue  # only a batch -> in boundary moves bytes (Table 2)
                 inter = groups[level] * _paper_pair_costs(consumer, batch, column[:level],
                                                           word_bytes, self.forward_only)[1]
                 for i, previous in enumerate(producer_columns):
-                    if previous[level] == "batch":
+                    if previous[level] == BATCH:
                         costs[i, j] += inter
         return costs
 
