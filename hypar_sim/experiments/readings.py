@@ -37,7 +37,7 @@ from hypar_sim.experiments.common import (
     normalized_to_data,
     rows_frame,
 )
-from hypar_sim.experiments.fig12_topology import TIE
+from hypar_sim.experiments.fig12_topology import htree_faster
 from hypar_sim.paper import PAPER_NETWORKS
 from hypar_sim.sweep import Case
 
@@ -103,8 +103,8 @@ def compute(quick: bool = False, workers: int | None = None,
                "accelerators": accelerators,
                "speedup_vs_data": geomean(hypar.speedup_vs_data),
                "efficiency_vs_data": geomean(hypar.efficiency_vs_data),
-               "htree_faster_networks": int((torus.loc[hypar.network].to_numpy()
-                                             > hypar.latency_s.to_numpy() * (1 + TIE)).sum()),
+               "htree_faster_networks": int(htree_faster(
+                   torus.loc[hypar.network].to_numpy() / hypar.latency_s.to_numpy()).sum()),
                "networks": len(hypar)}
         row.update({f"dp_gain_{count}": latency[1] / latency[count] for count in counts[1:]})
         rows.append(row)
