@@ -70,16 +70,25 @@ def test_uneven_shares_and_other_arrays_stay_exact(count, batch, sizes, topology
         assert len(classes.members) >= len(cycles) > 1
 
 
-def test_bytes_sent_equal_received_equal_planner_traffic_in_a_reduced_run():
-    schedule, hierarchy, config = _schedule("hypar", 64, 256)
-    topology = make_topology("htree", config, hierarchy)
-    classes = classify(schedule, topology)
-    assert len(classes.members) == 1
+@pytest.mark.parametrize(("count", "batch", "model", "topology", "classes_of"), [
+    (64, 256, "paper", "htree", 1),  # one class: one accelerator simulated for 64
+    (64, 256, "layout_levels", "htree", 4),  # real layouts split the classes
+    (16, 250, "layout", "torus", 16),  # uneven shares: every accelerator its own class
+])
+def test_bytes_sent_equal_received_equal_planner_traffic_in_a_reduced_run(
+        count, batch, model, topology, classes_of):
+    config = load_hardware(None, {"accelerators": count, "batch": batch})
+    net = load_network("vgg_a")
+    plan = make_plan(net, "hypar", Hierarchy.for_count(count), batch,
+                     options=PlanOptions(traffic_model=model), config=config)
+    schedule = build_schedule(net, plan, config)
+    topology = make_topology(topology, config, plan.hierarchy)
+    assert len(classify(schedule, topology).members) == classes_of
     result = simulate_des(schedule, topology)
     sent = sum(a.sent_bytes for a in result.per_accelerator)
     received = sum(a.received_bytes for a in result.per_accelerator)
-    assert len(result.per_accelerator) == 64 and len(result.per_link) == len(topology.links)
-    assert sent == received == result.traffic_bytes == float(schedule.flat.bytes.sum())
+    assert len(result.per_accelerator) == count and len(result.per_link) == len(topology.links)
+    assert sent == received == result.traffic_bytes == plan.traffic_bytes > 0
 
 
 def test_equal_requests_of_a_cycle_share_the_lanes_and_finish_together():

@@ -26,7 +26,7 @@ from hypar_sim.hardware.transfer import Routed, step_cycles
 from hypar_sim.results import SimResult
 from hypar_sim.sim.accounting import assemble_result
 from hypar_sim.sim.defaults import DEFAULT_CHUNK_BYTES, DEFAULT_MAX_CHUNKS
-from hypar_sim.sim.schedule import Compute, Parallel, Schedule, Send, StepKey, Wait, task_cycles
+from hypar_sim.sim.schedule import Compute, Parallel, Schedule, Send, StepKey, Wait
 
 
 def simulate_analytic(schedule: Schedule, topology: Topology,
@@ -43,9 +43,10 @@ def simulate_analytic(schedule: Schedule, topology: Topology,
     routed = Routed.of(flat.src, flat.dst, topology)  # every step's, for the result as well
     ends = np.searchsorted(flat.step, np.arange(len(schedule.steps) + 1)).tolist()
     parts = {key: routed.part(ends[i], ends[i + 1]) for i, key in enumerate(schedule.steps)}
+    computations = iter(schedule.compute_cycles)
     for task in schedule.tasks:
         if isinstance(task, Compute | Parallel):
-            now += np.array([task_cycles(task, m) for m in range(members)])
+            now += next(computations)
         elif isinstance(task, Send):
             start = max(float(now.max()), port_free)
             arrival[task.step] = start + step_cycles(schedule.steps[task.step], topology,

@@ -140,6 +140,19 @@ class Schedule:
             else ()))
 
     @cached_property
+    def compute_cycles(self) -> np.ndarray:
+        """[computation task, member] cycles: how long each `Compute` or `Parallel` task, in
+        task order, keeps each member's cube busy (`task_cycles`; read-only)."""
+        members = self.accelerators
+        rows = [np.fromiter((c.cycles for c in task.costs), np.float64, count=members)
+                if isinstance(task, Compute) else
+                np.array([task.cycles(m) for m in range(members)], dtype=np.float64)
+                for task in self.tasks if isinstance(task, Compute | Parallel)]
+        cycles = np.array(rows, dtype=np.float64).reshape(len(rows), members)
+        cycles.flags.writeable = False
+        return cycles
+
+    @cached_property
     def flat(self) -> FlatMessages:
         """Every message of the step in one set of arrays, steps in order."""
         return FlatMessages.of(self.steps.values())

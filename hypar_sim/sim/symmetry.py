@@ -31,7 +31,7 @@ import numpy as np
 from hypar_sim.hardware.topology import Route, Topology
 from hypar_sim.hardware.transfer import Routed
 from hypar_sim.partition.steps import Message
-from hypar_sim.sim.schedule import Compute, FlatMessages, Parallel, Schedule, StepKey
+from hypar_sim.sim.schedule import FlatMessages, Schedule, StepKey
 
 
 @dataclass(frozen=True)
@@ -77,18 +77,6 @@ def _encode(flat: FlatMessages, src: np.ndarray, dst: np.ndarray, members: int) 
     """One number per message: its step, ends and round."""
     rounds = int(flat.round.max()) + 1 if len(flat.round) else 1
     return ((flat.step * members + src) * members + dst) * rounds + flat.round
-
-
-def _compute_cycles(schedule: Schedule) -> np.ndarray:
-    """[computation task, member] cycles."""
-    rows = []
-    for task in schedule.tasks:
-        if isinstance(task, Parallel):
-            rows.append(np.max([[c.cycles for c in compute.costs] for compute in task.computes],
-                               axis=0))
-        elif isinstance(task, Compute):
-            rows.append(np.array([c.cycles for c in task.costs]))
-    return np.array(rows).reshape(len(rows), schedule.accelerators)
 
 
 def _message_images(flat: FlatMessages, members: np.ndarray,
@@ -147,7 +135,7 @@ def classify(schedule: Schedule, topology: Topology, symmetric: bool = True,
     keys = list(schedule.steps)
     member_maps, link_maps, message_maps = [], [], []
     if symmetric:
-        cycles = _compute_cycles(schedule)
+        cycles = schedule.compute_cycles
         routes = _Routes(routed, topology)
         for members, links in topology.symmetries():
             if not np.array_equal(cycles[:, members], cycles):
