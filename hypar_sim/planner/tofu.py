@@ -82,7 +82,6 @@ are the traffic model's (`make_plan`), not this cost.
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -95,13 +94,12 @@ from hypar_sim.partition.kinds import KINDS, Dim, kind_of
 from hypar_sim.partition.shares import Column
 from hypar_sim.planner.search import chain_dp
 from hypar_sim.planner.strategies import PlanRequest, register_strategy
+from hypar_sim.planner.tofu_regions import Interval, Region, even_parts, relayout, tensor_cost
 from hypar_sim.workload.layers import FeatureShape, Layer, LayerKind
 
 #: Tofu's kinds: its partition-n-reduce splits of a conv/fc loop nest (Sec 4.2).
 TOFU_KINDS = tuple(kind_of(dim) for dim in (Dim.N, Dim.C, Dim.K, Dim.P))
 
-Interval = tuple[float, float]  # [start, stop), in indices (fractions of a dimension allowed)
-Region = tuple[Interval, ...]  # a box of a tensor: (samples, channels, rows) or (K, C)
 Offered = Callable[[Layer, int, Column, Hierarchy], bool]
 
 
@@ -140,7 +138,7 @@ def _clip(lo: float, hi: float, size: int) -> Interval:
 
 def output_region(box: LoopBox) -> Region:
     """(samples, channels, rows) of the layer's output (after pooling) that `box` computes."""
-    return (box.n, box.k, box.p)
+    return ((box.n, box.k, box.p),)
 
 
 def input_region(layer: Layer, box: LoopBox, space: FeatureShape) -> Region:
@@ -150,10 +148,10 @@ def input_region(layer: Layer, box: LoopBox, space: FeatureShape) -> Region:
     channels are `space` flattened, so its C interval is a range of whole maps."""
     if layer.kind is LayerKind.FC:
         maps = space.height * space.width
-        return (box.n, (box.c[0] / maps, box.c[1] / maps), (0.0, float(space.height)))
+        return ((box.n, (box.c[0] / maps, box.c[1] / maps), (0.0, float(space.height))),)
     lo, hi = box.p
     if lo >= hi:
-        return (box.n, box.c, (0.0, 0.0))
+        return ((box.n, box.c, (0.0, 0.0)),)
     pool = layer.pool
     if pool is not None:
         lo, hi = _clip(lo * pool.stride - pool.padding,
@@ -162,77 +160,11 @@ def input_region(layer: Layer, box: LoopBox, space: FeatureShape) -> Region:
     rows = _clip(lo * layer.stride - layer.padding,
                  hi * layer.stride - layer.padding + layer.kernel - layer.stride,
                  layer.input.height)
-    return (box.n, box.c, rows)
-
-
-def _meet(a: Region, b: Region) -> Region:
-    return tuple((max(x[0], y[0]), max(max(x[0], y[0]), min(x[1], y[1])))
-                 for x, y in zip(a, b, strict=True))
-
-
-def _size(region: Region) -> float:
-    return math.prod(hi - lo for lo, hi in region)
-
-
-def _parts(region: Region, axis: int, parts: int) -> list[Region]:
-    lo, hi = region[axis]
-    step = (hi - lo) / parts
-    return [region[:axis] + ((lo + i * step, lo + (i + 1) * step),) + region[axis + 1:]
-            for i in range(parts)]
-
-
-def _relayout(tensor: Region, writes: Sequence[Region] | None, reads: Sequence[Region] | None,
-              times: int, parts: int, write_scale: float = 1.0) -> float:
-    """Elements moved for a region of one tensor that this group both produces and reads, at
-    one step: the cheapest partition of it into `parts` owners along one axis, then every
-    owner fetches the other writers' contributions to its part (partial sums, halo rows;
-    `write_scale` x) and every reader fetches what it reads but does not own (`times` x).
-    `writes` None: each owner writes its own part (the loss's error); `reads` None: each
-    owner reads its own part (the loss)."""
-    if _size(tensor) <= 0:
-        return 0.0
-    axes = [a for a, (lo, hi) in enumerate(tensor) if hi - lo >= parts] or list(range(len(tensor)))
-    wrote = [_meet(w, tensor) for w in writes] if writes is not None else None
-    read = [_meet(r, tensor) for r in reads] if reads is not None else None
-    best = math.inf
-    for axis in axes:
-        owned = _parts(tensor, axis, parts)
-        cost = 0.0
-        if wrote is not None:
-            cost += write_scale * (sum(map(_size, wrote)) - sum(
-                _size(_meet(w, t)) for w, t in zip(wrote, owned, strict=True)))
-        if read is not None:
-            cost += times * sum(_size(r) - _size(_meet(r, t))
-                                for r, t in zip(read, owned, strict=True))
-        best = min(best, cost)
-    return best
-
-
-def _outside(regions: Sequence[Region], union: Region, box: Region) -> float:
-    """Elements of `regions` outside `box`, beyond the first copy of each (their union is
-    `union`): what several workers hold or need of the same cells there."""
-    return max(0.0, sum(_size(r) - _size(_meet(r, box)) for r in regions)
-               - (_size(union) - _size(_meet(union, box))))
-
-
-def tensor_cost(made: Region, needed: Region, writes: Sequence[Region],
-                reads: Sequence[Region], times: int, parts: int,
-                write_scale: float = 1.0) -> float:
-    """Elements one step moves for one tensor in a group's graph G_0: its workers write
-    `writes` (union `made`), its workers read `reads` (union `needed`), `times` operators
-    reading each. Three parts: what G_0 makes and reads (`_relayout`); what it makes for
-    other groups, whose partial sums it reduces before they leave; what it reads of
-    other groups' output, Tofu's "extra input tensors" (Sec 5.2, step 2), fetched at an
-    earlier step and partitioned here among the readers like any tensor, each part where
-    its reader wants it, so only cells several readers need are fetched again."""
-    inside = _meet(made, needed)
-    return (_relayout(inside, writes, reads, times, parts, write_scale)
-            + write_scale * _outside(writes, made, needed)
-            + times * _outside(reads, needed, made))
+    return ((box.n, box.c, rows),)
 
 
 def _weights(box: LoopBox) -> Region:
-    return (box.k, box.c)
+    return ((box.k, box.c),)
 
 
 @lru_cache(maxsize=65536)
@@ -244,7 +176,8 @@ def weight_cost(layer: Layer, box: LoopBox, kind: str, parts: int, first: bool) 
     workers = box.split(KINDS[kind].dim, parts)
     regions = [_weights(w) for w in workers]
     whole = _weights(box)
-    return layer.kernel ** 2 * tensor_cost(whole, whole, regions, regions, 1 if first else 2, parts)
+    return layer.kernel ** 2 * tensor_cost(whole, whole, regions, regions, 1 if first else 2,
+                                            parts, even_parts)
 
 
 def _pooling_ratio(layer: Layer) -> float:
@@ -266,14 +199,14 @@ def boundary_cost(producer: Layer, consumer: Layer | None, producer_box: LoopBox
     scale = _pooling_ratio(producer) if partial else 1.0
     error_reads = 1 if producer_first else 2
     if consumer is None or consumer_box is None or consumer_kind is None:
-        forward = _relayout(made, producers, None, 0, parts, scale)
-        backward = _relayout(made, None, producers, error_reads, parts)
+        forward = relayout(made, producers, None, 0, parts, even_parts, scale)
+        backward = relayout(made, None, producers, error_reads, parts, even_parts)
         return out.width * (forward + backward)
     needed = input_region(consumer, consumer_box, out)
     readers = [input_region(consumer, b, out)
                for b in consumer_box.split(KINDS[consumer_kind].dim, parts)]
-    forward = tensor_cost(made, needed, producers, readers, 2, parts, scale)
-    backward = tensor_cost(needed, made, readers, producers, error_reads, parts)
+    forward = tensor_cost(made, needed, producers, readers, 2, parts, even_parts, scale)
+    backward = tensor_cost(needed, made, readers, producers, error_reads, parts, even_parts)
     return out.width * (forward + backward)
 
 

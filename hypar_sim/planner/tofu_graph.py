@@ -16,7 +16,7 @@ unit to that unit), which Sec 5.1's footnote counts as linear. A unit's nodes ta
 kind per step (coalesced operators "share the same partition strategy"); a conv and its
 bn stay apart, as two groups of Tofu's coarsened graph are.
 
-Cost (Tofu Sec 5 "Optimization goal", Sec 6; `tensor_cost`). Bytes the workers of one
+Cost (Tofu Sec 5 "Optimization goal", Sec 6; `tofu_regions.tensor_cost`). Bytes the workers of one
 group fetch from one another, with no replicas: every tensor a group touches is
 partitioned among its workers along one axis, the cheapest for it; each operator
 fetches what it reads and does not hold, and the owner of a cell fetches the other
@@ -50,7 +50,6 @@ find). The plan's real bytes are the layout model's (`graph_plan.evaluate_graph_
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -67,6 +66,7 @@ from hypar_sim.partition.shares import Column
 from hypar_sim.planner.graph_dp import Factor, minimise_or_search
 from hypar_sim.planner.graph_plan import GraphRequest, graph_edges, register_graph_strategy
 from hypar_sim.planner.tofu import TOFU_KINDS
+from hypar_sim.planner.tofu_regions import near_equal_parts, relayout, tensor_cost
 from hypar_sim.workload.graph import Graph, Node
 
 #: Operators whose output cell reads the same cell of every input (Tofu Sec 5.1's merge).
@@ -110,81 +110,6 @@ def coarsen(graph: Graph) -> Coarse:
     order = sorted(range(len(members)), key=lambda u: members[u][-1])
     rank = {u: r for r, u in enumerate(order)}
     return Coarse(tuple(tuple(members[u]) for u in order), tuple(rank[u] for u in unit_of))
-
-
-# ----- regions: tuples of disjoint integer boxes (`redistribute.Region`) -----
-
-def _meet(a: Region, b: Region) -> Region:
-    out = []
-    for x in a:
-        for y in b:
-            box = tuple((max(p[0], q[0]), min(p[1], q[1])) for p, q in zip(x, y, strict=True))
-            if all(lo < hi for lo, hi in box):
-                out.append(box)
-    return tuple(out)
-
-
-def _size(region: Region) -> int:
-    return sum(math.prod(hi - lo for lo, hi in box) for box in region)
-
-
-def _owners(bound: list[tuple[int, int]], axis: int, parts: int) -> list[Region]:
-    """`parts` owners' parts of the box `bound` along `axis` (near-equal integer parts,
-    larger first: the simulator's split)."""
-    (lo, hi), result = bound[axis], []
-    base, extra = divmod(hi - lo, parts)
-    for i in range(parts):
-        stop = lo + base + (i < extra)
-        result.append((tuple(bound[:axis] + [(lo, stop)] + bound[axis + 1:]),))
-        lo = stop
-    return result
-
-
-def _relayout(tensor: Region, writes: Sequence[Region] | None, reads: Sequence[Region] | None,
-              times: int, parts: int) -> float:
-    """Elements moved for the cells `tensor` that the group both makes and reads: the
-    cheapest partition of their bounding box among `parts` owners along one axis; each
-    owner fetches the other writers' contributions to its part, each reader (`times`
-    operators) what it reads and does not own. `writes` None: each owner writes its part
-    (the loss's error); `reads` None: each owner reads its part (the loss)."""
-    if not tensor:
-        return 0.0
-    wrote = [_meet(w, tensor) for w in writes] if writes is not None else None
-    read = [_meet(r, tensor) for r in reads] if reads is not None else None
-    bound = [(min(b[a][0] for b in tensor), max(b[a][1] for b in tensor))
-             for a in range(len(tensor[0]))]
-    axes = [a for a, (lo, hi) in enumerate(bound) if hi - lo >= parts] or range(len(bound))
-    best = math.inf
-    for axis in axes:
-        owned = _owners(bound, axis, parts)
-        cost = 0.0
-        if wrote is not None:
-            cost += sum(_size(w) - _size(_meet(w, t)) for w, t in zip(wrote, owned, strict=True))
-        if read is not None:
-            cost += times * sum(_size(r) - _size(_meet(r, t))
-                                for r, t in zip(read, owned, strict=True))
-        best = min(best, cost)
-    return best
-
-
-def _outside(regions: Sequence[Region], union: Region, other: Region) -> float:
-    """Elements of `regions` outside `other`, beyond the first copy of each cell (their
-    union is `union`)."""
-    return max(0.0, sum(_size(r) - _size(_meet(r, other)) for r in regions)
-               - (_size(union) - _size(_meet(union, other))))
-
-
-def tensor_cost(made: Region, needed: Region, writes: Sequence[Region],
-                reads: Sequence[Region], times: int, parts: int) -> float:
-    """Elements one step moves for one tensor in G_0 (`planner.tofu.tensor_cost`): its
-    workers write `writes` (union `made`) and read `reads` (union `needed`, `times`
-    operators each). What G_0 makes and reads is relaid out (`_relayout`); what it makes
-    for other groups has its partial sums reduced first; of what other groups made,
-    Tofu's "extra input tensors" (Sec 5.2 step 2), only cells several readers need are
-    fetched again."""
-    inside = _meet(made, needed)
-    return (_relayout(inside, writes, reads, times, parts) + _outside(writes, made, needed)
-            + times * _outside(reads, needed, made))
 
 
 # ----- per node and per edge costs of one step -----
@@ -248,16 +173,18 @@ def node_cost(site: Site, fed: Sequence[bool], is_output: bool, team: Workers,
         scale = op.weight_scale(node) or 1  # a conv's kernel area; a tied projection's 1
         times = 1 + int(node.op != "embedding" and any(fed))
         regions = [m[0] for m in mine]
-        cost += scale * tensor_cost(whole, whole, regions, regions, times, parts)
+        cost += scale * tensor_cost(whole, whole, regions, regions, times, parts,
+                                    near_equal_parts)
     if op.vectors(node) and whole_vectors is not None:
         regions = [m[1] for m in mine]
         cost += op.vectors(node) * tensor_cost(whole_vectors, whole_vectors, regions, regions,
-                                               1, parts)
+                                               1, parts, near_equal_parts)
     if is_output:
         made = op.outputs(site, team.group)
         outs = [op.outputs(site, box) for box in team.boxes]
-        cost += _relayout(made, outs, None, 0, parts)
-        cost += _relayout(made, None, outs, error_reads(node, fed), parts)
+        cost += relayout(made, outs, None, 0, parts, near_equal_parts)
+        cost += relayout(made, None, outs, error_reads(node, fed), parts,
+                         near_equal_parts)
     return cost
 
 
@@ -271,9 +198,10 @@ def edge_cost(producer: Site, consumer: Site, index: int, producer_fed: Sequence
     needed = read_by(consumer, receiver.group, index)
     writes = [made_by(producer, box) for box in sender.boxes]
     reads = [read_by(consumer, box, index) for box in receiver.boxes]
-    forward = tensor_cost(made, needed, writes, reads, input_reads(consumer.node), parts)
+    forward = tensor_cost(made, needed, writes, reads, input_reads(consumer.node), parts,
+                          near_equal_parts)
     backward = tensor_cost(needed, made, reads, writes,
-                           error_reads(producer.node, producer_fed), parts)
+                           error_reads(producer.node, producer_fed), parts, near_equal_parts)
     return forward + backward
 
 
