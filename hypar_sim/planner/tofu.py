@@ -249,13 +249,14 @@ def plan_costs(layers: Sequence[Layer], batch: int, columns: Sequence[Column],
     return tuple(deltas)
 
 
-def allowed_kinds(requested: Sequence[str]) -> tuple[str, ...]:
-    """The kinds of `TOFU_KINDS` the user allowed (in Tofu's order); InputError if none."""
-    kinds = tuple(kind for kind in TOFU_KINDS if kind in requested)
+def allowed_kinds(requested: Sequence[str], offered: Sequence[str] = TOFU_KINDS,
+                  why: str = "(its partition-n-reduce splits)") -> tuple[str, ...]:
+    """The kinds of `offered` the user allowed (in that order); InputError, saying `why`
+    these are offered, if none."""
+    kinds = tuple(kind for kind in offered if kind in requested)
     if not kinds:
-        raise InputError(f"--kinds: strategy tofu takes only {','.join(TOFU_KINDS)} (its "
-                         f"partition-n-reduce splits), got {','.join(requested)}; allowed: "
-                         f"any of {', '.join(TOFU_KINDS)}")
+        raise InputError(f"--kinds: strategy tofu takes only {','.join(offered)} {why}, got "
+                         f"{','.join(requested)}; allowed: any of {', '.join(offered)}")
     return kinds
 
 

@@ -65,7 +65,7 @@ from hypar_sim.partition.redistribute import Region
 from hypar_sim.partition.shares import Column
 from hypar_sim.planner.graph_dp import Factor, minimise_or_search
 from hypar_sim.planner.graph_plan import GraphRequest, graph_edges, register_graph_strategy
-from hypar_sim.planner.tofu import TOFU_KINDS
+from hypar_sim.planner.tofu import TOFU_KINDS, allowed_kinds
 from hypar_sim.planner.tofu_regions import near_equal_parts, relayout, tensor_cost
 from hypar_sim.workload.graph import Graph, Node
 
@@ -251,13 +251,8 @@ class TofuCosts:
 
 def graph_kinds(requested: Sequence[str]) -> tuple[str, ...]:
     """The kinds of TOFU_KINDS and GRAPH_EXTRA_KINDS the user allowed; InputError if none."""
-    mine = (*TOFU_KINDS, *GRAPH_EXTRA_KINDS)
-    kinds = tuple(kind for kind in mine if kind in requested)
-    if not kinds:
-        raise InputError(f"--kinds: strategy tofu takes only {','.join(mine)} on graph "
-                         f"networks (loop dimensions of its operators), got "
-                         f"{','.join(requested)}; allowed: any of {', '.join(mine)}")
-    return kinds
+    return allowed_kinds(requested, (*TOFU_KINDS, *GRAPH_EXTRA_KINDS),
+                         "on graph networks (loop dimensions of its operators)")
 
 
 def unit_options(costs: TofuCosts, members: Sequence[int], prefix: Column,
