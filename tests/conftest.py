@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from hypar_sim.workload.layers import FeatureShape, Layer, Pool, make_conv, make_fc
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -20,3 +22,11 @@ def run_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[
 @pytest.fixture
 def cli():
     return run_cli
+
+
+def small_chain() -> list[Layer]:
+    """conv (4x8x8 -> 16 maps, 3x3, pooled 2x2) -> fc 24 -> fc 6: a chain small enough to
+    check a planner's DP against every plan."""
+    conv = make_conv("conv", FeatureShape(4, 8, 8), 16, 3, padding=1, pool=Pool(2, 2))
+    fc1 = make_fc("fc1", conv.output, 24)
+    return [conv, fc1, make_fc("fc2", fc1.output, 6)]

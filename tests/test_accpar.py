@@ -27,6 +27,7 @@ from hypar_sim.planner.traffic import traffic_model
 from hypar_sim.runner import simulate
 from hypar_sim.workload.layers import FeatureShape, Layer, Pool, make_conv, make_fc
 from hypar_sim.workload.network import Network, load_network
+from tests.conftest import small_chain
 
 ALL = ("batch", "in", "out")
 DEFAULT = Hardware.from_config(load_hardware())
@@ -137,16 +138,10 @@ def test_intra_layer_all_reduce_factors():
     assert [intra_elements(kind, t, 3) for kind in ALL] == pytest.approx([32, 48, 72])
 
 
-def _chain() -> list[Layer]:
-    conv = make_conv("conv", FeatureShape(4, 8, 8), 16, 3, padding=1, pool=Pool(2, 2))
-    fc1 = make_fc("fc1", conv.output, 24)
-    return [conv, fc1, make_fc("fc2", fc1.output, 6)]
-
-
 @pytest.mark.parametrize("size", [2, 3])
 def test_one_level_dp_is_the_argmin(size):
     """The layer-wise DP against all 27 plans of a 3-layer chain on one level."""
-    layers, batch, hierarchy = _chain(), 6, Hierarchy((size,))
+    layers, batch, hierarchy = small_chain(), 6, Hierarchy((size,))
     costs = {plan: plan_cost(layers, batch, plan, hierarchy, DEFAULT).seconds
              for plan in itertools.product([(kind,) for kind in ALL], repeat=3)}
     found = plan_levels(layers, batch, hierarchy, ALL, DEFAULT)
@@ -158,7 +153,7 @@ def test_two_levels_brute_force():
     """All 729 two-level plans of the chain: the hierarchical search's plan is the cheapest by
     AccPar's cost (sum over levels of one group's communication and computation), and its
     lower level is the best of the 27 under its upper one."""
-    layers, batch, hierarchy = _chain(), 6, Hierarchy((2, 2))
+    layers, batch, hierarchy = small_chain(), 6, Hierarchy((2, 2))
     columns = list(itertools.product(ALL, repeat=2))
     costs = {plan: plan_cost(layers, batch, plan, hierarchy, DEFAULT).seconds
              for plan in itertools.product(columns, repeat=3)}

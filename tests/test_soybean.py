@@ -14,6 +14,7 @@ from hypar_sim.planner.soybean import MATMULS, STORED, Tiling, aligned, conversi
 from hypar_sim.planner.strategies import STRATEGIES, PlanOptions, make_plan
 from hypar_sim.workload.layers import FeatureShape, Layer, Pool, make_conv, make_fc
 from hypar_sim.workload.network import Network, available_networks, load_network
+from tests.conftest import small_chain
 
 R, C, r, RED = Tiling.ROW, Tiling.COL, Tiling.REP, Tiling.RED
 PAPER = PlanOptions(kinds=("batch", "in"), traffic_model="paper")
@@ -110,17 +111,11 @@ def test_out_then_in_costs_nothing_between():
     assert plan.layer_bytes[0] == (0.0, 4 * 160.0)
 
 
-def _chain() -> list[Layer]:
-    conv = make_conv("conv", FeatureShape(4, 8, 8), 16, 3, padding=1, pool=Pool(2, 2))
-    fc1 = make_fc("fc1", conv.output, 24)
-    return [conv, fc1, make_fc("fc2", fc1.output, 6)]
-
-
 @pytest.mark.parametrize("k", [2, 3])
 def test_one_cut_is_the_minimum_over_kinds_and_tilings(k):
     """Eqs. 4-5 against brute force: every kind of every layer and every stored tiling of
     every shared matrix (9^4 assignments x 27 plans) on a 3-layer chain with pooling."""
-    layers, batch, kinds = _chain(), 6, ("batch", "in", "out")
+    layers, batch, kinds = small_chain(), 6, ("batch", "in", "out")
     options = [[soybean.layer_cut(kind, soybean.share_areas(layer, batch, (), ()), k, i == 0)
                 for kind in kinds] for i, layer in enumerate(layers)]
     loss = soybean.loss_cut(soybean.share_areas(layers[-1], batch, (), ()), k)
