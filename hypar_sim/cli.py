@@ -36,10 +36,10 @@ def _add_seq_argument(parser: argparse.ArgumentParser) -> None:
 
 
 def _add_plan_arguments(parser: argparse.ArgumentParser) -> None:
+    from hypar_sim.partition.kinds import DEFAULT_KINDS
     from hypar_sim.partition.kinds import allowed_names as allowed_kind_names
     from hypar_sim.planner.objectives import OBJECTIVES
     from hypar_sim.planner.search import SEARCHES
-    from hypar_sim.planner.strategies import DEFAULT_KINDS
     from hypar_sim.planner.traffic import DEFAULT_TRAFFIC_MODEL, PHASES, TRAFFIC_MODELS
 
     _add_seq_argument(parser)
@@ -147,9 +147,9 @@ def _compare_arguments(compare: argparse.ArgumentParser) -> None:
 
 
 def _sweep_arguments(sweep: argparse.ArgumentParser) -> None:
+    from hypar_sim.partition.kinds import DEFAULT_KINDS
     from hypar_sim.planner.objectives import OBJECTIVES
     from hypar_sim.planner.search import SEARCHES
-    from hypar_sim.planner.strategies import DEFAULT_KINDS
     from hypar_sim.planner.traffic import DEFAULT_TRAFFIC_MODEL, TRAFFIC_MODELS
 
     sweep.add_argument("--networks", default="all",

@@ -41,7 +41,7 @@ from hypar_sim.errors import InputError
 from hypar_sim.executors import Runner, execute
 from hypar_sim.hardware.config import HardwareConfig, load_hardware
 from hypar_sim.partition.hierarchy import Hierarchy
-from hypar_sim.partition.kinds import parse_kinds
+from hypar_sim.partition.kinds import DEFAULT_KINDS, parse_kinds
 from hypar_sim.planner.strategies import STRATEGIES, PlanOptions, objective_for
 from hypar_sim.results import flatten
 from hypar_sim.runner import SimOptions, simulate_strategy
@@ -70,7 +70,7 @@ class Case:
     config_file: str | None = None
     config_digest: str = ""  # of the config file's contents: a changed file is a new case
     hierarchy: str = ""  # level sizes such as 4x3x2; "" = the count's prime factors
-    kinds: str = "batch,in"
+    kinds: str = ",".join(DEFAULT_KINDS)
     search: str = "greedy"
     traffic_model: str = "paper"  # the figure scripts' default; the sweep command's is layout
     objective: str = "bytes"  # what the searching strategies minimise
@@ -124,7 +124,7 @@ class SweepSpec:
     config_file: str | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
     hierarchies: tuple[str, ...] = ("",)
-    kinds: tuple[str, ...] = ("batch,in",)
+    kinds: tuple[str, ...] = (",".join(DEFAULT_KINDS),)
     searches: tuple[str, ...] = ("greedy",)
     traffic_models: tuple[str, ...] = ("layout",)
     objectives: tuple[str, ...] = ("bytes",)  # for strategies that take them (else bytes)

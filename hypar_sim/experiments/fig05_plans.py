@@ -11,20 +11,20 @@ from matplotlib.colors import ListedColormap
 from hypar_sim.experiments.common import QUICK_NETWORKS, Figure, display
 from hypar_sim.figure_style import SMALL, TINY
 from hypar_sim.paper import PAPER_NETWORKS
-from hypar_sim.partition.kinds import paper_label
+from hypar_sim.partition.kinds import DP, MP, paper_label
 from hypar_sim.planner.strategies import make_plan
 from hypar_sim.workload.network import load_network
 
 #: Section 6.2.1 of the paper, as checks on the plans: (network, description, test).
 CLAIMS = (
     ("sfc", "SFC: mp everywhere except fc1 at H3, which is dp",
-     lambda g: g[2][0] == "dp" and sum(c == "dp" for row in g for c in row) == 1),
-    ("sconv", "SCONV: dp everywhere", lambda g: all(c == "dp" for row in g for c in row)),
+     lambda g: g[2][0] == DP and sum(c == DP for row in g for c in row) == 1),
+    ("sconv", "SCONV: dp everywhere", lambda g: all(c == DP for row in g for c in row)),
     ("lenet_c", "Lenet-c: H1 and H4 are (dp, dp, mp, mp)",
-     lambda g: g[0] == g[3] == ["dp", "dp", "mp", "mp"]),
+     lambda g: g[0] == g[3] == [DP, DP, MP, MP]),
     ("vgg_a", "VGG-A: conv5_2 over H1..H4 is (dp, dp, dp, mp); fc1 is mp at all four levels",
-     lambda g: [row[7] for row in g] == ["dp", "dp", "dp", "mp"] and
-     all(row[8] == "mp" for row in g)),
+     lambda g: [row[7] for row in g] == [DP, DP, DP, MP] and
+     all(row[8] == MP for row in g)),
 )
 
 
@@ -54,7 +54,7 @@ def mostly(table: pd.DataFrame) -> tuple[float, float]:
     """(share of conv layers' choices that are dp, share of fc layers' that are mp)."""
     conv = table[table.kind == "conv"]
     fc = table[table.kind == "fc"]
-    return float((conv.choice == "dp").mean()), float((fc.choice == "mp").mean())
+    return float((conv.choice == DP).mean()), float((fc.choice == MP).mean())
 
 
 def plot(table: pd.DataFrame):
@@ -65,7 +65,7 @@ def plot(table: pd.DataFrame):
     cmap = ListedColormap(["#c6dbef", "#e6550d"])  # dp light blue, mp orange: apart in grey
     for ax, (name, grid) in zip(axes.flat, plans.items(), strict=False):
         layers = list(table[(table.network == name) & (table.level == "H1")].layer)
-        values = [[0 if c == "dp" else 1 for c in row] for row in grid]
+        values = [[0 if c == DP else 1 for c in row] for row in grid]
         ax.imshow(values, cmap=cmap, vmin=0, vmax=1, aspect="auto")
         for i, row in enumerate(grid):
             for j, choice in enumerate(row):

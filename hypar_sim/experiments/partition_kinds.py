@@ -16,16 +16,21 @@ import pandas as pd
 
 from hypar_sim.experiments.common import QUICK_NETWORKS, Figure, geomean, markdown_table
 from hypar_sim.paper import DISPLAY_NAMES, PAPER_NETWORKS
+from hypar_sim.partition.kinds import DEFAULT_KINDS, Dim, kind_of
 from hypar_sim.planner.strategies import PlanOptions, make_plan
 from hypar_sim.workload.network import load_network
 
+_HYPAR = DEFAULT_KINDS
+_WITH_OUT = (*_HYPAR, kind_of(Dim.K))
+_ALL_FOUR = (*_WITH_OUT, kind_of(Dim.P))
+
 #: (label, traffic model, search, kinds)
 VARIANTS = (
-    ("paper, greedy, batch+in", "paper", "greedy", ("batch", "in")),
-    ("layout, greedy, batch+in", "layout", "greedy", ("batch", "in")),
-    ("layout, joint, batch+in", "layout", "joint", ("batch", "in")),
-    ("layout, joint, batch+in+out", "layout", "joint", ("batch", "in", "out")),
-    ("layout, joint, all four", "layout", "joint", ("batch", "in", "out", "spatial")),
+    (f"paper, greedy, {'+'.join(_HYPAR)}", "paper", "greedy", _HYPAR),
+    (f"layout, greedy, {'+'.join(_HYPAR)}", "layout", "greedy", _HYPAR),
+    (f"layout, joint, {'+'.join(_HYPAR)}", "layout", "joint", _HYPAR),
+    (f"layout, joint, {'+'.join(_WITH_OUT)}", "layout", "joint", _WITH_OUT),
+    ("layout, joint, all four", "layout", "joint", _ALL_FOUR),
 )
 
 

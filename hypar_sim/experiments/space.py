@@ -16,14 +16,14 @@ from matplotlib import patheffects
 
 from hypar_sim.experiments.common import markdown_table, rows_frame
 from hypar_sim.figure_style import SMALL
-from hypar_sim.partition.kinds import paper_label
+from hypar_sim.partition.kinds import DP, MP, paper_label
 from hypar_sim.planner.strategies import make_plan
 from hypar_sim.sweep import Case
 from hypar_sim.workload.network import load_network
 
 
 def pattern_label(pattern) -> str:
-    return "".join("d" if c == "dp" else "m" for c in pattern)
+    return "".join("d" if c == DP else "m" for c in pattern)
 
 
 def explore(network: str, levels: int, rows: list[tuple[int, int]], cols: list[tuple[int, int]],
@@ -33,7 +33,7 @@ def explore(network: str, levels: int, rows: list[tuple[int, int]], cols: list[t
     hypar = [[paper_label(c) for c in level]
              for level in make_plan(net, "hypar", levels, 256).choices]
     size = 2 ** len(rows)
-    patterns = [tuple(p) for p in itertools.product(("dp", "mp"), repeat=len(rows))]
+    patterns = [tuple(p) for p in itertools.product((DP, MP), repeat=len(rows))]
     grid_cases, meta = [], []
     for row_pattern in patterns[:size]:
         for col_pattern in patterns[:size]:

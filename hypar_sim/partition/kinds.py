@@ -83,6 +83,10 @@ def kind_of(dim: Dim) -> str:
 
 #: HyPar's two kinds by what they split: samples (dp) and input channels (mp).
 BATCH, IN = kind_of(Dim.N), kind_of(Dim.C)
+#: The kinds a planner may use unless told otherwise: HyPar's two.
+DEFAULT_KINDS = (BATCH, IN)
+#: The kinds only graph networks have: attention heads and convolution groups.
+GRAPH_EXTRA_KINDS = (kind_of(Dim.H), kind_of(Dim.G))
 
 
 def allowed_names() -> str:
@@ -115,3 +119,7 @@ def parse_kinds(text: str, where: str = "--kinds") -> tuple[str, ...]:
 def paper_label(name: str) -> str:
     """HyPar's label of a kind (dp, mp) for the paper's figures; the name otherwise."""
     return KINDS[name].paper_label or name
+
+
+#: HyPar's labels of its two kinds, as its figures name them.
+DP, MP = paper_label(BATCH), paper_label(IN)

@@ -255,9 +255,9 @@ def plan_levels(graph: Graph, batch: int, hierarchy: Hierarchy, kinds: Sequence[
             if not allowed:
                 raise InputError(
                     f"--kinds: accpar cannot split node {site.node.name} ({site.node.op}) at "
-                    f"level {level + 1} of {hierarchy} with {','.join(kinds)}; allowed: batch, "
-                    "in, out (AccPar's Type-I, II, III) where the dimension has an index for "
-                    "every member")
+                    f"level {level + 1} of {hierarchy} with {','.join(kinds)}; allowed: "
+                    f"{', '.join(TYPES)} (AccPar's Type-I, II, III) where the dimension has an "
+                    "index for every member")
             options.append(allowed)
         tables = _level(model, columns, options, hierarchy, level)
         factors = [Factor((i,), c + p) for i, (c, p) in enumerate(

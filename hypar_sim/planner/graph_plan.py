@@ -26,7 +26,7 @@ from hypar_sim.partition.graph_axes import Site
 from hypar_sim.partition.graph_axes import sites as graph_sites
 from hypar_sim.partition.graph_ops import NODE_OPS
 from hypar_sim.partition.hierarchy import Hierarchy
-from hypar_sim.partition.kinds import BATCH, IN
+from hypar_sim.partition.kinds import BATCH, DEFAULT_KINDS, IN
 from hypar_sim.partition.redistribute import Moved
 from hypar_sim.partition.shares import Column
 from hypar_sim.partition.steps import StepMessages, TransferKind
@@ -200,7 +200,7 @@ def _model(request: GraphRequest) -> list[Column]:
 
 
 def plan_graph(graph: Graph, strategy: str, hierarchy: Hierarchy, batch: int,
-               kinds: Sequence[str] = (BATCH, IN), search: str = "greedy",
+               kinds: Sequence[str] = DEFAULT_KINDS, search: str = "greedy",
                word_bytes: int = 4, config: HardwareConfig | None = None) -> GraphPlan:
     """The plan of `strategy` for `graph` on `hierarchy`, with its traffic."""
     if strategy not in GRAPH_STRATEGIES:

@@ -65,18 +65,17 @@ from hypar_sim.partition import graph_layout
 from hypar_sim.partition.graph_axes import Site
 from hypar_sim.partition.graph_ops import NODE_OPS, weight_shape
 from hypar_sim.partition.hierarchy import Hierarchy
-from hypar_sim.partition.kinds import Dim, kind_of
+from hypar_sim.partition.kinds import GRAPH_EXTRA_KINDS, Dim
 from hypar_sim.partition.redistribute import Region
 from hypar_sim.partition.shares import Column
 from hypar_sim.planner.graph_plan import GraphRequest, graph_edges, register_graph_strategy
 from hypar_sim.planner.grid import GRID_KINDS, agreement, choose
 from hypar_sim.workload.graph import Node
 
-__all__ = ["EXTRA_KINDS", "NodeGrid", "NodeGridCost", "grid_graph_columns", "is_contraction",
+__all__ = ["NodeGrid", "NodeGridCost", "grid_graph_columns", "is_contraction",
            "node_grid", "node_grid_cost"]
 
 #: Kinds beyond the paper's four, used only when --kinds names them.
-EXTRA_KINDS = (kind_of(Dim.H), kind_of(Dim.G))
 #: Order and letters of grid dimensions (the paper's b, h, k, c; then ours).
 _LETTERS = {Dim.N: "b", Dim.P: "h", Dim.Q: "w", Dim.K: "k", Dim.C: "c", Dim.H: "heads",
             Dim.G: "g"}
@@ -259,10 +258,10 @@ def grid_graph_columns(request: GraphRequest, capacity_bytes: float | None = Non
                        ) -> list[Column]:
     """Every contraction on its cheapest grid under the paper's cost and `capacity_bytes`
     (one cube, bytes; None: unlimited); every other node following its producers."""
-    kinds = [k for k in (*GRID_KINDS, *EXTRA_KINDS) if k in request.kinds]
+    kinds = [k for k in (*GRID_KINDS, *GRAPH_EXTRA_KINDS) if k in request.kinds]
     if not kinds:
         raise InputError(f"--kinds: the grid strategy needs at least one of "
-                         f"{', '.join(GRID_KINDS + EXTRA_KINDS)}; got {', '.join(request.kinds)}")
+                         f"{', '.join(GRID_KINDS + GRAPH_EXTRA_KINDS)}; got {', '.join(request.kinds)}")
     planner = _Planner(request, kinds, capacity_bytes)
     for i, site in enumerate(request.sites):
         offered = planner.offered(site)
@@ -271,7 +270,7 @@ def grid_graph_columns(request: GraphRequest, capacity_bytes: float | None = Non
                 f"--kinds: node {site.node.name} ({site.node.op}) cannot be split onto "
                 f"hierarchy {request.hierarchy} (batch {request.batch}) by any column of kinds "
                 f"{', '.join(kinds)}; allowed kinds for grid: "
-                f"{', '.join(GRID_KINDS + EXTRA_KINDS)}")
+                f"{', '.join(GRID_KINDS + GRAPH_EXTRA_KINDS)}")
         pick = planner.contraction if is_contraction(site.node) else planner.follow
         planner.columns.append(pick(i, offered))
     return planner.columns

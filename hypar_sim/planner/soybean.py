@@ -375,8 +375,8 @@ def plan_cost(layers: Sequence[Layer], batch: int, columns: Sequence[Column],
     kinds = sorted({kind for column in columns for kind in column})
     bad = [kind for kind in kinds if KINDS[kind].dim not in MATRIX_DIMS]
     if bad:
-        raise InputError(f"plan: soybean cannot cost kind(s) {','.join(bad)}; allowed: batch, "
-                         "in, out")
+        raise InputError(f"plan: soybean cannot cost kind(s) {','.join(bad)}; allowed: "
+                         f"{', '.join(SOYBEAN_KINDS)}")
     return k_cuts(layers, batch, hierarchy, kinds, word_bytes, fixed=columns)
 
 

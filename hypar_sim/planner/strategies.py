@@ -29,7 +29,7 @@ from hypar_sim.hardware.config import HardwareConfig, load_hardware
 from hypar_sim.hardware.topology import TOPOLOGIES, make_topology
 from hypar_sim.hardware.topology_file import is_topology_file
 from hypar_sim.partition.hierarchy import Hierarchy
-from hypar_sim.partition.kinds import BATCH, IN, KINDS, resolve_kind
+from hypar_sim.partition.kinds import BATCH, DEFAULT_KINDS, IN, KINDS, resolve_kind
 from hypar_sim.partition.shares import Column
 from hypar_sim.partition.steps import largest_receive
 from hypar_sim.planner import memory
@@ -44,9 +44,6 @@ from hypar_sim.workload.network import Network
 
 if TYPE_CHECKING:  # the estimate loads only for --objective time or energy
     from hypar_sim.planner.estimate import Estimator
-
-DEFAULT_KINDS = (BATCH, IN)
-
 
 @dataclass(frozen=True)
 class PlanOptions:

@@ -60,7 +60,7 @@ from hypar_sim.partition import graph_layout
 from hypar_sim.partition.graph_axes import Site, sites
 from hypar_sim.partition.graph_ops import NODE_OPS, Box, weight_shape
 from hypar_sim.partition.hierarchy import Hierarchy
-from hypar_sim.partition.kinds import Dim, kind_of
+from hypar_sim.partition.kinds import GRAPH_EXTRA_KINDS, Dim
 from hypar_sim.partition.redistribute import Region
 from hypar_sim.partition.shares import Column
 from hypar_sim.planner.graph_dp import Factor, minimise_or_search
@@ -73,7 +73,6 @@ from hypar_sim.workload.graph import Graph, Node
 ELEMENTWISE = frozenset({"batch_norm", "add", "mul", "act", "dropout", "lrn", "identity",
                          "tensor_op"})
 #: Loop dimensions of graph operators beyond TOFU_KINDS, taken when the user asks for them.
-GRAPH_EXTRA_KINDS = (kind_of(Dim.H), kind_of(Dim.G))
 #: Operators with a weight gradient or a second operand's gradient reading their input.
 _TWICE_READ = frozenset({"conv", "fc", "matmul"})
 

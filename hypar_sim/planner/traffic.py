@@ -120,9 +120,10 @@ class PaperTraffic(_Phased):
         bad = [k for k in kinds if k not in _PAPER_KINDS]
         if bad or not hierarchy.is_binary:
             raise InputError(
-                "--traffic-model: paper takes only kinds batch,in (dp, mp) on two-way levels "
-                f"(got kinds {','.join(kinds)}, hierarchy {hierarchy}); use --traffic-model "
-                "layout for other kinds or level sizes")
+                f"--traffic-model: paper takes only kinds {','.join(_PAPER_KINDS)} "
+                f"({', '.join(map(str, _PAPER_KINDS.values()))}) on two-way levels (got kinds "
+                f"{','.join(kinds)}, hierarchy {hierarchy}); use --traffic-model layout for "
+                "other kinds or level sizes")
         if searches and batch % hierarchy.members:
             raise InputError(
                 f"batch: {batch} is not divisible by the {hierarchy.members} accelerators, which "
