@@ -33,13 +33,17 @@ from hypar_sim.atomic import atomic_write_text
 from hypar_sim.errors import InputError
 from hypar_sim.experiments import fig05_plans
 from hypar_sim.experiments.common import display
+from hypar_sim.experiments.fig06_performance import PAPER_HYPAR_SPEEDUP
+from hypar_sim.experiments.fig07_energy import PAPER_HYPAR_EFFICIENCY
 from hypar_sim.hardware import eyeriss
 
 #: The abstract's headline numbers: (claim, value, table, column, how the model's is read).
 ABSTRACT = (
-    ("HyPar vs Data Parallelism, performance, geometric mean (abstract; Fig 6)", 3.39,
+    ("HyPar vs Data Parallelism, performance, geometric mean (abstract; Fig 6)",
+     PAPER_HYPAR_SPEEDUP,
      "fig06_performance", "speedup_vs_data", "geomean"),
-    ("HyPar vs Data Parallelism, energy efficiency, geometric mean (abstract; Fig 7)", 1.51,
+    ("HyPar vs Data Parallelism, energy efficiency, geometric mean (abstract; Fig 7)",
+     PAPER_HYPAR_EFFICIENCY,
      "fig07_energy", "efficiency_vs_data", "geomean"),
     ("HyPar vs the trick, best performance ratio (abstract: 'up to 2.40x'; Fig 13)", 2.40,
      "fig13_trick", "performance_vs_trick", "max"),
