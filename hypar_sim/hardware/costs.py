@@ -128,8 +128,8 @@ def conv_cost(work: ConvWork, config: HardwareConfig) -> PieceCost:
     if split.reduce_adds:
         counts[Action.PSUM_ADD] = split.reduce_adds
     return PieceCost(time.total_cycles, time.compute_cycles, time.memory_cycles, work.macs,
-                     split.dram_words * config.word_bytes,
-                     sum(count for _, count, _ in split.pieces), MappingProxyType(counts))
+                     split.dram_words * config.word_bytes, split.pus_used,
+                     MappingProxyType(counts))
 
 
 @lru_cache(maxsize=65536)

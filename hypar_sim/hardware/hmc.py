@@ -31,6 +31,7 @@ from dataclasses import dataclass, replace
 
 from hypar_sim.hardware.config import HardwareConfig
 from hypar_sim.hardware.conv_work import ConvWork
+from hypar_sim.hardware.energy import Action, EnergyTable
 from hypar_sim.hardware.pe_array import AccessEnergy, ArrayCost, PEArraySpec
 from hypar_sim.hardware.rs_bounds import cycles_bound
 from hypar_sim.hardware.rs_mapper import map_conv
@@ -44,7 +45,9 @@ SPLIT_DIMENSIONS = tuple(SHARED_READS)
 
 
 def pe_array_spec(config: HardwareConfig) -> PEArraySpec:
-    """The PU of `config` as the PE-array model sees it."""
+    """The PU of `config` as the PE-array model sees it, priced as the energy report prices
+    it (`EnergyTable.from_config`)."""
+    price = EnergyTable.from_config(config).pj_per_action
     return PEArraySpec(
         rows=config.pe_rows, cols=config.pe_cols,
         filter_rf_bytes=config.rf_filter_bytes, ifmap_rf_bytes=config.rf_ifmap_bytes,
@@ -52,10 +55,9 @@ def pe_array_spec(config: HardwareConfig) -> PEArraySpec:
         word_bytes=config.word_bytes, clock_hz=config.clock_hz,
         bus_bytes=config.pe_bus_bits // 8, objective=config.mapper_objective,
         energy=AccessEnergy(
-            mac=config.mac_energy_pj, rf=config.energy_rf_pj,
-            inter_pe=config.energy_inter_pe_pj, buffer=config.energy_buffer_pj,
-            dram=config.energy_dram_pj,
-            vault_hop=config.energy_vault_hop_pj_per_bit * 8 * config.word_bytes),
+            mac=price[Action.MAC], rf=price[Action.RF], inter_pe=price[Action.INTER_PE],
+            buffer=price[Action.BUFFER], dram=price[Action.DRAM],
+            vault_hop=price[Action.VAULT_HOP_BIT] * 8 * config.word_bytes),
         dram_bytes_per_cycle=config.vault_bandwidth_bytes_per_cycle,
     )
 

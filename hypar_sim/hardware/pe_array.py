@@ -188,9 +188,13 @@ class RSMapping:
     n: int  # images per pass (filters reused across them in the spad)
     m: int  # filters whose psums the GLB holds
     passes: int  # processing passes of the whole array
-    psum_spill: bool  # psums do not fit the GLB and go to DRAM between channel groups
     order: str = "psum"  # DRAM-level loop order (`rs_mapper.ORDERS`): psum, ifmap or spill
     space: int = 0  # (e, r, t, p, q, blocking) points of the searched space
+
+    @property
+    def psum_spill(self) -> bool:
+        """Whether psums do not fit the GLB and go to DRAM between channel groups."""
+        return self.order == "spill"
 
 
 @dataclass(frozen=True)

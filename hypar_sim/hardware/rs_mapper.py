@@ -266,7 +266,7 @@ def _result(g: Piece, spec: PEArraySpec, prices: Prices, rows,
     mapping = RSMapping(set_rows=g.set_rows, set_cols=e, strips=ceil_div(g.out_h, e),
                         row_segments=g.row_segments, col_segments=g.col_segments,
                         set_folds=folds, r=r, t=t, p=p, q=q, n=n, m=m, passes=v["passes"],
-                        psum_spill=order == 2, order=ORDERS[order], space=space)
+                        order=ORDERS[order], space=space)
     active = v["active"]
     return ArrayCost(cycles=v["cycles"], active_pes=active, utilization=active / spec.pes,
                      mac_utilization=g.macs / (v["cycles"] * spec.pes),

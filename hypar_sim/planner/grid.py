@@ -18,7 +18,7 @@ On this hardware:
   replication factor of 2.5D is P_c: the levels of kind `in`, whose members hold partial sums
   of the same Out block, reduced (the paper's replication of Out across c).
 - **Tiles = partitions.** A member keeps its whole share in its cube through the step (what
-  `hardware.costs.footprint` counts), so T_i = W_i: Case 2 and Case 1b. Case 1a (Eq. 6, tiles
+  `hardware.capacity.footprint` counts), so T_i = W_i: Case 2 and Case 1b. Case 1a (Eq. 6, tiles
   smaller than a partition streamed through local memory in W_c steps) has no counterpart:
   a grid whose share does not fit a cube is infeasible.
 - **Bytes between accelerators.** A member owns 1/P of each tensor (the paper's initial

@@ -2,7 +2,7 @@
 
 A member keeps, for every layer of the step, the weights and weight gradients
 of its share and the input it keeps for the backward pass
-(`hardware.costs.footprint`, what the schedule checks). A plan fits when the
+(`hardware.capacity.footprint`, what the schedule checks). A plan fits when the
 sum over layers of the busiest member's footprint is at most a cube's
 capacity (the sum of the maxima: the same member is the busiest everywhere
 when shares are even, and it can only overstate otherwise). The schedule
