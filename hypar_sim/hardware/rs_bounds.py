@@ -88,6 +88,15 @@ class Prices:
         return cls(common if shared == "ifmap" else energy.dram,
                    common if shared == "filter" else energy.dram, energy.dram)
 
+    def vault_cycles(self, spec: PEArraySpec, ifmap, filters, *rest):
+        """Cycles the PU's vault streams its DRAM words in: `ifmap` and `filters` words
+        counted at their price over a DRAM word's (a shared word's share), each of `rest`
+        whole (arrays broadcast; added in this order)."""
+        words = (ifmap * self.ifmap_dram + filters * self.filter_dram) / self.dram
+        for more in rest:
+            words = words + more
+        return words * spec.word_bytes / spec.dram_bytes_per_cycle
+
 
 def candidate_bounds(g: Piece, spec: PEArraySpec, prices: Prices, rows, p_c, q_c) -> np.ndarray:
     """[rows x columns] a lower bound of the objective over each candidate's blockings.
@@ -120,10 +129,8 @@ def candidate_bounds(g: Piece, spec: PEArraySpec, prices: Prices, rows, p_c, q_c
         stream = np.maximum(g.out_w * g.s_seg * (p * q), np.maximum(qr * x, pt * y) / bw)
         cycles = groups * (loads + passes * (g.set_rows + g.s_seg)) \
             + g.images * passes * stream
-        memory = (ifmap * prices.ifmap_dram + groups * fetch * prices.filter_dram) \
-            / prices.dram + ofmap
         return np.maximum(np.maximum(cycles, g.macs / spec.pes),
-                          memory * spec.word_bytes / spec.dram_bytes_per_cycle)
+                          prices.vault_cycles(spec, ifmap, groups * fetch, ofmap))
     energy = spec.energy
     active = g.set_rows * e * r * t
     per_image = passes * (q * (energy.rf * active * g.in_w + energy.buffer * r * x)
@@ -190,10 +197,8 @@ def row_bounds(g: Piece, spec: PEArraySpec, prices: Prices, rows) -> np.ndarray:
     ifmap = g.input_words(rows[0])
     fetch, ofmap = float(g.filter_words), float(g.output_words)
     if spec.objective == "cycles":
-        memory = (ifmap * prices.ifmap_dram + _least_groups(g, spec, r * x + t * y) * fetch
-                  * prices.filter_dram) / prices.dram + ofmap
-        return np.maximum(row_cycles(g, spec, rows),
-                          memory * spec.word_bytes / spec.dram_bytes_per_cycle)
+        return np.maximum(row_cycles(g, spec, rows), prices.vault_cycles(
+            spec, ifmap, _least_groups(g, spec, r * x + t * y) * fetch, ofmap))
     energy = spec.energy
     active = g.set_rows * e * r * t
     per_image = (strips * g.filters * g.chans / (g.p_max * t * r)

@@ -47,7 +47,9 @@ from hypar_sim.hardware.rs_bounds import Piece, Prices, candidate_bounds, row_bo
 
 #: Loop orders at the DRAM level (index in the blocking axis of the search).
 ORDERS = ("psum", "ifmap", "spill")
-#: Values of n searched in "psum" order before the winner's n is searched in full.
+#: Values of n searched in "psum" order before the winner's n is searched in full: this
+#: search's own choice, from no source (more values search more of the n axis; a few
+#: pieces' mappings depend on it).
 _PSUM_NS = 4
 #: Rows of (e, r, t) expanded first (then every row that may beat the best found) and
 #: candidates evaluated first (then chunks of doubling size). Speed only: the answer is the
@@ -82,8 +84,6 @@ def _evaluate(g: Piece, spec: PEArraySpec, prices: Prices, e, r, t, p, q, n, m,
                                                                   ceil_div(psum, bw)))
     cycles = np.maximum(passes * (ceil_div(filt, bw) + stream + g.set_rows + g.s_seg),
                         ceil_div(g.macs, spec.pes))
-    memory = (dram_ifmap * prices.ifmap_dram + dram_filter * prices.filter_dram) \
-        / prices.dram + ofmap + 2 * spill  # the vault's words: a shared word's share
     psum_traffic = passes * psum
     # RF: four accesses per MAC (filter, ifmap and psum read, psum written: [ISCA16]
     # Sec. II, VI-A), plus the spads filled at each pass.
@@ -98,8 +98,8 @@ def _evaluate(g: Piece, spec: PEArraySpec, prices: Prices, e, r, t, p, q, n, m,
     return dict(passes=passes, dram_ifmap=dram_ifmap, dram_filter=dram_filter, spill=spill,
                 ofmap=ofmap, active=active, cycles=cycles, rf=rf, buffer=buffer,
                 inter_pe=inter_pe, pj=pj,
-                overlapped=np.maximum(cycles, memory * spec.word_bytes
-                                      / spec.dram_bytes_per_cycle))
+                overlapped=np.maximum(cycles, prices.vault_cycles(spec, dram_ifmap, dram_filter,
+                                                                  ofmap, 2 * spill)))
 
 
 def _most_psums(g: Piece, spec: PEArraySpec, e, qr, pt, n):
