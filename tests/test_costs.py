@@ -277,14 +277,8 @@ def test_vault_split_skips_only_splits_that_cannot_win(name, objective):
             work = phase_work(forward_piece(whole_share(layer, 16)), phase)
             every = []
             for order, dimension in enumerate(hmc.SPLIT_DIMENSIONS):
-                total = getattr(work, dimension)
-                parts = min(config.pus_per_cube, total)
-                pieces = tuple((piece, count, map_conv(piece, spec,
-                                                       hmc.SHARED_READS[dimension] or "", parts))
-                               for piece, count in ((hmc._piece(work, dimension, size), count)
-                                                    for size, count in hmc.even_parts(total,
-                                                                                      parts)))
-                split = hmc.VaultSplit(dimension, parts, pieces)
+                parts, works = hmc.split_works(work, dimension, config.pus_per_cube)
+                split = hmc.map_split(dimension, parts, works, spec)
                 every.append((hmc.split_time(split, config).total_cycles, split.dram_words,
                               order, dimension))
             assert split_over_vaults(work, config).dimension == min(every)[3]

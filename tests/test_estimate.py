@@ -14,6 +14,7 @@ from hypar_sim.errors import InputError
 from hypar_sim.hardware.config import load_hardware
 from hypar_sim.hardware.topology import make_topology
 from hypar_sim.partition.hierarchy import Hierarchy
+from hypar_sim.partition.kinds import BATCH, IN
 from hypar_sim.planner import search
 from hypar_sim.planner.estimate import Estimator
 from hypar_sim.planner.strategies import PlanOptions, make_plan
@@ -205,14 +206,12 @@ def test_optimal_finds_the_best_plan_of_the_fig10_space():
     plan = make_plan(network, "optimal", 4, 256,
                      options=PlanOptions(traffic_model="paper", objective="time"), config=config)
     hypar = make_plan(network, "hypar", 4, 256, options=PlanOptions(traffic_model="paper"))
-    assert plan.columns[7] == ("batch",) * 4 and plan.columns[8] == ("in",) * 4
+    assert plan.columns[7] == (BATCH,) * 4 and plan.columns[8] == (IN,) * 4
     best = [list(column) for column in hypar.columns]
-    best[7] = ["batch"] * 4
+    best[7] = [BATCH] * 4
 
     def simulated(columns) -> float:
-        kind = {"batch": "dp", "in": "mp"}
-        text = "; ".join(" ".join(kind[column[level]] for column in columns)
-                         for level in range(4))
+        text = "; ".join(" ".join(column[level] for column in columns) for level in range(4))
         return api.simulate("vgg_a", "explicit", plan_text=text, traffic_model="paper").latency_s
 
     assert simulated(plan.columns) <= 1.005 * simulated(best)

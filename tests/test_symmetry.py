@@ -27,7 +27,7 @@ def _schedule(strategy: str, count: int, batch: int, model: str = "paper",
     net = load_network(network)
     plan = make_plan(net, strategy, hierarchy or Hierarchy.for_count(count), batch,
                      options=PlanOptions(traffic_model=model), config=config)
-    return build_schedule(net, plan, config), plan.hierarchy, config
+    return build_schedule(net, plan, config), plan, config
 
 
 def _both(schedule, topology):
@@ -44,8 +44,8 @@ CASES = [(strategy, topology, count) for count in (16, 64, 256)
 
 @pytest.mark.parametrize(("strategy", "topology", "count"), CASES)
 def test_symmetric_run_equals_the_full_simulation(strategy, topology, count):
-    schedule, hierarchy, config = _schedule(strategy, count, 256)
-    classes, reduced, full = _both(schedule, make_topology(topology, config, hierarchy))
+    schedule, plan, config = _schedule(strategy, count, 256)
+    classes, reduced, full = _both(schedule, make_topology(topology, config, plan.hierarchy))
     assert reduced == full  # every field: latency, waits, energy, per link, per accelerator
     assert reduced.latency_cycles > 0
     if topology != "torus":  # a fat tree and an ideal array: one class of accelerators
@@ -61,8 +61,8 @@ def test_symmetric_run_equals_the_full_simulation(strategy, topology, count):
 ])
 def test_uneven_shares_and_other_arrays_stay_exact(count, batch, sizes, topology, model):
     hierarchy = Hierarchy(sizes) if sizes else None
-    schedule, hierarchy, config = _schedule("hypar", count, batch, model, hierarchy)
-    classes, reduced, full = _both(schedule, make_topology(topology, config, hierarchy))
+    schedule, plan, config = _schedule("hypar", count, batch, model, hierarchy)
+    classes, reduced, full = _both(schedule, make_topology(topology, config, plan.hierarchy))
     assert reduced == full
     if batch % count:  # members with another share are in another class
         cycles = {tuple(task.costs[m].cycles for task in schedule.computes)
@@ -77,11 +77,7 @@ def test_uneven_shares_and_other_arrays_stay_exact(count, batch, sizes, topology
 ])
 def test_bytes_sent_equal_received_equal_planner_traffic_in_a_reduced_run(
         count, batch, model, topology, classes_of):
-    config = load_hardware(None, {"accelerators": count, "batch": batch})
-    net = load_network("vgg_a")
-    plan = make_plan(net, "hypar", Hierarchy.for_count(count), batch,
-                     options=PlanOptions(traffic_model=model), config=config)
-    schedule = build_schedule(net, plan, config)
+    schedule, plan, config = _schedule("hypar", count, batch, model)
     topology = make_topology(topology, config, plan.hierarchy)
     assert len(classify(schedule, topology).members) == classes_of
     result = simulate_des(schedule, topology)

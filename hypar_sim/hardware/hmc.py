@@ -131,25 +131,37 @@ def _common_field(dimension: str) -> str:
     return f"dram_{shared}" if shared else "dram_write"
 
 
+def split_works(work: ConvWork, dimension: str,
+                pus: int) -> tuple[int, tuple[tuple[ConvWork, int], ...]]:
+    """(PUs used, (piece, PUs running it) largest first) of `work` cut along `dimension`
+    over at most `pus` PUs."""
+    total = getattr(work, dimension)
+    parts = min(pus, total)
+    return parts, tuple((_piece(work, dimension, size), count)
+                        for size, count in even_parts(total, parts))
+
+
+def map_split(dimension: str, parts: int, works: tuple[tuple[ConvWork, int], ...],
+              spec: PEArraySpec) -> VaultSplit:
+    """The split of `split_works`, each piece mapped on a PU of `spec`."""
+    shared = SHARED_READS[dimension] or ""
+    return VaultSplit(dimension, parts, tuple((piece, count, map_conv(piece, spec, shared, parts))
+                                              for piece, count in works))
+
+
 def split_over_vaults(work: ConvWork, config: HardwareConfig) -> VaultSplit:
     """Spread `work` over the cube's PUs: the split with the fewest cycles (compute and its
     vault's DRAM overlapped), then the fewest DRAM words."""
     spec = pe_array_spec(config)
     options = []
     for order, dimension in enumerate(SPLIT_DIMENSIONS):
-        total = getattr(work, dimension)
-        parts = min(config.pus_per_cube, total)
-        works = tuple((_piece(work, dimension, size), count)
-                      for size, count in even_parts(total, parts))
+        parts, works = split_works(work, dimension, config.pus_per_cube)
         options.append((cycles_bound(works[0][0], spec), order, dimension, parts, works))
     candidates = []
     for bound, order, dimension, parts, works in sorted(options):
         if candidates and bound > min(candidates)[0][0]:
             continue  # its largest piece alone takes longer than a split already found
-        shared = SHARED_READS[dimension] or ""
-        pieces = tuple((piece, count, map_conv(piece, spec, shared, parts))
-                       for piece, count in works)
-        split = VaultSplit(dimension, parts, pieces)
+        split = map_split(dimension, parts, works, spec)
         time = split_time(split, config)
         candidates.append(((time.total_cycles, split.dram_words, order), split))
     return min(candidates, key=lambda candidate: candidate[0])[1]
