@@ -84,6 +84,15 @@ def resolve_hierarchy(config: HardwareConfig, hierarchy: Hierarchy | None) -> Hi
     return hierarchy
 
 
+def take_runs(values: np.ndarray, lengths: np.ndarray,
+              picks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(the runs `picks` of `values`, one after another; their lengths), where `values` holds
+    runs of `lengths` one after another (each message's links in a row of many)."""
+    taken = lengths[picks]
+    within = np.arange(int(taken.sum())) - np.repeat(np.cumsum(taken) - taken, taken)
+    return values[np.repeat((np.cumsum(lengths) - lengths)[picks], taken) + within], taken
+
+
 class Topology:
     """Links and routes between the accelerators of `config`, grouped by `hierarchy`.
 
@@ -138,11 +147,7 @@ class Topology:
         pairs, inverse = np.unique(src * self.accelerators + dst, return_inverse=True)
         shapes, flat, lengths, energy, switches = self._pair_routes(
             *np.divmod(pairs, self.accelerators))
-        offsets = np.cumsum(lengths) - lengths
-        per_message = lengths[inverse]
-        within = np.arange(int(per_message.sum())) - np.repeat(np.cumsum(per_message)
-                                                                - per_message, per_message)
-        crossed = flat[np.repeat(offsets[inverse], per_message) + within]
+        crossed, per_message = take_runs(flat, lengths, inverse)
         return shapes[inverse], crossed, per_message, energy[inverse], switches[inverse]
 
     def _pair_routes(self, src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, ...]:

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hypar_sim.hardware.topology import Route, Topology
+from hypar_sim.hardware.topology import Route, Topology, take_runs
 from hypar_sim.hardware.transfer import Routed
 from hypar_sim.partition.steps import Message
 from hypar_sim.sim.schedule import FlatMessages, Schedule, StepKey
@@ -160,11 +160,8 @@ def classify(schedule: Schedule, topology: Topology, symmetric: bool = True,
     chosen = np.flatnonzero(from_representative)
     _, first = np.unique(message_label[chosen], return_index=True)
     picked = np.sort(chosen[first])
-    offsets = np.cumsum(routed.per_message) - routed.per_message
-    lengths = routed.per_message[picked]
-    # the picked messages' links, one after another (each message's `lengths` of them)
-    within = np.arange(int(lengths.sum())) - np.repeat(np.cumsum(lengths) - lengths, lengths)
-    crossed = routed.crossed[np.repeat(offsets[picked], lengths) + within].tolist()
+    crossed, lengths = take_runs(routed.crossed, routed.per_message, picked)
+    crossed = crossed.tolist()  # the picked messages' links, one after another
     # the loop reads Python lists of the picked messages alone: numpy scalar indexing costs
     # several times more, and converting every message costs more at thousands of members
     class_of_member, class_of_link = member_class.tolist(), link_class.tolist()
