@@ -118,7 +118,6 @@ def candidate_bounds(g: Piece, spec: PEArraySpec, prices: Prices, rows, p_c, q_c
     y = e * g.out_w
     pt, qr = p * t, q * r
     footprint = qr * x + pt * y
-    scale = g.images / spec.buffer_words
     passes = strips * np.ceil(g.filters / pt) * np.ceil(g.chans / qr)
     ifmap = g.input_words(rows[0])[:, None]
     fetch, ofmap = float(g.filter_words), float(g.output_words)
@@ -139,15 +138,28 @@ def candidate_bounds(g: Piece, spec: PEArraySpec, prices: Prices, rows, p_c, q_c
     per_group = passes * (p * q) * (energy.rf * g.s_seg * active) \
         + prices.filter_dram * fetch
     per_read = (prices.ifmap_dram + energy.buffer) * ifmap
-    psum_order = np.maximum(per_group + per_read, per_group * scale * qr * x + 2 * np.sqrt(
-        per_group * scale * g.filters * y * per_read))
-    ifmap_order = per_group * np.maximum(1.0, scale * (np.maximum(g.chans, qr) * x + pt * y)) \
-        + per_read
-    data = np.minimum(psum_order, ifmap_order)
     spills = footprint > spec.buffer_words  # not one image's pass fits
-    if spills.any():
+    return _energy_bound(g, spec, prices, ofmap, per_image, per_group, per_read, x, y, qr, pt,
+                         pt, spills)
+
+
+def _energy_bound(g: Piece, spec: PEArraySpec, prices: Prices, ofmap, per_image, per_group,
+                  per_read, x, y, chans, filters, spill_filters, spills) -> np.ndarray:
+    """The energy bound's sum (`candidate_bounds`): MACs and their four RF accesses, the
+    output once, N x `per_image`, and the least over the loop orders of the image groups'
+    `per_group` and the input reads' `per_read` (pJ), with `chans` channels' and `filters`
+    filters' words of one image in flight (`x`, `y` each), a spill where `spills` re-reading
+    the input once per `spill_filters` filters."""
+    energy = spec.energy
+    scale = g.images / spec.buffer_words
+    psum_order = np.maximum(per_group + per_read, per_group * scale * chans * x + 2 * np.sqrt(
+        per_group * scale * g.filters * y * per_read))
+    ifmap_order = per_group * np.maximum(
+        1.0, scale * (np.maximum(g.chans, chans) * x + filters * y)) + per_read
+    data = np.minimum(psum_order, ifmap_order)
+    if np.any(spills):
         data = np.minimum(data, np.where(spills, g.images * per_group
-                                         + g.filters / pt * per_read, np.inf))
+                                         + g.filters / spill_filters * per_read, np.inf))
     return ((energy.mac + 4 * energy.rf) * g.macs + (prices.dram + energy.buffer) * ofmap
             + g.images * per_image + data)
 
@@ -192,7 +204,6 @@ def row_bounds(g: Piece, spec: PEArraySpec, prices: Prices, rows) -> np.ndarray:
     e, r, t, _, strips = (x.astype(np.float64) for x in rows)
     x = g.strip_in(e) * g.in_w
     y = e * g.out_w
-    scale = g.images / spec.buffer_words
     by_chans = strips * np.ceil(g.chans / (g.q_max * r))  # passes / ceil(M / (p t))
     ifmap = g.input_words(rows[0])
     fetch, ofmap = float(g.filter_words), float(g.output_words)
@@ -207,13 +218,8 @@ def row_bounds(g: Piece, spec: PEArraySpec, prices: Prices, rows) -> np.ndarray:
                                                 * (r * g.set_rows - 1)))
     per_group = prices.filter_dram * fetch
     per_read = (prices.ifmap_dram + energy.buffer) * ifmap
-    psum_order = np.maximum(per_group + per_read, per_group * scale * r * x + 2 * np.sqrt(
-        per_group * scale * g.filters * y * per_read))
-    ifmap_order = per_group * np.maximum(1.0, scale * (np.maximum(g.chans, r) * x + t * y)) \
-        + per_read
-    spill = np.where(g.q_max * r * x + g.p_max * t * y > spec.buffer_words,
-                     g.images * per_group + g.filters / (g.p_max * t) * per_read, np.inf)
-    return ((energy.mac + 4 * energy.rf) * g.macs + (prices.dram + energy.buffer) * ofmap
-            + g.images * per_image + np.minimum(np.minimum(psum_order, ifmap_order), spill))
+    spills = g.q_max * r * x + g.p_max * t * y > spec.buffer_words
+    return _energy_bound(g, spec, prices, ofmap, per_image, per_group, per_read, x, y, r, t,
+                         g.p_max * t, spills)
 
 
