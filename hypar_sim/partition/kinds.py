@@ -9,6 +9,7 @@ and command line find it here; nothing else branches on kind names.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -87,6 +88,12 @@ BATCH, IN = kind_of(Dim.N), kind_of(Dim.C)
 DEFAULT_KINDS = (BATCH, IN)
 #: The kinds only graph networks have: attention heads and convolution groups.
 GRAPH_EXTRA_KINDS = (kind_of(Dim.H), kind_of(Dim.G))
+
+
+def listed(names: Sequence[str]) -> str:
+    """'a, b and c': kind names in a sentence."""
+    names = list(names)
+    return f"{', '.join(names[:-1])} and {names[-1]}" if len(names) > 1 else "".join(names)
 
 
 def allowed_names() -> str:

@@ -57,7 +57,7 @@ import numpy as np
 from hypar_sim.errors import InputError
 from hypar_sim.hardware.config import HardwareConfig, load_hardware
 from hypar_sim.partition.hierarchy import Hierarchy
-from hypar_sim.partition.kinds import KINDS, Dim, kind_of
+from hypar_sim.partition.kinds import KINDS, Dim, kind_of, listed
 from hypar_sim.partition.shares import Column
 from hypar_sim.planner.search import chain_dp
 from hypar_sim.planner.strategies import PlanRequest, register_strategy
@@ -248,7 +248,7 @@ def plan_levels(layers: Sequence[Layer], batch: int, hierarchy: Hierarchy, kinds
             if not allowed:
                 raise InputError(
                     f"--kinds: accpar cannot split layer {layer.name} at level {level + 1} with "
-                    f"{','.join(kinds)}; allowed: batch, in, out (AccPar's Type-I, II, III) "
+                    f"{','.join(kinds)}; allowed: {', '.join(TYPES)} (AccPar's Type-I, II, III) "
                     "where the dimension has an index for every member")
             options.append(allowed)
         comm, compute, boundary = _level_costs(layers, batch, columns, options, hierarchy,
@@ -295,7 +295,7 @@ def accpar_columns(request: PlanRequest) -> list[Column]:
     only, as the registry says)."""
     kinds = [kind for kind in request.options.kinds if kind in TYPES]
     if not kinds:
-        raise InputError(f"--kinds: accpar searches batch, in and out (AccPar's Type-I, II, "
+        raise InputError(f"--kinds: accpar searches {listed(TYPES)} (AccPar's Type-I, II, "
                          f"III); got {','.join(request.options.kinds)}")
     if not request.network.layers:
         return []

@@ -70,7 +70,7 @@ from hypar_sim.partition.graph_axes import Site
 from hypar_sim.partition.graph_axes import sites as graph_sites
 from hypar_sim.partition.graph_ops import weight_shape
 from hypar_sim.partition.hierarchy import Hierarchy
-from hypar_sim.partition.kinds import Dim
+from hypar_sim.partition.kinds import Dim, listed
 from hypar_sim.partition.redistribute import Region
 from hypar_sim.partition.shares import Column
 from hypar_sim.planner.accpar import TYPES, AccParPlan, Hardware, check_types, request_hardware
@@ -290,7 +290,7 @@ def accpar_graph_columns(request: GraphRequest) -> list[Column]:
     """AccPar's plan of a graph over the allowed kinds it has types for."""
     kinds = [kind for kind in TYPES if kind in request.kinds]
     if not kinds:
-        raise InputError(f"--kinds: accpar searches batch, in and out (AccPar's Type-I, II, "
+        raise InputError(f"--kinds: accpar searches {listed(TYPES)} (AccPar's Type-I, II, "
                          f"III); got {','.join(request.kinds)}")
     return list(plan_levels(request.graph, request.batch, request.hierarchy, kinds,
                             request_hardware(request), request.word_bytes,

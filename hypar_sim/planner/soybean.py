@@ -54,7 +54,7 @@ from types import MappingProxyType
 
 from hypar_sim.errors import InputError
 from hypar_sim.partition.hierarchy import Hierarchy
-from hypar_sim.partition.kinds import KINDS, Dim, kind_of
+from hypar_sim.partition.kinds import KINDS, Dim, kind_of, listed
 from hypar_sim.partition.shares import Column
 from hypar_sim.planner.strategies import PlanRequest, register_strategy
 from hypar_sim.planner.traffic import TrafficModel
@@ -353,7 +353,7 @@ def k_cuts(layers: Sequence[Layer], batch: int, hierarchy: Hierarchy, kinds: Seq
             if not allowed:
                 raise InputError(
                     f"--kinds: soybean cannot split layer {layer.name} at level {level + 1} "
-                    f"with {','.join(kinds)}; allowed: batch, in, out (SoyBean's matrix "
+                    f"with {','.join(kinds)}; allowed: {', '.join(SOYBEAN_KINDS)} (SoyBean's matrix "
                     "dimensions N, C, K) where the dimension has an index for every member")
             areas = share_areas(layer, batch, columns[index], hierarchy.sizes[:level],
                                 columns[index - 1] if index else None,
@@ -384,7 +384,7 @@ def soybean_columns(request: PlanRequest) -> list[Column]:
     """The columns of Algorithm 1 over the allowed kinds that have a matrix dimension (it
     minimises its own Eq. 3 bytes: no other objective)."""
     if not any(KINDS[kind].dim in MATRIX_DIMS for kind in request.options.kinds):
-        raise InputError(f"--kinds: soybean searches batch, in and out (SoyBean's matrix "
+        raise InputError(f"--kinds: soybean searches {listed(SOYBEAN_KINDS)} (SoyBean's matrix "
                          f"dimensions); got {','.join(request.options.kinds)}")
     if not request.network.layers:
         return []
