@@ -7,7 +7,7 @@ __version__ = "0.1.0"
 
 #: The Python API (`hypar_sim.api`), imported when first used so that `import hypar_sim`
 #: and the command line stay quick.
-_API = ("simulate", "plan", "compare", "hardware")
+_API = ("simulate", "plan", "compare", "hardware", "request")
 
 
 def __getattr__(name: str):

@@ -73,9 +73,10 @@ def _add_array_arguments(parser: argparse.ArgumentParser) -> None:
     size.add_argument("--levels", type=int, default=None,
                       help=f"hierarchy levels H, 2**H accelerators (default {DEFAULT_LEVELS})")
     size.add_argument("--accelerators", type=int, default=None,
-                      help="number of accelerators (default 16)")
-    parser.add_argument("--batch", type=int, default=DEFAULT_BATCH,
-                        help=f"samples per training step (default {DEFAULT_BATCH})")
+                      help="number of accelerators (default: the config file's, else 16)")
+    parser.add_argument("--batch", type=int, default=None,
+                        help="samples per training step (default: the config file's, else "
+                             f"{DEFAULT_BATCH})")
 
 
 def _networks_arguments(nets: argparse.ArgumentParser) -> None:
@@ -137,9 +138,13 @@ def _compare_arguments(compare: argparse.ArgumentParser) -> None:
     _add_simulation_arguments(compare)
     compare.add_argument("--strategies", default=None, metavar="LIST",
                          help=f"comma-separated, from {', '.join(s for s in STRATEGIES if s != 'explicit')}"
-                              " (default data,model,trick,hypar; graphs data,model,hypar); data "
-                              "is added as the base if missing; --objective applies to those that "
+                              " (default data,model,trick,hypar; graphs data,model,hypar); the "
+                              "baseline is added if missing; --objective applies to those that "
                               "take it, the others minimise their own cost")
+    compare.add_argument("--baseline", default="data", metavar="STRATEGY",
+                         help="the strategy the ratios divide by (default data; where it cannot "
+                              "plan, e.g. a batch smaller than the array, the error names one "
+                              "that can)")
     compare.add_argument("--json", action="store_true", help="print a JSON list of the runs")
     compare.add_argument("--workers", type=int, default=None,
                          help="processes running the strategies side by side (default: all "
@@ -158,8 +163,12 @@ def _sweep_arguments(sweep: argparse.ArgumentParser) -> None:
                        help="comma-separated, from data, model, trick, hypar, exhaustive "
                             "(default data,model,hypar)")
     sweep.add_argument("--topologies", default="htree", help="comma-separated (default htree)")
-    sweep.add_argument("--accelerators", default="16", help="comma-separated accelerator counts")
-    sweep.add_argument("--batch", default="256", help="comma-separated batch sizes")
+    sweep.add_argument("--accelerators", default=None,
+                       help="comma-separated accelerator counts (default: the config file's, "
+                            "else 16)")
+    sweep.add_argument("--batch", default=None,
+                       help="comma-separated batch sizes (default: the config file's, else "
+                            f"{DEFAULT_BATCH})")
     sweep.add_argument("--hierarchies", default="",
                        help="comma-separated hierarchies such as 4x3x2 (default: each count's "
                             "prime factors, largest first)")
@@ -264,11 +273,13 @@ def _add_simulation_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"one of {', '.join(TOPOLOGIES)} (default htree), or a topology "
                              "file (.yaml: links per level; see hardware/topology_file.py)")
     parser.add_argument("--accelerators", type=int, default=None,
-                        help="accelerators (default from the config: 16)")
+                        help="accelerators (default: the config file's, else 16)")
     parser.add_argument("--batch", type=int, default=None,
-                        help="samples per training step (default from the config: 256)")
+                        help=f"samples per training step (default: the config file's, else "
+                             f"{DEFAULT_BATCH})")
     parser.add_argument("--config", default=None,
-                        help="a hardware YAML file whose keys change configs/hypar_paper.yaml")
+                        help="a YAML file whose keys change configs/hypar_paper.yaml (hardware "
+                             "keys, and the run's accelerators and batch)")
     parser.add_argument("--engine", default="des", choices=ENGINES,
                         help="des: event-driven SimPy simulation (default); analytic: closed form")
     parser.add_argument("--chunk-kib", type=int, default=DEFAULT_CHUNK_BYTES // 1024,

@@ -37,8 +37,7 @@ from hypar_sim.workload.network import (
 )
 
 if TYPE_CHECKING:
-    from hypar_sim.partition.hierarchy import Hierarchy
-    from hypar_sim.planner.strategies import PlanOptions
+    from hypar_sim.request import RunRequest
 
 # The planner, hardware and simulator load inside the commands that use them: `networks`
 # and `--help` start without them (issue "Scale": start in a blink).
@@ -46,36 +45,36 @@ if TYPE_CHECKING:
 DEFAULT_LEVELS = 4
 
 
-def hierarchy_from_args(args: argparse.Namespace, accelerators: int | None = None) -> Hierarchy:
-    """The hierarchy from --hierarchy, --levels (two-way levels) or the accelerator count
-    (its prime factors, largest first: 12 -> 3x2x2)."""
-    from hypar_sim.partition.hierarchy import MAX_MEMBERS, Hierarchy
-    from hypar_sim.planner.strategies import as_hierarchy
+def request_from_args(args: argparse.Namespace, strategy: str | None = None) -> RunRequest:
+    """The run's request from the command line (`hypar_sim.request.make_request`: flags, then
+    the config file's accelerators and batch, then the defaults)."""
+    from hypar_sim.request import make_request
 
-    count = accelerators if accelerators is not None else getattr(args, "accelerators", None)
-    if getattr(args, "levels", None) is not None:
-        if args.hierarchy:
-            raise InputError("--levels: give --levels or --hierarchy, not both")
-        return as_hierarchy(args.levels)
-    if count is not None and (count < 1 or count > MAX_MEMBERS):
-        raise InputError(f"--accelerators: must be an integer from 1 to {MAX_MEMBERS}, "
-                         f"got {count}")
-    if args.hierarchy:
-        return Hierarchy.parse(args.hierarchy, count)
-    return Hierarchy.for_count(count if count is not None else 2**DEFAULT_LEVELS)
+    sim = None
+    if hasattr(args, "engine"):  # the commands that simulate
+        from hypar_sim.sim.options import SimOptions
 
+        if args.chunk_kib < 1:
+            raise InputError(f"--chunk-kib: must be a positive integer, got {args.chunk_kib}")
+        if args.max_chunks < 1:
+            raise InputError(f"--max-chunks: must be a positive integer, got {args.max_chunks}")
+        sim = SimOptions(topology=args.topology, engine=args.engine,
+                         chunk_bytes=args.chunk_kib * 1024, max_chunks=args.max_chunks,
+                         overlap_gradients=not args.no_overlap, bucket_mb=args.bucket_mb,
+                         symmetry=not args.no_symmetry, progress=sys.stderr.isatty(),
+                         trace=bool(getattr(args, "trace", None)))
+    elif getattr(args, "topology", None):  # plan: the estimate's topology
+        from hypar_sim.sim.options import SimOptions
 
-def plan_options_from_args(args: argparse.Namespace) -> PlanOptions:
-    from hypar_sim.partition.kinds import parse_kinds
-    from hypar_sim.planner.strategies import PlanOptions
-
-    return PlanOptions(kinds=parse_kinds(args.kinds) if args.kinds is not None else None,
-                       search=args.search,
-                       objective=args.objective, topology=getattr(args, "topology", "htree"),
-                       overlap_gradients=not getattr(args, "no_overlap", False),
-                       progress=sys.stderr.isatty(),
-                       traffic_model=args.traffic_model,
-                       phases=getattr(args, "phases", "training"))
+        sim = SimOptions(topology=args.topology)
+    return make_request(
+        args.network, accelerators=args.accelerators, batch=args.batch,
+        levels=getattr(args, "levels", None), hierarchy=args.hierarchy, config=args.config,
+        overrides=hardware_overrides(args), seq=args.seq,
+        strategy=strategy or getattr(args, "strategy", "hypar"),
+        plan_text=getattr(args, "plan_text", None), kinds=args.kinds, search=args.search,
+        traffic_model=args.traffic_model, objective=args.objective,
+        phases=getattr(args, "phases", "training"), sim=sim, progress=sys.stderr.isatty())
 
 
 def _workload(args: argparse.Namespace) -> Network | Graph:
@@ -85,29 +84,12 @@ def _workload(args: argparse.Namespace) -> Network | Graph:
     return load_workload(args.network, args.seq)
 
 
-def _simulation_inputs(args: argparse.Namespace):
-    from hypar_sim.hardware.config import load_hardware
-    from hypar_sim.runner import SimOptions  # the simulator loads only for commands that run it
-
-    network = _workload(args)
-    config = load_hardware(args.config, hardware_overrides(args))
-    if args.chunk_kib < 1:
-        raise InputError(f"--chunk-kib: must be a positive integer, got {args.chunk_kib}")
-    if args.max_chunks < 1:
-        raise InputError(f"--max-chunks: must be a positive integer, got {args.max_chunks}")
-    options = SimOptions(topology=args.topology, engine=args.engine,
-                         chunk_bytes=args.chunk_kib * 1024, max_chunks=args.max_chunks,
-                         overlap_gradients=not args.no_overlap, bucket_mb=args.bucket_mb,
-                         symmetry=not args.no_symmetry, progress=sys.stderr.isatty())
-    return network, config, options
-
-
 #: From this many accelerators, `run` under the ring collectives suggests layout_levels.
 RING_HINT_ACCELERATORS = 256
 
 
 def cmd_run(args: argparse.Namespace) -> str:
-    from hypar_sim.runner import simulate_strategy
+    from hypar_sim.runner import simulate_request
 
     for path, flag in ((args.csv, "--csv"), (args.trace, "--trace"), (args.plot, "--plot")):
         if path:
@@ -116,19 +98,14 @@ def cmd_run(args: argparse.Namespace) -> str:
         from hypar_sim.figure_style import figure_format
 
         figure_format(args.plot, "--plot")
-    network, config, options = _simulation_inputs(args)
-    if args.trace:
-        options = dataclasses.replace(options, trace=True)
-    if args.traffic_model == "layout" and config.accelerators >= RING_HINT_ACCELERATORS:
+    request = request_from_args(args)
+    if args.traffic_model == "layout" and request.accelerators >= RING_HINT_ACCELERATORS:
         print(f"note: --traffic-model layout sends each collective as a ring of k - 1 rounds "
-              f"(k(k - 1) messages); on {config.accelerators} accelerators --traffic-model "
+              f"(k(k - 1) messages); on {request.accelerators} accelerators --traffic-model "
               f"layout_levels sends the same bytes level by level in fewer rounds (faster to "
               f"simulate)",
               file=sys.stderr)
-    strategy = "explicit" if args.plan_text is not None else args.strategy
-    result = simulate_strategy(network, strategy, config, options, args.plan_text,
-                               plan_options_from_args(args),
-                               hierarchy_from_args(args, config.accelerators))
+    result = simulate_request(request)
     written = ""
     if args.csv:  # the layers, and the configuration once beside them (not on every row)
         table = result.per_layer_frame().assign(hypar_sim_version=result.version)
@@ -160,52 +137,82 @@ def cmd_compare(args: argparse.Namespace) -> str:
     from hypar_sim.planner.bound import layer_bounds
     from hypar_sim.planner.graph_plan import GRAPH_STRATEGIES
     from hypar_sim.planner.strategies import STRATEGIES, minimised, objective_for
+    from hypar_sim.request import with_strategy
 
-    network, config, options = _simulation_inputs(args)
-    plan_options = plan_options_from_args(args)
-    hierarchy = hierarchy_from_args(args, config.accelerators)
+    request = request_from_args(args)
+    network = request.workload()
     graph = isinstance(network, Graph)
-    strategies = _compared(args.strategies, GRAPH_COMPARED if graph else CHAIN_STRATEGIES,
-                           tuple(GRAPH_STRATEGIES) if graph else tuple(s for s in STRATEGIES
-                                                                if s != "explicit"))
-    objectives = [objective_for(s, plan_options.objective) for s in strategies]
+    allowed = tuple(GRAPH_STRATEGIES) if graph else tuple(s for s in STRATEGIES
+                                                          if s != "explicit")
+    strategies = _compared(args.strategies, args.baseline,
+                           GRAPH_COMPARED if graph else CHAIN_STRATEGIES, allowed)
+    _check_baseline(request, network, args.baseline, allowed)
+    objectives = [objective_for(s, request.plan.objective) for s in strategies]
     if args.workers is not None and args.workers < 1:
         raise InputError(f"--workers: must be a positive integer, got {args.workers}")
-    quiet = dataclasses.replace(options, progress=False)  # one bar here, not one per worker
-    jobs = [(network, strategy, config, quiet, dataclasses.replace(
-        plan_options, objective=objective, progress=False), hierarchy)
-        for strategy, objective in zip(strategies, objectives, strict=True)]
-    results = parallel_map(_simulate_job, jobs, args.workers, progress=options.progress)
+    quiet = dataclasses.replace(  # one bar here, not one per worker
+        request, sim=dataclasses.replace(request.sim, progress=False),
+        plan=dataclasses.replace(request.plan, progress=False))
+    jobs = [(with_strategy(quiet, strategy, objective), network)
+            for strategy, objective in zip(strategies, objectives, strict=True)]
+    results = parallel_map(_simulate_job, jobs, args.workers, progress=request.sim.progress)
     bound = None
-    if not graph and plan_options.phases == "training":  # the bound counts a training step
-        bound = sum(layer_bounds(network.layers, config.batch, hierarchy, plan_options.kinds,
-                                 config.word_bytes))
+    if not graph and request.plan.phases == "training":  # the bound counts a training step
+        bound = sum(layer_bounds(network.layers, request.batch, request.hierarchy,
+                                 request.plan.kinds, request.hardware().word_bytes))
     if args.json:
-        return json.dumps([result.to_dict() | {"objective": objective}
+        return json.dumps([result.to_dict() | {"objective": objective,
+                                               "baseline": args.baseline}
                            for result, objective in zip(results, objectives, strict=True)],
                           indent=2)
     return comparison_table(results, [minimised(s, o) for s, o in zip(strategies, objectives,
                                                                        strict=True)],
-                            bound, plan_options.kinds)
+                            bound, request.plan.kinds, args.baseline)
 
 
 def _simulate_job(job: tuple) -> Any:
     """One strategy of `compare` (a process pool's unit of work)."""
-    from hypar_sim.runner import simulate_strategy
+    from hypar_sim.runner import simulate_request
 
-    network, strategy, config, options, plan_options, hierarchy = job
-    return simulate_strategy(network, strategy, config, options, None, plan_options, hierarchy)
+    request, network = job
+    return simulate_request(request, network)
 
 
-def _compared(text: str | None, default: tuple[str, ...], allowed: tuple[str, ...]) -> list[str]:
-    """The strategies of `compare --strategies`, data first (the base of the ratios)."""
+def _check_baseline(request: RunRequest, network: Network | Graph, baseline: str,
+                    allowed: tuple[str, ...]) -> None:
+    """The baseline must plan (the ratios divide by it): if it cannot, one line saying why
+    and naming a strategy that plans this case."""
+    from hypar_sim.request import plan_request, with_strategy
+
+    config = request.hardware()
+    try:
+        plan_request(with_strategy(request, baseline), network, config)
+    except InputError as exc:
+        working = None
+        for other in ("hypar", *allowed):
+            if other == baseline:
+                continue
+            try:
+                plan_request(with_strategy(request, other, "bytes"), network, config)
+            except InputError:
+                continue
+            working = other
+            break
+        hint = f"; e.g. --baseline {working}" if working else ""
+        raise InputError(f"--baseline: {baseline} cannot plan {request.batch} samples on "
+                         f"{request.accelerators} accelerators ({exc}){hint}") from None
+
+
+def _compared(text: str | None, baseline: str, default: tuple[str, ...],
+              allowed: tuple[str, ...]) -> list[str]:
+    """The strategies of `compare --strategies`, the baseline first (the base of the
+    ratios)."""
     names = [n.strip() for n in text.split(",") if n.strip()] if text else list(default)
-    for name in names:
+    for name, flag in [*((n, "--strategies") for n in names), (baseline, "--baseline")]:
         if name not in allowed:
-            raise InputError(f"--strategies: unknown or not comparable '{name}'"
+            raise InputError(f"{flag}: unknown or not comparable '{name}'"
                              f"{closest(name, allowed)}; allowed: {', '.join(allowed)}")
-    names = list(dict.fromkeys(names))
-    return names if "data" in names else ["data", *names]
+    return list(dict.fromkeys([baseline, *names]))
 
 
 def _topologies(names: tuple[str, ...]) -> tuple[str, ...]:
@@ -226,7 +233,7 @@ def _topologies(names: tuple[str, ...]) -> tuple[str, ...]:
 
 def cmd_sweep(args: argparse.Namespace) -> str:
     from hypar_sim import sweep
-    from hypar_sim.hardware.config import load_hardware, parse_overrides
+    from hypar_sim.hardware.config import load_hardware, parse_overrides, run_keys
     from hypar_sim.partition.kinds import parse_kinds
     from hypar_sim.planner.objectives import OBJECTIVES
     from hypar_sim.planner.search import SEARCHES
@@ -237,6 +244,7 @@ def cmd_sweep(args: argparse.Namespace) -> str:
         networks = sweep.all_networks()
     for network in networks:
         load_workload(network)  # a bad name or file stops the sweep before it starts
+    run = run_keys() | (run_keys(args.config) if args.config else {})
     if args.config:
         load_hardware(args.config)
     if args.workers is not None and args.workers < 1:
@@ -245,8 +253,9 @@ def cmd_sweep(args: argparse.Namespace) -> str:
         networks=networks,
         strategies=sweep.parse_list(args.strategies, None, "--strategies"),
         topologies=_topologies(sweep.parse_list(args.topologies, None, "--topologies")),
-        accelerators=sweep.parse_ints(args.accelerators, "--accelerators"),
-        batches=sweep.parse_ints(args.batch, "--batch"),
+        accelerators=sweep.parse_ints(args.accelerators or str(run["accelerators"]),
+                                      "--accelerators"),
+        batches=sweep.parse_ints(args.batch or str(run["batch"]), "--batch"),
         overrides=parse_overrides(args.overrides),
         engines=sweep.parse_list(args.engine, ENGINES, "--engine"),
         objectives=sweep.parse_list(args.objectives, OBJECTIVES, "--objectives"),
@@ -297,11 +306,10 @@ def cmd_reproduce(args: argparse.Namespace) -> str:
 
 
 def hardware_overrides(args: argparse.Namespace) -> dict[str, Any]:
-    """The hardware keys given on the command line (--accelerators, --batch, --set)."""
+    """The hardware keys given on the command line (--set)."""
     from hypar_sim.hardware.config import parse_overrides
 
-    given = {key: getattr(args, key) for key in ("accelerators", "batch")
-             if getattr(args, key, None) is not None}
+    given: dict[str, Any] = {}
     for key, values in parse_overrides(getattr(args, "overrides", None) or ()):
         if len(values) != 1:
             raise InputError(f"--set: {key} takes one value here (several make a sweep: "
@@ -311,15 +319,19 @@ def hardware_overrides(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def cmd_hardware(args: argparse.Namespace) -> str:
-    from hypar_sim.hardware.config import derived, describe, load_hardware
+    from hypar_sim.hardware.config import check_run_keys, derived, describe, load_hardware
 
     config = load_hardware(args.config, hardware_overrides(args))
-    rows = describe(config, args.config)
+    run = {key: value for key, value in (("accelerators", args.accelerators),
+                                         ("batch", args.batch)) if value is not None}
+    check_run_keys(run, "command line")
+    rows = describe(config, args.config, run)
     if args.json:
         return json.dumps({row["key"]: row["value"] for row in rows}, indent=2)
     if args.yaml:
         return hardware_yaml(rows)
-    return hardware_table(rows, derived(config))
+    accelerators = next(row["value"] for row in rows if row["key"] == "accelerators")
+    return hardware_table(rows, derived(config, accelerators))
 
 
 def cmd_networks(args: argparse.Namespace) -> str:
@@ -363,28 +375,21 @@ def graph_dict(graph: Graph) -> dict:
 
 
 def cmd_plan(args: argparse.Namespace) -> str:
-    from hypar_sim.hardware.config import load_hardware
-    from hypar_sim.planner.strategies import make_plan
+    from hypar_sim.request import plan_request
 
-    workload = _workload(args)
-    if isinstance(workload, Graph):
-        return _plan_graph(args, workload)
-    strategy = "explicit" if args.plan_text is not None else args.strategy
-    options = plan_options_from_args(args)
-    hierarchy = hierarchy_from_args(args)
-    overrides = hardware_overrides(args) | {"accelerators": hierarchy.members,
-                                            "batch": args.batch}
-    config = load_hardware(args.config, overrides)
-    if args.bound and options.phases != "training":
+    request = request_from_args(args)
+    workload, config = request.workload(), request.hardware()
+    if args.bound and request.plan.phases != "training":
         raise InputError("--bound: the lower bound counts a training step's transfers; it is "
                          "not defined for --phases forward yet")
-    plan = make_plan(workload, strategy, hierarchy, args.batch, args.plan_text,
-                     config.word_bytes, options, config)
+    plan = plan_request(request, workload, config)
+    if isinstance(workload, Graph):
+        return _graph_plan_text(args, request, plan, workload)
     bounds = None
     if args.bound:
         from hypar_sim.planner.bound import layer_bounds
 
-        bounds = layer_bounds(workload.layers, plan.batch, plan.hierarchy, options.kinds,
+        bounds = layer_bounds(workload.layers, plan.batch, plan.hierarchy, request.plan.kinds,
                               plan.word_bytes)
     if args.json:
         data = plan.to_dict()
@@ -395,20 +400,13 @@ def cmd_plan(args: argparse.Namespace) -> str:
                                                   else "")
 
 
-def _plan_graph(args: argparse.Namespace, graph: Graph) -> str:
-    """`plan` of a graph network (the graph strategies; the layout model)."""
-    from hypar_sim.hardware.config import load_hardware
+def _graph_plan_text(args: argparse.Namespace, request: RunRequest, plan: Any,
+                     graph: Graph) -> str:
+    """`plan`'s output for a graph network (its bound per node)."""
     from hypar_sim.planner.bound import node_bounds
-    from hypar_sim.planner.graph_plan import make_graph_plan
 
-    options = plan_options_from_args(args)
-    hierarchy = hierarchy_from_args(args)
-    config = load_hardware(args.config, hardware_overrides(args) | {
-        "accelerators": hierarchy.members, "batch": args.batch})
-    plan = make_graph_plan(graph, args.strategy, hierarchy, args.batch, args.plan_text,
-                           config.word_bytes, options, config)
-    bounds = (node_bounds(graph, plan.batch, plan.hierarchy, options.kinds, plan.word_bytes)
-              if args.bound else None)
+    bounds = (node_bounds(graph, plan.batch, plan.hierarchy, request.plan.kinds,
+                          plan.word_bytes) if args.bound else None)
     if args.json:
         data = plan.to_dict()
         if bounds is not None:

@@ -126,11 +126,12 @@ def hardware_yaml(rows: Sequence[dict]) -> str:
 
 
 def comparison_table(results: Sequence, objectives: Sequence[str] | None = None,
-                     bound_bytes: float | None = None, kinds: Sequence[str] = ()) -> str:
-    """Strategies side by side, normalized to data parallelism (the first `data` result):
-    speedup, energy efficiency, bytes; what each minimised; how many layer-levels each kind
-    takes; and the lower bound on bytes."""
-    base = next(r for r in results if r.strategy == "data")
+                     bound_bytes: float | None = None, kinds: Sequence[str] = (),
+                     baseline: str = "data") -> str:
+    """Strategies side by side, normalized to the `baseline` strategy (its first result; data
+    parallelism by default): speedup, energy efficiency, bytes; what each minimised; how many
+    layer-levels each kind takes; and the lower bound on bytes."""
+    base = next(r for r in results if r.strategy == baseline)
     first = results[0]
     objectives = objectives or ["bytes"] * len(results)
     time_unit, time_size = unit_for([r.latency_s for r in results], TIME_UNITS)
@@ -145,7 +146,8 @@ def comparison_table(results: Sequence, objectives: Sequence[str] | None = None,
     head = (f"{first.network} on {plural(first.accelerators, 'accelerator')} ({first.topology}), batch "
             f"{first.batch}, {first.engine} engine"
             f"{', inference (forward pass only)' if first.phases == 'forward' else ''}; speedup, "
-            "energy efficiency and bytes relative to data parallelism\n\n")
+            f"energy efficiency and bytes relative to "
+            f"{'data parallelism' if baseline == 'data' else baseline}\n\n")
     text = head + table(("strategy", "minimises", f"latency {time_unit}", "speedup", "energy J",
                          "efficiency", f"traffic {byte_unit}", "bytes", "comm share",
                          "plan (kind: layers x levels)"), rows)

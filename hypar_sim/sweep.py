@@ -39,14 +39,15 @@ from hypar_sim import __version__
 from hypar_sim.atomic import atomic_write_text, check_writable
 from hypar_sim.errors import InputError
 from hypar_sim.executors import Runner, execute
-from hypar_sim.hardware.config import HardwareConfig, load_hardware
 from hypar_sim.partition.hierarchy import Hierarchy
-from hypar_sim.partition.kinds import DEFAULT_KINDS, parse_kinds
-from hypar_sim.planner.strategies import STRATEGIES, PlanOptions, objective_for
+from hypar_sim.partition.kinds import DEFAULT_KINDS
+from hypar_sim.planner.strategies import STRATEGIES, objective_for
+from hypar_sim.planner.traffic import DEFAULT_TRAFFIC_MODEL
+from hypar_sim.request import RunRequest, make_request
 from hypar_sim.results import flatten
-from hypar_sim.runner import SimOptions, simulate_strategy
+from hypar_sim.runner import SimOptions, simulate_request
 from hypar_sim.sim.defaults import ENGINES
-from hypar_sim.workload.network import available_networks, load_workload
+from hypar_sim.workload.network import available_networks
 
 EXECUTORS = ("process", "serial", "dask")
 #: Input columns, in order; then the outputs.
@@ -72,7 +73,7 @@ class Case:
     hierarchy: str = ""  # level sizes such as 4x3x2; "" = the count's prime factors
     kinds: str = ",".join(DEFAULT_KINDS)
     search: str = "greedy"
-    traffic_model: str = "paper"  # the figure scripts' default; the sweep command's is layout
+    traffic_model: str = DEFAULT_TRAFFIC_MODEL  # the figures of HyPar's evaluation ask for paper
     objective: str = "bytes"  # what the searching strategies minimise
     overlap: bool = True  # gradient exchange overlapped with the backward pass
 
@@ -173,25 +174,23 @@ def parse_ints(text: str, what: str) -> tuple[int, ...]:
     return values
 
 
-def case_config(case: Case) -> HardwareConfig:
-    overrides = dict(case.overrides)
-    overrides.update({"accelerators": case.accelerators, "batch": case.batch})
-    return load_hardware(case.config_file, overrides)
+def case_request(case: Case, options: Mapping[str, Any] | None = None) -> RunRequest:
+    """The run's request of one case (`hypar_sim.request`, as the command line builds it)."""
+    sim = SimOptions(topology=case.topology, engine=case.engine, overlap_gradients=case.overlap,
+                     **(options or {}))
+    return make_request(case.network, accelerators=case.accelerators, batch=case.batch,
+                        hierarchy=case.hierarchy or None, config=case.config_file,
+                        overrides=case.overrides, strategy=case.strategy,
+                        plan_text=case.plan_text, kinds=case.kinds, search=case.search,
+                        traffic_model=case.traffic_model,
+                        objective=objective_for(case.strategy, case.objective), sim=sim)
 
 
 def run_case(case: Case, options: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Simulate one case; never raises: a failure is a row with its error message."""
     row: dict[str, Any] = case.inputs()
     try:
-        config = case_config(case)
-        sim_options = SimOptions(topology=case.topology, engine=case.engine,
-                                 overlap_gradients=case.overlap, **(options or {}))
-        hierarchy = (Hierarchy.parse(case.hierarchy, case.accelerators, "--hierarchies")
-                     if case.hierarchy else None)
-        plan_options = PlanOptions(parse_kinds(case.kinds), case.search, case.traffic_model,
-                                   objective=objective_for(case.strategy, case.objective))
-        result = simulate_strategy(load_workload(case.network), case.strategy, config,
-                                   sim_options, case.plan_text, plan_options, hierarchy)
+        result = simulate_request(case_request(case, options))
         data = result.to_dict()
         for key in INPUT_COLUMNS:
             data.pop(key, None)

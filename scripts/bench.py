@@ -31,9 +31,12 @@ from hypar_sim.partition.hierarchy import Hierarchy
 from hypar_sim.partition.steps import Phase
 from hypar_sim.planner.graph_plan import make_graph_plan
 from hypar_sim.planner.strategies import PlanOptions, make_plan
-from hypar_sim.runner import SimOptions, simulate, simulate_graph
+from hypar_sim.runner import SimOptions, simulate
 from hypar_sim.sim.schedule import member_shares
 from hypar_sim.workload.network import load_network, load_workload
+
+#: The cost-model and simulator timings run HyPar's reading (as they always have).
+PAPER = PlanOptions(traffic_model="paper")
 
 PHASES = (Phase.FORWARD, Phase.BACKWARD, Phase.GRADIENT, Phase.UPDATE)
 
@@ -46,7 +49,7 @@ def clear_cost_caches() -> None:
 def bench_costs() -> None:
     config = load_hardware()
     networks = {name: load_network(name) for name in PAPER_NETWORKS}
-    shares = {name: [layer[0] for layer in member_shares(net, make_plan(net, "hypar", 4, 256))]
+    shares = {name: [layer[0] for layer in member_shares(net, make_plan(net, "hypar", 4, 256, options=PAPER))]
               for name, net in networks.items()}
     clear_cost_caches()
     start = time.perf_counter()
@@ -95,7 +98,7 @@ def one_run(case: tuple[str, str, str]) -> tuple[str, str, str, float, int, int]
     name, strategy, topology = case
     config = load_hardware()
     network = load_network(name)
-    plan = make_plan(network, strategy, 4, config.batch)
+    plan = make_plan(network, strategy, 4, 256, options=PAPER)
     result = simulate(network, plan, config, SimOptions(topology=topology))
     return name, strategy, topology, result.wall_s, result.events, result.lane_grants
 
@@ -137,11 +140,11 @@ def bench_graphs() -> None:
     for name, accelerators, batch, target in (("resnet50", 64, 256, 2.0),
                                               ("bert_base", 16, 32, 2.0)):
         graph = load_workload(name)
-        config = load_hardware(None, {"accelerators": accelerators, "batch": batch})
+        config = load_hardware()
         start = time.perf_counter()
         plan = make_graph_plan(graph, "hypar", Hierarchy.for_count(accelerators), batch)
         planned = time.perf_counter()
-        result = simulate_graph(graph, plan, config)
+        result = simulate(graph, plan, config)
         simulated = time.perf_counter()
         print(f"graph {name} on {accelerators} cubes, batch {batch}: plan "
               f"{planned - start:.2f} s, simulation {simulated - planned:.2f} s (schedule and "
@@ -159,7 +162,7 @@ def bench_scale(largest: int) -> None:
     counts = [n for n in (16, 64, 256, 1024, 4096) if n <= largest]
     for count in counts:
         batch = max(256, count)
-        config = load_hardware(None, {"accelerators": count, "batch": batch})
+        config = load_hardware()
         network = load_network("vgg_a")
         for model in ("paper", "layout_levels"):
             start = time.perf_counter()

@@ -43,19 +43,19 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=64)
     args = parser.parse_args()
 
-    from hypar_sim.hardware.config import load_hardware
-    from hypar_sim.runner import simulate_strategy
+    from hypar_sim.request import make_request
+    from hypar_sim.runner import simulate_request
     from hypar_sim.workload.network import load_workload
 
-    config = load_hardware(None, {"accelerators": args.accelerators, "batch": args.batch})
     with tempfile.TemporaryDirectory() as folder:
         for name in args.models.split(","):
             path, params = export(name, Path(folder))
             start = time.perf_counter()
             graph = load_workload(str(path))
             imported = time.perf_counter() - start
-            data = simulate_strategy(graph, "data", config)
-            hypar = simulate_strategy(graph, "hypar", config)
+            data, hypar = (simulate_request(make_request(
+                graph, accelerators=args.accelerators, batch=args.batch, strategy=strategy))
+                for strategy in ("data", "hypar"))
             print(f"{name:20} {len(graph.nodes):4} nodes, {graph.params:>11,} parameters "
                   f"(torchvision {params:,}), {graph.macs_per_sample / 1e9:6.3f} GMAC/sample, "
                   f"imported in {imported:.2f} s; step data {data.latency_s * 1e3:8.1f} ms, "

@@ -30,7 +30,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch", type=int, default=256)
     parser.add_argument("--objective", default="time", choices=("time", "energy"))
     args = parser.parse_args(argv)
-    config = load_hardware(overrides={"accelerators": args.accelerators, "batch": args.batch})
+    config = load_hardware()
     unit = "ms" if args.objective == "time" else "J"
     print(f"| network | topology | hypar ({unit}) | optimal ({unit}) | optimal / hypar | "
           "estimate error | plan time (s) |")

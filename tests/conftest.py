@@ -8,9 +8,12 @@ from pathlib import Path
 
 import pytest
 
+from hypar_sim.planner.strategies import PlanOptions
 from hypar_sim.workload.layers import FeatureShape, Layer, Pool, make_conv, make_fc
 
 REPO = Path(__file__).resolve().parents[1]
+#: HyPar's reading of its Tables 1 and 2, which the figures (and the tests of them) ask for.
+PAPER = PlanOptions(traffic_model="paper")
 
 
 def run_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:

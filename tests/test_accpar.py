@@ -243,7 +243,7 @@ def test_kinds_and_offered_are_honoured():
 def test_plan_runs_under_the_simulator():
     network = load_network("lenet_c")
     plan = make_plan(network, "accpar", 2, 64, options=PlanOptions(kinds=ALL))
-    result = simulate(network, plan, load_hardware(overrides={"accelerators": 4, "batch": 64}))
+    result = simulate(network, plan, load_hardware())
     assert result.latency_s > 0 and result.traffic_bytes == plan.traffic_bytes
 
 

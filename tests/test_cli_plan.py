@@ -100,7 +100,7 @@ def test_uneven_batch_is_accepted_by_the_layout_model(cli):
      "unknown split kind 'xp'; allowed: batch (dp), in (mp), out, spatial"),
     (("plan", "lenet_c", "--levels", "2", "--plan", "dp dp mp mp"), "has 1 level(s), expected 2"),
     (("plan", "lenet_c", "--levels", "1", "--plan", "dp dp mp"), "has 3 choice(s), expected 4"),
-    (("plan", "lenet_c", "--strategy", "data", "--batch", "0"), "batch: 0 is out of range; allowed: >= 1"),
+    (("plan", "lenet_c", "--strategy", "data", "--batch", "0"), "--batch: must be a positive integer, got 0"),
     (("plan", "lenet_c", "--strategy", "explicit"), "give --plan"),
 ])
 def test_bad_input_one_line_exit_2(cli, args, fragment):
@@ -173,13 +173,12 @@ def test_compare_in_parallel_gives_the_same_results():
 def test_progress_changes_nothing_but_stderr(capsys):
     """A run with its progress bar on (the command line turns it on for a terminal) gives the
     same result, with no trace of the bar in it; a run under 2 s shows no bar at all."""
-    from hypar_sim.hardware.config import load_hardware
-    from hypar_sim.runner import SimOptions, simulate_strategy
-    from hypar_sim.workload.network import load_network
+    from hypar_sim.request import make_request
+    from hypar_sim.runner import SimOptions, simulate_request
 
-    network, config = load_network("lenet_c"), load_hardware(overrides={"accelerators": 4})
-    quiet = simulate_strategy(network, "hypar", config, SimOptions()).to_dict()
-    loud = simulate_strategy(network, "hypar", config, SimOptions(progress=True)).to_dict()
+    quiet, loud = (simulate_request(make_request(
+        "lenet_c", accelerators=4, sim=SimOptions(progress=progress))).to_dict()
+        for progress in (False, True))
     for data in (quiet, loud):
         data.pop("wall_s")
     assert loud == quiet and "progress" not in loud["config"]

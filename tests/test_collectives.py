@@ -106,7 +106,7 @@ def test_levels_model_keeps_the_plans_and_bytes_and_the_engines_agree(sizes, str
     3-way level differ by 8%, as under `layout` (the analytic engine's contention)."""
     hierarchy = Hierarchy(sizes)
     net = load_network("cifar_c")
-    config = load_hardware(overrides={"accelerators": hierarchy.members, "batch": 96})
+    config = load_hardware()
     plans = {model: make_plan(net, strategy, hierarchy, 96,
                               options=PlanOptions(traffic_model=model))
              for model in ("layout", "layout_levels")}

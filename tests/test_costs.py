@@ -18,6 +18,7 @@ from hypar_sim.partition.hierarchy import Hierarchy
 from hypar_sim.partition.shares import column_shares, offered, whole_share
 from hypar_sim.partition.steps import Phase
 from hypar_sim.workload.network import load_network
+from tests.conftest import PAPER
 
 CONFIG = load_hardware()
 CONV_PHASES = (Phase.FORWARD, Phase.BACKWARD, Phase.GRADIENT)
@@ -253,7 +254,7 @@ def test_sfc_compute_dram_is_near_one_pass():
     from hypar_sim.sim.schedule import member_shares
 
     network = load_network("sfc")
-    plan = make_plan(network, "hypar", Hierarchy.for_count(16), 256, config=CONFIG)
+    plan = make_plan(network, "hypar", Hierarchy.for_count(16), 256, config=CONFIG, options=PAPER)
     moved = once = 0
     for shares in member_shares(network, plan):
         for phase in CONV_PHASES:

@@ -26,7 +26,7 @@ from hypar_sim.workload.network import load_network
 def _setup(name: str, accelerators: int, objective: str = "time", topology: str = "htree",
            model: str = "layout"):
     network = load_network(name)
-    config = load_hardware(overrides={"accelerators": accelerators, "batch": 64})
+    config = load_hardware()
     hierarchy = Hierarchy.for_count(accelerators)
     estimator = Estimator(objective, traffic_model(model), config,
                           make_topology(topology, config, hierarchy),
@@ -107,7 +107,7 @@ def test_time_objective_changes_the_plan_where_bytes_mislead():
     against 150.6) and the analytic engine runs it faster (13.9 M cycles against 15.4):
     bytes are a proxy for time, not the same thing (HyPar's own Fig 10 finding)."""
     network = load_network("alexnet_half")
-    config = load_hardware(overrides={"accelerators": 16, "batch": 64})
+    config = load_hardware()
     hierarchy = Hierarchy.for_count(16)
     by_bytes = make_plan(network, "hypar", hierarchy, 64,
                          options=PlanOptions(search="joint"), config=config)
@@ -202,7 +202,7 @@ def test_optimal_finds_the_best_plan_of_the_fig10_space():
     layers' last level to batch (since issue 13's fp32 scratch pads and mapping search),
     which the simulation finds at most 0.5% slower: the estimate's error."""
     network = load_network("vgg_a")
-    config = load_hardware(overrides={"accelerators": 16, "batch": 256})
+    config = load_hardware()
     plan = make_plan(network, "optimal", 4, 256,
                      options=PlanOptions(traffic_model="paper", objective="time"), config=config)
     hypar = make_plan(network, "hypar", 4, 256, options=PlanOptions(traffic_model="paper"))

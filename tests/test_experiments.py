@@ -17,7 +17,7 @@ from hypar_sim.partition.hierarchy import Hierarchy
 from hypar_sim.planner.strategies import PlanOptions, make_plan
 from hypar_sim.runner import SimOptions, simulate
 from hypar_sim.workload.network import load_network
-from tests.conftest import REPO
+from tests.conftest import PAPER, REPO
 from tests.test_simulator import layer_phase_cycles
 
 # Rows of every quick table: fig05 (4 + 4 + 5 layers) x 2 levels; 3 networks x 3 strategies
@@ -40,7 +40,7 @@ def data_traffic_bytes(network: str, accelerators: int) -> float:
 def planned_bytes(network: str, strategy: str, accelerators: int, batch: int = 256,
                   **plan) -> float:
     """The planner's traffic for the case (paper model unless `plan` says otherwise)."""
-    options = PlanOptions(**plan) if plan else None
+    options = PlanOptions(**({"traffic_model": "paper"} | plan))
     return make_plan(load_network(network), strategy, Hierarchy.for_count(accelerators), batch,
                      options=options).traffic_bytes
 
@@ -108,7 +108,7 @@ def test_quick_simulated_traffic_matches_the_planner(quick):
         net = load_network(table.network.iloc[0])
         for row in table.itertuples():
             assert row.traffic_bytes == make_plan(net, "explicit", Hierarchy(hierarchy), 256,
-                                                  plan_text=row.plan_text).traffic_bytes
+                                                  plan_text=row.plan_text, options=PAPER).traffic_bytes
     fig08 = simulated_rows(pd.read_csv(quick / "fig08_communication.csv"))
     fig06 = simulated_rows(pd.read_csv(quick / "fig06_performance.csv"))
     ours = fig08.set_index(["network", "strategy"]).ours_gb * 1e9
@@ -133,13 +133,13 @@ def test_quick_latency_agrees_with_the_analytic_engine(quick):
     fig12 = simulated_rows(pd.read_csv(quick / "fig12_topology.csv"))
     for row in [*fig06.itertuples(), *fig12.itertuples()]:
         count = int(row.accelerators)
-        overrides = {"accelerators": count, "batch": 256}
+        overrides = {}
         topology = row.topology
         if topology == "torus-equal-total":
             overrides["torus_bandwidth"] = "total"
             topology = "torus"
         net = load_network(row.network)
-        plan = make_plan(net, row.strategy, Hierarchy.for_count(count), 256)
+        plan = make_plan(net, row.strategy, Hierarchy.for_count(count), 256, options=PAPER)
         analytic = simulate(net, plan, load_hardware(overrides=overrides),
                             SimOptions(topology=topology, engine="analytic"))
         assert row.latency_s == pytest.approx(analytic.latency_s, rel=0.02), row
@@ -172,7 +172,7 @@ def check_scalability_values(table: pd.DataFrame) -> None:
     takes the sum of its layers' phase costs (hardware/costs.py; 1,658,744.6 cycles = 6.635
     ms at 250 MHz) for either strategy, the gains are that over each latency, and Data
     Parallelism moves (N - 1) x 8 W bytes."""
-    config = load_hardware(overrides={"accelerators": 1})
+    config = load_hardware()
     net = load_network("lenet_c")
     one = sum(layer_phase_cycles(layer, i, 256, config) for i, layer in enumerate(net.layers))
     assert sorted(table.accelerators.unique()) == [1, 2, 4, 8]
@@ -269,7 +269,7 @@ def test_committed_results_match_the_planner():
     plans = pd.read_csv(REPO / "results" / "fig05_plans.csv")
     for network, part in plans.groupby("network"):
         net = load_network(network)
-        plan = make_plan(net, "hypar", 4, 256)
+        plan = make_plan(net, "hypar", 4, 256, options=PAPER)
         for row in part.itertuples():
             kind = plan.choices[int(row.level[1:]) - 1][net.layer_names.index(row.layer)]
             assert {"batch": "dp", "in": "mp"}[kind] == row.choice, row

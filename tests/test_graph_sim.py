@@ -14,16 +14,21 @@ from hypar_sim.hardware.config import load_hardware
 from hypar_sim.partition.hierarchy import Hierarchy
 from hypar_sim.planner.graph_plan import make_graph_plan
 from hypar_sim.planner.strategies import PlanOptions
-from hypar_sim.runner import SimOptions, simulate_graph, simulate_strategy
+from hypar_sim.request import make_request
+from hypar_sim.runner import SimOptions, simulate, simulate_request
 from hypar_sim.sim.graph_schedule import build_graph_schedule
 from hypar_sim.workload.graph import parse_graph
 from hypar_sim.workload.network import load_workload
 from tests.conftest import run_cli
 from tests.test_graph_plan import attention, inception, residual
 
+HW = load_hardware()
 
-def config(accelerators, batch, **overrides):
-    return load_hardware(None, {"accelerators": accelerators, "batch": batch, **overrides})
+
+def run(graph, strategy, accelerators, batch, sim=None):
+    """One step of `graph` planned by `strategy` (the run's request, as the CLI builds it)."""
+    return simulate_request(make_request(graph, accelerators=accelerators, batch=batch,
+                                         strategy=strategy, sim=sim))
 
 
 CASES = [(residual(), ("batch", "in")), (inception(), ("batch", "in", "out", "spatial")),
@@ -34,7 +39,7 @@ CASES = [(residual(), ("batch", "in")), (inception(), ("batch", "in", "out", "sp
 @pytest.mark.parametrize("accelerators", [4, 6])
 @pytest.mark.parametrize("topology", ["htree", "torus", "ideal"])
 def test_bytes_sent_equal_received_equal_planner_traffic(graph, kinds, accelerators, topology):
-    hw = config(accelerators, 12)
+    hw = HW
     plan = make_graph_plan(graph, "hypar", Hierarchy.for_count(accelerators), 12,
                            options=PlanOptions(kinds))
     schedule = build_graph_schedule(graph, plan, hw)
@@ -44,11 +49,11 @@ def test_bytes_sent_equal_received_equal_planner_traffic(graph, kinds, accelerat
         received[message.dst] += message.bytes
     assert sum(sent.values()) == pytest.approx(sum(received.values()), rel=1e-12)
     assert sum(sent.values()) == pytest.approx(plan.traffic_bytes, rel=1e-12)
-    result = simulate_graph(graph, plan, hw, SimOptions(topology=topology, bucket_mb=0))
+    result = simulate(graph, plan, hw, SimOptions(topology=topology, bucket_mb=0))
     assert result.traffic_bytes == pytest.approx(plan.traffic_bytes, rel=1e-12)
     assert result.traffic_bytes_per_level == pytest.approx(plan.traffic_bytes_per_level,
                                                            rel=1e-12)
-    bucketed = simulate_graph(graph, plan, hw, SimOptions(topology=topology))
+    bucketed = simulate(graph, plan, hw, SimOptions(topology=topology))
     assert bucketed.traffic_bytes == pytest.approx(plan.traffic_bytes, rel=1e-12)
     assert sum(a.sent_bytes for a in result.per_accelerator) == pytest.approx(
         plan.traffic_bytes, rel=1e-12)
@@ -58,12 +63,11 @@ def test_bytes_sent_equal_received_equal_planner_traffic(graph, kinds, accelerat
 
 def test_reruns_are_bit_identical_and_engines_agree_roughly():
     graph = load_workload("resnet18")
-    hw = config(4, 16)
-    first = simulate_strategy(graph, "hypar", hw)
-    second = simulate_strategy(graph, "hypar", hw)
+    first = run(graph, "hypar", 4, 16)
+    second = run(graph, "hypar", 4, 16)
     assert first.latency_cycles == second.latency_cycles
     assert first.energy_breakdown_pj == second.energy_breakdown_pj
-    analytic = simulate_strategy(graph, "hypar", hw, SimOptions(engine="analytic"))
+    analytic = run(graph, "hypar", 4, 16, SimOptions(engine="analytic"))
     assert analytic.latency_cycles == pytest.approx(first.latency_cycles, rel=0.1)
     assert analytic.traffic_bytes == first.traffic_bytes
 
@@ -71,7 +75,7 @@ def test_reruns_are_bit_identical_and_engines_agree_roughly():
 def test_buckets_fuse_gradient_steps_and_keep_the_bytes():
     """DDP-style buckets: ResNet-18's 41 weighted nodes' all-reduces in a few steps."""
     graph = load_workload("resnet18")
-    hw = config(4, 16)
+    hw = HW
     plan = make_graph_plan(graph, "data", Hierarchy.binary(2), 16)
     one_each = build_graph_schedule(graph, plan, hw, bucket_bytes=0)
     fused = build_graph_schedule(graph, plan, hw)
@@ -86,7 +90,7 @@ def test_compute_counts_every_mac_of_the_forward_pass():
     """The forward phase's MACs over all members are the graph's MACs x the batch (every
     node's box covers its output once; a split reduction's members share its MACs)."""
     graph = load_workload("mobilenet_v2")
-    hw = config(4, 8)
+    hw = HW
     plan = make_graph_plan(graph, "hypar", Hierarchy.binary(2), 8,
                            options=PlanOptions(("batch", "in", "out")))
     schedule = build_graph_schedule(graph, plan, hw)
@@ -102,16 +106,15 @@ def test_onnx_block_simulates_as_its_yaml(tmp_path):
 
     imported = load_workload(str(cnn_block(tmp_path)))
     written = parse_graph(CNN_YAML, "yaml")
-    hw = config(4, 8)
-    a = simulate_strategy(imported, "hypar", hw)
-    b = simulate_strategy(written, "hypar", hw)
+    a = run(imported, "hypar", 4, 8)
+    b = run(written, "hypar", 4, 8)
     assert a.latency_cycles == b.latency_cycles and a.traffic_bytes == b.traffic_bytes
     assert a.energy_pj == b.energy_pj
 
 
 def test_a_batch_too_large_for_gpt2_is_reported():
     with pytest.raises(InputError, match="capacity: gpt2_small needs"):
-        simulate_strategy(load_workload("gpt2_small"), "data", config(2, 64))
+        run(load_workload("gpt2_small"), "data", 2, 64)
 
 
 def test_cli_runs_and_compares_a_graph(tmp_path):
@@ -134,7 +137,7 @@ def test_inception_branches_run_side_by_side_when_they_fit():
     from hypar_sim.sim.schedule import Parallel
 
     graph = inception()
-    hw = config(1, 1)
+    hw = HW
     plan = make_graph_plan(graph, "data", Hierarchy.for_count(1), 1)
     schedule = build_graph_schedule(graph, plan, hw)
     together = [[graph.nodes[c.layer].name for c in task.computes] for task in schedule.tasks
@@ -144,5 +147,5 @@ def test_inception_branches_run_side_by_side_when_they_fit():
         if isinstance(task, Parallel):
             assert sum(c.costs[0].pus_used for c in task.computes) <= hw.pus_per_cube
     alone = sum(c.costs[0].cycles for c in schedule.computes)
-    result = simulate_graph(graph, plan, hw)
+    result = simulate(graph, plan, hw)
     assert result.latency_cycles < 0.8 * alone

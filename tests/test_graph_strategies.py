@@ -10,7 +10,7 @@ from hypar_sim.partition import graph_layout
 from hypar_sim.partition.graph_axes import sites as graph_sites
 from hypar_sim.partition.hierarchy import Hierarchy
 from hypar_sim.planner.graph_plan import make_graph_plan
-from hypar_sim.runner import SimOptions, simulate_graph
+from hypar_sim.runner import SimOptions, simulate
 from hypar_sim.workload.network import load_workload
 
 
@@ -26,7 +26,7 @@ def test_resnet18_plans_and_runs(strategy):
     graph, hierarchy = load_workload("resnet18"), Hierarchy.for_count(16)
     plan = make_graph_plan(graph, strategy, hierarchy, 64)
     assert plan.strategy == strategy and _offered(graph, 64, hierarchy, plan.columns)
-    result = simulate_graph(graph, plan, load_hardware(None, {"accelerators": 16, "batch": 64}),
+    result = simulate(graph, plan, load_hardware(),
                             SimOptions(engine="analytic"))
     assert result.traffic_bytes == pytest.approx(plan.traffic_bytes, rel=1e-12)
 

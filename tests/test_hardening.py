@@ -92,7 +92,7 @@ BAD_RUNS = {
         ("--accelerators", "64", "--batch", "32", "--strategy", "data"), "conv1"),
     "model parallelism over more members than channels and samples": (
         ("--accelerators", "64", "--batch", "32", "--strategy", "model"), "conv1"),
-    "batch zero": (("--batch", "0"), "batch: 0 is out of range"),
+    "batch zero": (("--batch", "0"), "--batch: must be a positive integer, got 0"),
     "unknown strategy": (("--strategy", "best"), "invalid choice: 'best'"),
     "unknown topology": (("--topology", "mesh"),
                          "topology: unknown 'mesh'; allowed: htree, torus, ideal or a topology"),
@@ -255,11 +255,10 @@ def small_networks(draw):
 def test_fuzz_random_networks_plans_and_hardware(net, levels, data, link, pus, topology,
                                                  batch_factor):
     batch = 2**levels * batch_factor
-    config = load_hardware(overrides={"accelerators": 2**levels, "batch": batch,
-                                      "link_bandwidth_gbps": link, "pus_per_cube": pus})
+    config = load_hardware(overrides={"link_bandwidth_gbps": link, "pus_per_cube": pus})
     choices = tuple(tuple(data.draw(st.sampled_from(["batch", "in"]))  # HyPar's dp and mp
                           for _ in net.layers) for _ in range(levels))
-    plan = evaluate_plan(net, batch, choices, "explicit")
+    plan = evaluate_plan(net, batch, choices, "explicit", model="paper")
     schedule = build_schedule(net, plan, config)
     messages = schedule.messages
     assert sum(m.bytes for m in messages) == plan.traffic_bytes
@@ -311,8 +310,7 @@ def layout_plans(draw):
        pus=st.sampled_from([1, 4, 32]), topology=st.sampled_from(["htree", "torus"]))
 def test_fuzz_layout_model_on_any_hierarchy(case, link, pus, topology):
     net, hierarchy, batch, choices = case
-    config = load_hardware(overrides={"accelerators": hierarchy.members, "batch": batch,
-                                      "link_bandwidth_gbps": link, "pus_per_cube": pus})
+    config = load_hardware(overrides={"link_bandwidth_gbps": link, "pus_per_cube": pus})
     plan = evaluate_plan(net, batch, choices, "explicit", hierarchy=hierarchy, model="layout")
     schedule = build_schedule(net, plan, config)
     messages = schedule.messages

@@ -8,29 +8,39 @@ from functools import partial
 import pytest
 
 from hypar_sim.errors import InputError
-from hypar_sim.hardware.config import DEFAULT_CONFIG, HardwareConfig, default_sources, load_hardware
+from hypar_sim.hardware.config import (
+    DEFAULT_CONFIG,
+    RUN_KEYS,
+    HardwareConfig,
+    default_sources,
+    load_hardware,
+    parse_overrides,
+    run_keys,
+)
 from hypar_sim.hardware.interconnect import link_spec
 from hypar_sim.partition.hierarchy import Hierarchy
+from hypar_sim.request import make_request
 from tests.conftest import run_cli
 
 
 def test_default_is_the_papers_setup():
     """HyPar section 6.1."""
     c = load_hardware()
-    assert (c.accelerators, c.batch, c.word_bytes, c.clock_mhz) == (16, 256, 4, 250.0)
+    assert run_keys() == {"accelerators": 16, "batch": 256}
+    assert (c.word_bytes, c.clock_mhz) == (4, 250.0)
     assert (c.cube_bandwidth_gb_per_s, c.cube_capacity_gib) == (320.0, 8.0)
     assert (c.pe_rows, c.pe_cols, c.pe_count, c.buffer_kib) == (12, 14, 168, 108)
     assert c.pu_peak_gops == pytest.approx(84.0)
-    assert c.link_bandwidth_gbps == 1.6 and c.network_bandwidth_gbps == pytest.approx(25.6)
+    assert c.link_bandwidth_gbps == 1.6 and c.network_bandwidth_gbps(16) == pytest.approx(25.6)
     assert (c.energy_fp_add_pj, c.energy_fp_mult_pj, c.energy_buffer_pj, c.energy_dram_pj) == \
         (0.9, 3.7, 5.0, 640.0)
     assert c.vaults_per_cube == 32 and c.vault_bandwidth_bytes_per_cycle == pytest.approx(40.0)
-    assert Hierarchy.for_count(c.accelerators) == Hierarchy.binary(4)
+    assert make_request("vgg_a").hierarchy == Hierarchy.binary(4)
 
 
 def test_every_parameter_has_a_source():
     sources = default_sources()
-    for name in HardwareConfig.__dataclass_fields__:
+    for name in [*HardwareConfig.__dataclass_fields__, *RUN_KEYS]:
         assert sources.get(name), f"{name} has no source comment in {DEFAULT_CONFIG}"
 
 
@@ -38,16 +48,59 @@ def test_user_file_changes_only_its_keys(tmp_path):
     path = tmp_path / "hw.yaml"
     path.write_text("link_bandwidth_gbps: 3.2\nbatch: 64\n")
     base, custom = load_hardware(), load_hardware(path)
-    assert custom.link_bandwidth_gbps == 3.2 and custom.batch == 64
+    assert custom.link_bandwidth_gbps == 3.2 and run_keys(path) == {"batch": 64}
     changed = {k for k in HardwareConfig.__dataclass_fields__
                if getattr(base, k) != getattr(custom, k)}
-    assert changed == {"link_bandwidth_gbps", "batch"}
+    assert changed == {"link_bandwidth_gbps"}
 
 
 def test_command_line_overrides_win(tmp_path):
     path = tmp_path / "hw.yaml"
-    path.write_text("accelerators: 4\n")
-    assert load_hardware(path, {"accelerators": 64}).accelerators == 64
+    path.write_text("accelerators: 4\nbatch: 32\nclock_mhz: 500\n")
+    assert load_hardware(path, {"clock_mhz": 125}).clock_mhz == 125
+    from_file = make_request("lenet_c", config=str(path))
+    assert (from_file.accelerators, from_file.batch) == (4, 32)
+    flags = make_request("lenet_c", config=str(path), accelerators=64, batch=512)
+    assert (flags.accelerators, flags.batch) == (64, 512)
+
+
+@pytest.mark.parametrize("entry", ["plan", "run", "compare", "sweep", "api"])
+def test_every_entry_point_honours_a_config_files_array_and_batch(tmp_path, cli, entry):
+    """Issue "One graph", item 5: a config file's accelerators and batch are the run's in
+    every entry point (they were ignored by plan, sweep and the API)."""
+    import json
+
+    import hypar_sim
+
+    path = tmp_path / "hw.yaml"
+    path.write_text("accelerators: 4\nbatch: 32\n")
+    if entry == "api":
+        result = hypar_sim.simulate("lenet_c", config=str(path), engine="analytic")
+        plan = hypar_sim.plan("lenet_c", config=str(path))
+        assert (result.accelerators, result.batch, plan.accelerators, plan.batch) == \
+            (4, 32, 4, 32)
+        return
+    if entry == "sweep":
+        out = tmp_path / "s.csv"
+        done = cli("sweep", "--networks", "lenet_c", "--strategies", "data", "--config",
+                   str(path), "--out", str(out), "--no-progress", "--engine", "analytic")
+        assert done.returncode == 0, done.stderr
+        row = out.read_text().splitlines()[1].split(",")
+        assert row[3:5] == ["4", "32"]
+        return
+    extra = ("--engine", "analytic") if entry != "plan" else ()
+    done = cli(entry, "lenet_c", "--config", str(path), "--json", *extra)
+    assert done.returncode == 0, done.stderr
+    data = json.loads(done.stdout)
+    for item in data if isinstance(data, list) else [data]:
+        assert (item["accelerators"], item["batch"]) == (4, 32)
+
+
+def test_accelerators_and_batch_are_not_hardware_keys():
+    with pytest.raises(InputError, match="batch is not a hardware key"):
+        load_hardware(None, dict(batch=64))
+    with pytest.raises(InputError, match="--set: accelerators is an axis"):
+        parse_overrides(["accelerators=4"])
 
 
 @pytest.mark.parametrize("body, fragment", [
@@ -112,7 +165,8 @@ def test_yaml_numbers_with_exponents_are_numbers(tmp_path):
     path.write_text("clock_mhz: 2.5e2\nlink_bandwidth_gbps: 16e-1\naccelerators: 1.6e1\n")
     config = load_hardware(str(path))
     assert config.clock_mhz == 250 and config.link_bandwidth_gbps == 1.6
-    assert config.accelerators == 16 and isinstance(config.accelerators, int)
+    assert run_keys(path) == {"accelerators": 16}
+    assert isinstance(run_keys(path)["accelerators"], int)
 
 
 def test_hardware_yaml_is_a_config_file_that_reads_back(tmp_path):

@@ -14,6 +14,7 @@ from hypar_sim.planner.strategies import PlanOptions, make_plan
 from hypar_sim.runner import SimOptions, simulate
 from hypar_sim.sim.schedule import build_schedule
 from hypar_sim.workload.network import load_network
+from tests.conftest import PAPER
 
 
 @pytest.mark.parametrize("model", ["layout", "layout_levels", "paper"])
@@ -27,7 +28,7 @@ def test_inference_moves_only_forward_bytes_and_they_add_up(model, strategy):
     HyPar then moves nothing.)"""
     net, hierarchy = load_network("cifar_c"), Hierarchy((2, 2))
     batch = 16 if model == "paper" else 4 if strategy == "trick" else 2
-    config = load_hardware(overrides={"accelerators": 4, "batch": batch})
+    config = load_hardware()
     kinds = ("batch", "in") if model == "paper" else ("batch", "in", "out", "spatial")
     plan = make_plan(net, strategy, hierarchy, batch, config=config,
                      options=PlanOptions(kinds, traffic_model=model, phases="forward"))
@@ -64,7 +65,7 @@ def test_data_parallel_inference_moves_nothing_and_hypar_then_chooses_it():
     hypar = make_plan(net, "hypar", 4, 256, options=inference)
     assert hypar.traffic_bytes == 0
     assert {kind for row in hypar.choices for kind in row} == {"batch"}
-    training = make_plan(net, "hypar", 4, 256)
+    training = make_plan(net, "hypar", 4, 256, options=PAPER)
     assert "in" in {kind for row in training.choices for kind in row}
 
 

@@ -35,8 +35,7 @@ def _needs(network, batch, hierarchy):
 
 
 def _config(capacity_bytes: float, accelerators: int = 4, batch: int = 64):
-    return load_hardware(overrides={"accelerators": accelerators, "batch": batch,
-                                    "cube_capacity_gib": capacity_bytes / 2**30})
+    return load_hardware(overrides={"cube_capacity_gib": capacity_bytes / 2**30})
 
 
 @pytest.mark.parametrize(("name", "slack"), [("sconv", 0.0), ("cifar_c", 0.01)])

@@ -95,7 +95,7 @@ def test_uneven_batch_shares_and_the_slowest_member():
     assert (parts[:, 1] - parts[:, 0]).tolist() == [7] * 4 + [6] * 12
     assert parts[0, 0] == 0 and (parts[1:, 0] == parts[:-1, 1]).all() and parts[-1, 1] == 100
     net = load_network("sfc")
-    config = load_hardware(overrides={"batch": 100})
+    config = load_hardware()
     plan = make_plan(net, "data", 4, 100, options=PlanOptions(traffic_model=LAYOUT))
     schedule = build_schedule(net, plan, config)
     assert {share.batch for share in schedule.shares[0]} == {6, 7}
@@ -197,7 +197,7 @@ def cols_kind():
 
 def test_a_registered_kind_is_planned_and_simulated(cols_kind):
     net = load_network("cifar_c")
-    config = load_hardware(overrides={"accelerators": 4, "batch": 16})
+    config = load_hardware()
     options = PlanOptions(kinds=("batch", "cols"), traffic_model=LAYOUT)
     plan = make_plan(net, "explicit", Hierarchy((2, 2)), 16,
                      "cols cols cols batch batch; batch batch batch batch batch", options=options)
@@ -224,7 +224,7 @@ def test_bytes_sent_equal_received_equal_planner_traffic(net, sizes, kinds, batc
     options = PlanOptions(kinds=tuple(k for k in KINDS if k in kinds | {"batch"}),
                           traffic_model=model)
     plan = make_plan(net, "hypar", hierarchy, batch, options=options)
-    config = load_hardware(overrides={"accelerators": hierarchy.members, "batch": batch})
+    config = load_hardware()
     schedule = build_schedule(net, plan, config)
     sent, received = defaultdict(float), defaultdict(float)
     for message in schedule.messages:
@@ -244,7 +244,7 @@ def test_bytes_sent_equal_received_equal_planner_traffic(net, sizes, kinds, batc
                                              (12, "torus"), (24, "htree"), (6, "ideal")])
 def test_any_array_size_runs_end_to_end(count, topology):
     net = load_network("lenet_c")
-    config = load_hardware(overrides={"accelerators": count, "batch": 100})
+    config = load_hardware()
     plan = make_plan(net, "hypar", Hierarchy.for_count(count), 100,
                      options=PlanOptions(("batch", "in", "out"), "greedy", LAYOUT))
     des = simulate(net, plan, config, SimOptions(topology=topology))
@@ -344,7 +344,7 @@ def test_three_way_ring_uses_only_its_successor_links():
     direct exchange's."""
     layer = make_fc("f", FeatureShape(30, 1, 1), 6)
     net = Network("one", layer.input, (layer,))
-    config = load_hardware(overrides={"accelerators": 3, "batch": 9})
+    config = load_hardware()
     plan = make_plan(net, "data", Hierarchy((3,)), 9, options=PlanOptions(traffic_model=LAYOUT))
     schedule = build_schedule(net, plan, config)
     b = 30 * 6 * 4 / 3

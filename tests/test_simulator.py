@@ -21,14 +21,16 @@ from hypar_sim.sim.accounting import communication_counts
 from hypar_sim.sim.schedule import Compute, Send, Wait, build_schedule
 from hypar_sim.workload.layers import FeatureShape, LayerKind, make_fc
 from hypar_sim.workload.network import Network, load_network
+from tests.conftest import PAPER
 
 CONFIG = load_hardware()
 SMALL = ("sconv", "lenet_c", "cifar_c")
 
 
-def _run(name, strategy="hypar", topology="htree", engine="des", config=CONFIG, **options):
+def _run(name, strategy="hypar", topology="htree", engine="des", config=CONFIG,
+         accelerators=16, batch=256, **options):
     net = load_network(name)
-    plan = make_plan(net, strategy, Hierarchy.for_count(config.accelerators), config.batch)
+    plan = make_plan(net, strategy, Hierarchy.for_count(accelerators), batch, options=PAPER)
     return simulate(net, plan, config, SimOptions(topology=topology, engine=engine, **options))
 
 
@@ -36,7 +38,7 @@ def _run(name, strategy="hypar", topology="htree", engine="des", config=CONFIG, 
 @pytest.mark.parametrize("strategy", ["data", "model", "trick", "hypar"])
 def test_message_bytes_equal_planner_traffic(name, strategy):
     net = load_network(name)
-    plan = make_plan(net, strategy, 4, 256)
+    plan = make_plan(net, strategy, 4, 256, options=PAPER)
     schedule = build_schedule(net, plan, CONFIG)
     messages = schedule.messages
     assert sum(m.bytes for m in messages) == plan.traffic_bytes
@@ -55,7 +57,7 @@ def test_every_wait_has_its_send_first():
     net = load_network("vgg_a")
     for strategy in ("data", "model", "trick", "hypar"):
         for overlap in (True, False):
-            schedule = build_schedule(net, make_plan(net, strategy, 4, 256), CONFIG, overlap)
+            schedule = build_schedule(net, make_plan(net, strategy, 4, 256, options=PAPER), CONFIG, overlap)
             sent = set()
             for task in schedule.tasks:
                 if isinstance(task, Send):
@@ -76,7 +78,7 @@ ANALYTIC_TOLERANCE = {"htree": 0.02, "ideal": 0.02, "torus": 0.12}
 def test_des_result_invariants(topology):
     for name in SMALL:
         result = _run(name, "hypar", topology)
-        plan = make_plan(load_network(name), "hypar", 4, 256)
+        plan = make_plan(load_network(name), "hypar", 4, 256, options=PAPER)
         assert result.traffic_bytes == plan.traffic_bytes
         assert list(result.traffic_bytes_per_level) == list(plan.traffic_bytes_per_level)
         assert sum(layer.traffic_bytes for layer in result.per_layer) == plan.traffic_bytes
@@ -117,12 +119,12 @@ def test_layout_messages_add_up_on_any_hierarchy(sizes, kinds):
     """The layout model: messages add up to the planner's traffic per level, each message
     sits at the top-most level where its ends differ; an uneven batch (100) is fine."""
     hierarchy = Hierarchy(sizes)
-    config = CONFIG.with_overrides({"accelerators": hierarchy.members, "batch": 100})
+    config = CONFIG
     options = PlanOptions(kinds=kinds, traffic_model="layout")
     for name in SMALL:
         net = load_network(name)
         for strategy in ("data", "model", "trick", "hypar"):
-            plan = make_plan(net, strategy, hierarchy, config.batch, options=options)
+            plan = make_plan(net, strategy, hierarchy, 100, options=options)
             assert plan.traffic_model == "layout" and plan.hierarchy == hierarchy
             assert all(kind in kinds for row in plan.choices for kind in row)
             messages = build_schedule(net, plan, config).messages
@@ -149,7 +151,7 @@ def test_link_bytes_match_routes():
     # every accelerator's up-link to its switch carries everything it sends
     sent = defaultdict(float)
     net = load_network("lenet_c")
-    for m in build_schedule(net, make_plan(net, "data", 4, 256), CONFIG).messages:
+    for m in build_schedule(net, make_plan(net, "data", 4, 256, options=PAPER), CONFIG).messages:
         sent[m.src] += m.bytes
     for accelerator, total in sent.items():
         assert by_name[f"A{accelerator}>S1.{accelerator // 2}"] == total
@@ -158,15 +160,15 @@ def test_link_bytes_match_routes():
 def test_communication_energy_scales_exactly_with_traffic():
     """Model parallelism moves only partial sums, proportional to the batch."""
     net = load_network("lenet_c")
-    topology = make_topology("torus", CONFIG)
+    topology = make_topology("torus", CONFIG, Hierarchy.binary(4))
     counts = []
     for batch in (64, 128):
-        config = CONFIG.with_overrides({"batch": batch})
-        schedule = build_schedule(net, make_plan(net, "model", 4, batch), config)
+        config = CONFIG
+        schedule = build_schedule(net, make_plan(net, "model", 4, batch, options=PAPER), config)
         counts.append(communication_counts(schedule, topology, config))
     for action in (Action.DRAM, Action.LINK_BIT, Action.SWITCH_BIT):
         assert counts[1][action] == 2 * counts[0][action]
-    traffic = make_plan(net, "model", 4, 64).traffic_bytes
+    traffic = make_plan(net, "model", 4, 64, options=PAPER).traffic_bytes
     assert counts[0][Action.DRAM] == 2 * traffic / 4  # read at the source, written at the end
 
 
@@ -201,13 +203,13 @@ def layer_phase_cycles(layer, index, batch, config):
 
 @pytest.mark.parametrize("engine", ["des", "analytic"])
 def test_one_accelerator_has_no_traffic(engine):
-    config = CONFIG.with_overrides({"accelerators": 1})
-    result = _run("lenet_c", "hypar", "htree", engine, config=config)
+    config = CONFIG
+    result = _run("lenet_c", "hypar", "htree", engine, accelerators=1)
     assert result.traffic_bytes == 0 and result.per_link == () and result.comm_wait_cycles == 0
     # Pins the latency to the hand sum of every layer's phase costs (nothing else on the one
     # cube's critical path): 1,658,744.6 cycles for lenet_c at batch 256.
     net = load_network("lenet_c")
-    hand = sum(layer_phase_cycles(layer, i, config.batch, config) for i, layer in enumerate(net.layers))
+    hand = sum(layer_phase_cycles(layer, i, 256, config) for i, layer in enumerate(net.layers))
     assert result.latency_cycles == pytest.approx(hand, rel=1e-12)
     assert result.latency_s == pytest.approx(hand / config.clock_hz, rel=1e-12)
 
@@ -225,8 +227,8 @@ def test_lone_message_takes_bytes_over_bandwidth_plus_latency(topology, engine):
     step is the members' computation plus that message alone on its route."""
     layer = make_fc("fc", FeatureShape(1024, 1, 1), 1024)
     net = Network("one_fc", layer.input, (layer,))
-    config = CONFIG.with_overrides({"accelerators": 2, "batch": 64})
-    plan = make_plan(net, "data", Hierarchy((2,)), 64)
+    config = CONFIG
+    plan = make_plan(net, "data", Hierarchy((2,)), 64, options=PAPER)
     result = simulate(net, plan, config, SimOptions(topology=topology, engine=engine))
     message = layer.weights * config.word_bytes
     assert result.traffic_bytes == 2 * message
@@ -246,8 +248,8 @@ def test_lone_message_takes_bytes_over_bandwidth_plus_latency(topology, engine):
 
 
 def test_data_traffic_does_not_depend_on_batch():
-    small = _run("cifar_c", "data", config=CONFIG.with_overrides({"batch": 64}))
-    large = _run("cifar_c", "data", config=CONFIG.with_overrides({"batch": 512}))
+    small = _run("cifar_c", "data", batch=64)
+    large = _run("cifar_c", "data", batch=512)
     assert small.traffic_bytes == large.traffic_bytes
 
 
@@ -272,10 +274,9 @@ def test_analytic_agrees_on_ideal(name):
 @pytest.mark.parametrize("name", ["lenet_c", "cifar_c", "alexnet_half", "sfc"])
 def test_analytic_agrees_when_no_link_is_shared(name, topology):
     """Two accelerators: each direction of the one pair has its own links."""
-    config = CONFIG.with_overrides({"accelerators": 2})
     for strategy in ("data", "model", "hypar"):
-        des = _run(name, strategy, topology, config=config).latency_cycles
-        analytic = _run(name, strategy, topology, "analytic", config=config).latency_cycles
+        des = _run(name, strategy, topology, accelerators=2).latency_cycles
+        analytic = _run(name, strategy, topology, "analytic", accelerators=2).latency_cycles
         assert analytic == pytest.approx(des, rel=0.02)
 
 
@@ -293,7 +294,7 @@ def test_overlap_helps_data_parallelism():
     (("run", "lenet_c", "--kinds", "batch,foo"), "--kinds: unknown split kind 'foo'"),
     (("run", "vgg_e", "--accelerators", "2", "--batch", "4096"),
      "capacity: no plan of kinds batch,in fits vgg_e"),
-    (("run", "lenet_c", "--batch", "0"), "batch: 0 is out of range"),
+    (("run", "lenet_c", "--batch", "0"), "--batch: must be a positive integer, got 0"),
     (("compare", "nonet"), "unknown network 'nonet'"),
     (("run", "lenet_c", "--chunk-kib", "0"), "--chunk-kib: must be a positive integer"),
 ])
@@ -328,7 +329,7 @@ def test_run_and_compare_commands(cli, tmp_path):
     paper = json.loads(cli("run", "lenet_c", "--traffic-model", "paper", "--json").stdout)
     assert paper["traffic_model"] == "paper"
     assert paper["traffic_bytes"] == make_plan(load_network("lenet_c"), "hypar", 4,
-                                               256).traffic_bytes
+                                               256, options=PAPER).traffic_bytes
     twelve = json.loads(cli("run", "lenet_c", "--accelerators", "12", "--json").stdout)
     assert twelve["accelerators"] == 12 and twelve["hierarchy"] == [3, 2, 2]
     assert len(twelve["per_accelerator"]) == 12

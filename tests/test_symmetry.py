@@ -23,7 +23,7 @@ from hypar_sim.workload.network import load_network
 
 def _schedule(strategy: str, count: int, batch: int, model: str = "paper",
               hierarchy: Hierarchy | None = None, network: str = "vgg_a"):
-    config = load_hardware(None, {"accelerators": count, "batch": batch})
+    config = load_hardware()
     net = load_network(network)
     plan = make_plan(net, strategy, hierarchy or Hierarchy.for_count(count), batch,
                      options=PlanOptions(traffic_model=model), config=config)

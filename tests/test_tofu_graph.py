@@ -22,7 +22,7 @@ from hypar_sim.planner.graph_plan import (
     plan_graph,
 )
 from hypar_sim.planner.strategies import PlanOptions
-from hypar_sim.runner import SimOptions, simulate_graph
+from hypar_sim.runner import SimOptions, simulate
 from hypar_sim.workload.graph import Graph, parse_graph
 from hypar_sim.workload.layers import FeatureShape, make_conv, make_fc
 from hypar_sim.workload.network import load_workload
@@ -208,8 +208,8 @@ def test_resnet18_plans_and_runs() -> None:
     coarse = tofu_graph.coarsen(graph)
     assert all(len({plan.columns[i] for i in unit}) == 1 for unit in coarse.units)
     assert {k for column in plan.columns for k in column} <= set(tofu.TOFU_KINDS)
-    hw = load_hardware(None, {"accelerators": 16, "batch": 64})
-    result = simulate_graph(graph, plan, hw, SimOptions(engine="analytic"))
+    hw = load_hardware()
+    result = simulate(graph, plan, hw, SimOptions(engine="analytic"))
     assert result.traffic_bytes == pytest.approx(plan.traffic_bytes, rel=1e-12)
     assert result.latency_cycles > 0 and result.strategy == "tofu"
 

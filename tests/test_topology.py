@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import copy
 import dataclasses
-import functools
 import math
 
 import numpy as np
@@ -25,19 +23,16 @@ from hypar_sim.hardware.topology import (
 )
 from hypar_sim.hardware.transfer import Routed
 from hypar_sim.partition.hierarchy import Hierarchy
+from hypar_sim.request import make_request
 from tests.conftest import REPO
 
+CONFIG = load_hardware()
 
-@functools.cache
-def config(accelerators: int) -> HardwareConfig:
-    try:
-        return load_hardware(overrides={"accelerators": accelerators})
-    except InputError:
-        # Temporary, goes once HardwareConfig stops requiring a power of two: a copy
-        # of the 16-accelerator config with the count patched in (copy skips __post_init__).
-        patched = copy.copy(load_hardware(overrides={"accelerators": 16}))
-        object.__setattr__(patched, "accelerators", accelerators)
-        return patched
+
+def array(accelerators: int) -> tuple[HardwareConfig, Hierarchy]:
+    """The default hardware and the default hierarchy of `accelerators` (a topology's
+    arguments)."""
+    return CONFIG, Hierarchy.for_count(accelerators)
 
 
 def height_of(node: str) -> int:
@@ -91,13 +86,13 @@ def old_binary_htree(accelerators: int):
 
 @pytest.mark.parametrize("accelerators", [2, 8, 16, 64])
 def test_fat_tree_is_the_old_htree_for_binary_hierarchies(accelerators):
-    tree = make_topology("htree", config(accelerators))
+    tree = make_topology("htree", *array(accelerators))
     assert tree.hierarchy == Hierarchy.binary(accelerators.bit_length() - 1)
     names, lanes, route = old_binary_htree(accelerators)
     assert [link.name for link in tree.links] == names
     assert [link.lanes for link in tree.links] == lanes
     assert [link.index for link in tree.links] == list(range(len(names)))
-    assert {link.spec for link in tree.links} == {link_spec(config(accelerators))}
+    assert {link.spec for link in tree.links} == {link_spec(CONFIG)}
     for src in range(accelerators):
         for dst in range(accelerators):
             if src != dst:
@@ -106,7 +101,7 @@ def test_fat_tree_is_the_old_htree_for_binary_hierarchies(accelerators):
 
 
 def test_htree_is_a_fat_tree():
-    tree = FatTree(config(16))
+    tree = FatTree(*array(16))
     by_lanes = {}
     for link in tree.links:
         by_lanes.setdefault(link.lanes, []).append(link)
@@ -119,7 +114,7 @@ def test_htree_is_a_fat_tree():
 
 @pytest.mark.parametrize("accelerators", [2, 8, 16, 64])
 def test_htree_pairs_meet_at_their_level_switch(accelerators):
-    tree = FatTree(config(accelerators))
+    tree = FatTree(*array(accelerators))
     levels = tree.levels
     for level in range(levels):
         half = 2 ** (levels - level - 1)
@@ -138,7 +133,7 @@ MIXED = [(3, 2), (3, 2, 2), (4, 3, 2), (2, 3), (4, 4)]
 def test_fat_tree_lanes_over_any_hierarchy(sizes):
     hierarchy = Hierarchy(sizes)
     count, levels = hierarchy.members, hierarchy.levels
-    tree = FatTree(config(count), hierarchy)
+    tree = FatTree(CONFIG, hierarchy)
     lanes_per_height = [0] * levels
     for link in tree.links:
         start, end = link.name.split(">")
@@ -156,7 +151,7 @@ def test_fat_tree_lanes_over_any_hierarchy(sizes):
 def test_fat_tree_groups_meet_at_their_level_switch(sizes):
     hierarchy = Hierarchy(sizes)
     levels = hierarchy.levels
-    tree = make_topology("htree", config(hierarchy.members), hierarchy)
+    tree = make_topology("htree", CONFIG, hierarchy)
     for level in range(levels):
         height = levels - level
         for group in hierarchy.groups(level):
@@ -177,20 +172,20 @@ def test_fat_tree_groups_meet_at_their_level_switch(sizes):
     (2, (1, 2)), (6, (2, 3)), (7, (1, 7)), (8, (2, 4)), (12, (3, 4)), (16, (4, 4)),
     (24, (4, 6)), (32, (4, 8)), (64, (8, 8))])
 def test_torus_shape(accelerators, shape):
-    torus = Torus(config(accelerators))
+    torus = Torus(*array(accelerators))
     assert (torus.rows, torus.cols) == shape
 
 
 def test_torus_rows_given():
-    torus = Torus(config(12), rows=2)
+    torus = Torus(*array(12), rows=2)
     assert (torus.rows, torus.cols) == (2, 6)
     with pytest.raises(InputError, match="rows = 5 does not divide 12"):
-        Torus(config(12), rows=5)
+        Torus(*array(12), rows=5)
 
 
 @given(st.sampled_from([4, 8, 16, 64, 6, 7, 12, 18, 24]), st.data())
 def test_torus_routes_are_shortest_and_connected(accelerators, data):
-    torus = Torus(config(accelerators))
+    torus = Torus(*array(accelerators))
     src = data.draw(st.integers(0, accelerators - 1))
     dst = data.draw(st.integers(0, accelerators - 1).filter(lambda d: d != src))
     route = torus.route(src, dst)
@@ -208,23 +203,22 @@ def test_registry():
     assert TOPOLOGIES["htree"] is FatTree
     hierarchy = Hierarchy((4, 3))
     for name in TOPOLOGIES:
-        topology = make_topology(name, config(12), hierarchy)
+        topology = make_topology(name, CONFIG, hierarchy)
         assert topology.name == name and topology.hierarchy == hierarchy
         assert topology.accelerators == 12
-    assert make_topology("htree", config(12)).hierarchy == Hierarchy((3, 2, 2))
+    assert make_topology("htree", *array(12)).hierarchy == Hierarchy((3, 2, 2))
 
 
 def test_ideal_and_unknown():
-    assert make_topology("ideal", config(16)).route(0, 5).links == ()
-    assert Ideal(config(12)).route(11, 0).switches == 0
+    assert make_topology("ideal", *array(16)).route(0, 5).links == ()
+    assert Ideal(*array(12)).route(11, 0).switches == 0
     with pytest.raises(InputError, match="did you mean 'torus'.*allowed: htree, torus, ideal"):
-        make_topology("tours", config(16))
+        make_topology("tours", *array(16))
 
 
-@pytest.mark.parametrize("name", ["htree", "torus", "ideal"])
-def test_hierarchy_must_match_the_accelerators(name):
+def test_hierarchy_must_match_the_accelerators():
     with pytest.raises(InputError, match="3x2x2 has 12 members, but there are 16 accelerators"):
-        make_topology(name, config(16), Hierarchy((3, 2, 2)))
+        make_request("vgg_a", accelerators=16, hierarchy="3x2x2")
 
 
 @pytest.mark.parametrize("sizes", [(2, 2, 2, 2), (3, 2, 2), (2, 3), (5,)])
@@ -236,8 +230,7 @@ def test_fat_tree_routes_as_arrays_equal_the_routes_one_by_one(sizes, name):
     hierarchy = Hierarchy(sizes)
     if name.endswith(".yaml") and hierarchy.levels != 4:
         pytest.skip("the file describes four levels")
-    config = load_hardware(overrides={"accelerators": hierarchy.members})
-    topology = make_topology(str(REPO / name) if name.endswith(".yaml") else name, config,
+    topology = make_topology(str(REPO / name) if name.endswith(".yaml") else name, CONFIG,
                              hierarchy)
     count = hierarchy.members
     pairs = np.array([(a, b) for a in range(count) for b in range(count) if a != b])
@@ -263,8 +256,7 @@ def test_fat_tree_routes_as_arrays_equal_the_routes_one_by_one(sizes, name):
 def test_routes_of_a_part_equal_the_part_routed_alone(name):
     """`Routed.part` (how the analytic engine reads each step's routes from the whole
     step's) gives what routing the part's messages alone gives, for empty and end parts."""
-    config = load_hardware(overrides={"accelerators": 16})
-    topology = make_topology(name, config)
+    topology = make_topology(name, *array(16))
     rng = np.random.default_rng(1)
     src = rng.integers(0, 16, 200)
     dst = (src + rng.integers(1, 16, 200)) % 16
@@ -281,17 +273,18 @@ def test_torus_bandwidth_readings(accelerators, links):
     """HyPar 6.1's "1600 Mb/s (i.e. the total network bandwidth is 25.6 Gb/s)": per_link (the
     default) gives every torus link 1.6 Gb/s; total shares accelerators x 1.6 Gb/s among the
     torus's full-duplex links (4 x 4: 32 links, 0.8 Gb/s each; 2 x 4: 12; 2 x 3: 9)."""
-    per_link = load_hardware(None, {"accelerators": accelerators})
-    total = load_hardware(None, {"accelerators": accelerators, "torus_bandwidth": "total"})
+    per_link = load_hardware()
+    total = load_hardware(None, {"torus_bandwidth": "total"})
     assert per_link.torus_bandwidth == "per_link"
-    one, shared = Torus(per_link), Torus(total)
+    hierarchy = Hierarchy.for_count(accelerators)
+    one, shared = Torus(per_link, hierarchy), Torus(total, hierarchy)
     assert len(shared.links) == 2 * links
     base = link_spec(per_link).bandwidth_bytes_per_cycle
     assert {link.spec.bandwidth_bytes_per_cycle for link in one.links} == {base}
     share = accelerators * 1.6 / links  # Gb/s per link and direction
     for link in shared.links:
         assert link.spec.bandwidth_bytes_per_cycle == pytest.approx(base * share / 1.6, rel=1e-12)
-    tree = FatTree(total, Hierarchy.for_count(accelerators))  # the fat tree keeps its links
+    tree = FatTree(total, hierarchy)  # the fat tree keeps its links
     assert tree.links[0].spec.bandwidth_bytes_per_cycle == base
 
 

@@ -10,6 +10,7 @@ from hypar_sim.api import simulate
 from hypar_sim.errors import InputError
 from hypar_sim.hardware.config import load_hardware
 from hypar_sim.hardware.topology import make_topology
+from hypar_sim.partition.hierarchy import Hierarchy
 from tests.conftest import run_cli
 
 
@@ -57,14 +58,14 @@ def test_levels_change_their_own_links(tmp_path):
     doubled = _run(energy).energy_breakdown_pj
     assert doubled["link_bit"] == pytest.approx(2 * base.energy_breakdown_pj["link_bit"])
     assert doubled["mac"] == base.energy_breakdown_pj["mac"]
-    topology = make_topology(leaves, load_hardware(overrides={"accelerators": 16}))
+    topology = make_topology(leaves, load_hardware(), Hierarchy.binary(4))
     per_lane = {link.lanes: link.spec.bandwidth_bytes_per_cycle for link in topology.links}
     assert per_lane[1] == pytest.approx(4 * per_lane[2])  # the leaf links (H4) 4x, H3's not
 
 
 def test_a_torus_file_sets_rows_and_every_link(tmp_path):
     path = _write(tmp_path, "topology: torus\nrows: 2\nlinks: {link_bandwidth_gbps: 3.2}\n")
-    topology = make_topology(path, load_hardware(overrides={"accelerators": 16}))
+    topology = make_topology(path, load_hardware(), Hierarchy.binary(4))
     assert (topology.rows, topology.cols) == (2, 8) and topology.name == path
     assert _run(path).latency_cycles < _run("torus").latency_cycles
 
@@ -87,7 +88,7 @@ def test_bad_files_one_line_exit_2(tmp_path, text, fragment):
     assert result.returncode == 2 and result.stdout == ""
     assert len(result.stderr.strip().splitlines()) == 1 and fragment in result.stderr
     with pytest.raises(InputError):
-        make_topology(path, load_hardware(overrides={"accelerators": 16}))
+        make_topology(path, load_hardware(), Hierarchy.binary(4))
 
 
 def test_sweep_and_plan_take_topology_files(tmp_path):

@@ -33,12 +33,11 @@ def test_trace_events_add_up_to_the_results_totals(network, accelerators):
 
 
 def _traced(network, accelerators):
-    from hypar_sim.hardware.config import load_hardware
-    from hypar_sim.runner import SimOptions, simulate_strategy
-    from hypar_sim.workload.network import load_workload
+    from hypar_sim.request import make_request
+    from hypar_sim.runner import SimOptions, simulate_request
 
-    config = load_hardware(None, {"accelerators": accelerators, "batch": 16})
-    return simulate_strategy(load_workload(network), "hypar", config, SimOptions(trace=True))
+    return simulate_request(make_request(network, accelerators=accelerators, batch=16,
+                                         sim=SimOptions(trace=True)))
 
 
 def test_cli_writes_a_trace_perfetto_can_load(tmp_path):

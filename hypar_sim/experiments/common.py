@@ -18,11 +18,14 @@ from hypar_sim import __version__
 from hypar_sim.atomic import atomic_write_text
 from hypar_sim.errors import InputError
 from hypar_sim.figure_style import FORMATS, PALETTE, TINY, save_figure, style
-from hypar_sim.hardware.config import load_hardware
+from hypar_sim.hardware.config import load_hardware, run_keys
 from hypar_sim.paper import DISPLAY_NAMES
+from hypar_sim.planner.strategies import PlanOptions
 from hypar_sim.sweep import Case, run_cases
 
 RESULTS = Path(__file__).resolve().parents[2] / "results"
+#: The figures of HyPar's evaluation plan under its reading of Tables 1 and 2 (`paper`).
+PAPER_MODEL = PlanOptions(traffic_model="paper")
 #: Small networks used by the quick (test) configuration.
 QUICK_NETWORKS = ("sconv", "lenet_c", "cifar_c")
 STRATEGY_LABELS = {"model": "Model Parallelism", "data": "Data Parallelism", "hypar": "HyPar",
@@ -117,7 +120,8 @@ def figure_formats(text: str) -> tuple[str, ...]:
 
 def cases(networks: Iterable[str], strategies: Iterable[str], topology: str = "htree",
           accelerators: int = 16, batch: int = 256, engine: str = "des") -> list[Case]:
-    return [Case(n, s, topology, accelerators, batch, engine) for n in networks for s in strategies]
+    return [Case(n, s, topology, accelerators, batch, engine, traffic_model="paper")
+            for n in networks for s in strategies]
 
 
 def rows_frame(case_list: Sequence[Case], workers: int | None, cache: dict | None) -> pd.DataFrame:
@@ -143,8 +147,9 @@ def display(network: str) -> str:
 
 
 def base_config_json() -> str:
-    """The default hardware configuration every figure starts from, as compact JSON."""
-    return json.dumps(dataclasses.asdict(load_hardware()), separators=(",", ":"))
+    """The default configuration every figure starts from (the run's defaults, then the
+    hardware), as compact JSON."""
+    return json.dumps(run_keys() | dataclasses.asdict(load_hardware()), separators=(",", ":"))
 
 
 def grouped_bars(ax, table: pd.DataFrame, groups: Sequence[str], series: Sequence[str],

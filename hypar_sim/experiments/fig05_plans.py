@@ -8,7 +8,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 from matplotlib.colors import ListedColormap
 
-from hypar_sim.experiments.common import QUICK_NETWORKS, Figure, display
+from hypar_sim.experiments.common import PAPER_MODEL, QUICK_NETWORKS, Figure, display
 from hypar_sim.figure_style import SMALL, TINY
 from hypar_sim.paper import PAPER_NETWORKS
 from hypar_sim.partition.kinds import DP, MP, paper_label
@@ -34,7 +34,7 @@ def compute(quick: bool = False, workers: int | None = None, cache: dict | None 
     rows = []
     for name in networks:
         net = load_network(name)
-        plan = make_plan(net, "hypar", levels, 256)
+        plan = make_plan(net, "hypar", levels, 256, options=PAPER_MODEL)
         for level, choices in enumerate(plan.choices):
             for layer, choice in zip(net.layers, choices, strict=True):
                 rows.append({"network": name, "level": f"H{level + 1}", "layer": layer.name,

@@ -14,6 +14,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from hypar_sim.experiments.common import (
+    PAPER_MODEL,
     QUICK_NETWORKS,
     STRATEGY_COLORS,
     STRATEGY_LABELS,
@@ -50,7 +51,7 @@ def compute(quick: bool = False, workers: int | None = None, cache: dict | None 
     for name in networks:
         net = load_network(name)
         for strategy, paper_gb in zip(FIGURE_8_STRATEGIES, FIGURE_8_GB[name], strict=True):
-            ours = make_plan(net, strategy, levels, batch).traffic_bytes / 1e9
+            ours = make_plan(net, strategy, levels, batch, options=PAPER_MODEL).traffic_bytes / 1e9
             compare = not quick
             rows.append({
                 "network": name, "display_name": DISPLAY_NAMES[name], "strategy": strategy,

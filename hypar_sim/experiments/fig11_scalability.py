@@ -28,9 +28,9 @@ LARGE_COUNTS = (64, 128, 256, 512, 1024)
 
 def compute(quick: bool = False, workers: int | None = None, cache: dict | None = None) -> pd.DataFrame:
     network, counts = ("lenet_c", (1, 2, 4, 8)) if quick else ("vgg_a", (1, 2, 4, 8, 16, 32, 64))
-    cases = [Case(network, s, "htree", n, BATCH) for s in STRATEGIES for n in counts]
+    cases = [Case(network, s, "htree", n, BATCH, traffic_model="paper") for s in STRATEGIES for n in counts]
     if not quick:
-        cases += [Case(network, s, "htree", n, LARGE_BATCH) for s in STRATEGIES
+        cases += [Case(network, s, "htree", n, LARGE_BATCH, traffic_model="paper") for s in STRATEGIES
                   for n in LARGE_COUNTS]
     frame = rows_frame(cases, workers, cache)
     table = frame[["network", "strategy", "accelerators", "batch", "latency_s", "energy_j",

@@ -34,7 +34,8 @@ def compute(quick: bool = False, workers: int | None = None, cache: dict | None 
     frame = pd.concat([rows_frame(cases(networks, ("data", "hypar"), topology, accelerators),
                                   workers, cache) for topology in ("htree", "torus")])
     equal = (("torus_bandwidth", "total"),)  # the H-tree's total shared by the torus's links
-    scaled = rows_frame([Case(n, "hypar", "torus", accelerators, 256, overrides=equal)
+    scaled = rows_frame([Case(n, "hypar", "torus", accelerators, 256, overrides=equal,
+                                     traffic_model="paper")
                          for n in networks], workers, cache)
     frame = pd.concat([frame, scaled.assign(topology="torus-equal-total")])
     table = frame[["network", "strategy", "topology", "accelerators", "latency_s", "energy_j",

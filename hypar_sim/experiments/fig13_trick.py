@@ -23,7 +23,8 @@ def compute(quick: bool = False, workers: int | None = None, cache: dict | None 
     rows = []
     for part, (path, batch) in PARTS.items():
         for level in levels:
-            runs = rows_frame([Case(path, s, "htree", 2**level, batch) for s in ("trick", "hypar")],
+            runs = rows_frame([Case(path, s, "htree", 2**level, batch, traffic_model="paper")
+                               for s in ("trick", "hypar")],
                               workers, cache).set_index("strategy")
             rows.append({
                 "case": f"{part}-b{batch}-h{level}", "part": part, "batch": batch,

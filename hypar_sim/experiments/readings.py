@@ -77,7 +77,8 @@ def _cases(reading: Reading, networks: Sequence[str], accelerators: int, scaling
     def case(network: str, strategy: str, count: int, topology: str = "htree") -> Case:
         torus = reading.torus_overrides if topology == "torus" else ()
         return Case(network, strategy, topology, count, 256,
-                    overrides=reading.overrides + torus, overlap=reading.overlap)
+                    overrides=reading.overrides + torus, overlap=reading.overlap,
+                    traffic_model="paper")
 
     return ([case(n, s, accelerators) for n in networks for s in ("data", "hypar")]
             + [case(n, "hypar", accelerators, "torus") for n in networks]

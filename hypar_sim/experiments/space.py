@@ -14,7 +14,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 from matplotlib import patheffects
 
-from hypar_sim.experiments.common import markdown_table, rows_frame
+from hypar_sim.experiments.common import PAPER_MODEL, markdown_table, rows_frame
 from hypar_sim.figure_style import SMALL
 from hypar_sim.partition.kinds import DP, MP, paper_label
 from hypar_sim.planner.strategies import make_plan
@@ -31,7 +31,7 @@ def explore(network: str, levels: int, rows: list[tuple[int, int]], cols: list[t
     """Simulate the grid; rows/cols are (level, layer) positions varied by the patterns."""
     net = load_network(network)
     hypar = [[paper_label(c) for c in level]
-             for level in make_plan(net, "hypar", levels, 256).choices]
+             for level in make_plan(net, "hypar", levels, 256, options=PAPER_MODEL).choices]
     size = 2 ** len(rows)
     patterns = [tuple(p) for p in itertools.product((DP, MP), repeat=len(rows))]
     grid_cases, meta = [], []
@@ -44,11 +44,11 @@ def explore(network: str, levels: int, rows: list[tuple[int, int]], cols: list[t
                 plan[level][layer] = choice
             text = "; ".join(" ".join(level) for level in plan)
             grid_cases.append(Case(network, "explicit", "htree", accelerators, 256,
-                                   plan_text=text))
+                                   plan_text=text, traffic_model="paper"))
             meta.append({"row": pattern_label(row_pattern), "col": pattern_label(col_pattern),
                          "is_hypar": plan == hypar, "plan_text": text})
     frame = rows_frame(grid_cases, workers, cache)
-    data_case = Case(network, "data", "htree", accelerators, 256)
+    data_case = Case(network, "data", "htree", accelerators, 256, traffic_model="paper")
     data = rows_frame([data_case], workers, cache).iloc[0]
     table = pd.DataFrame(meta)
     table["network"] = network

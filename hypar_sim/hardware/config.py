@@ -1,8 +1,11 @@
 """HardwareConfig: every parameter of the simulated machine, validated when built.
 
 The defaults live in configs/hypar_paper.yaml, one `key: value  # source` per
-line; a user file changes only the keys it gives, and the command line
-changes the common ones (--accelerators, --batch). Units are in the names.
+line; a user file changes only the keys it gives, and `--set` changes any.
+Units are in the names. The same files also give the run's array size and
+batch (`RUN_KEYS`: `accelerators`, `batch`); those are not hardware: the
+run's request (`hypar_sim.request`) reads them, with `run_keys`, and flags
+override them.
 """
 
 from __future__ import annotations
@@ -37,8 +40,6 @@ def _choice(help_text: str, *choices: str) -> Any:
 class HardwareConfig:
     """The machine: array, HMC cubes, processing units, links, energy per action."""
 
-    accelerators: int = _param("", "accelerators in the array", 1, False, 2**20)
-    batch: int = _param("samples", "samples per training step", 1, False)
     word_bytes: int = _param("B", "bytes per element (4 = fp32)", 1, False, 8)
     clock_mhz: float = _param("MHz", "array clock; one simulator cycle")
 
@@ -152,10 +153,9 @@ class HardwareConfig:
     def buffer_bytes(self) -> int:
         return int(self.buffer_kib * 1024)
 
-    @property
-    def network_bandwidth_gbps(self) -> float:
+    def network_bandwidth_gbps(self, accelerators: int) -> float:
         """One link per accelerator: 25.6 Gb/s for 16 accelerators in the paper."""
-        return self.accelerators * self.link_bandwidth_gbps
+        return accelerators * self.link_bandwidth_gbps
 
     @property
     def packet_efficiency(self) -> float:
@@ -175,6 +175,20 @@ class HardwareConfig:
 
 
 _FIELDS = {item.name: item for item in dataclasses.fields(HardwareConfig)}
+
+
+@dataclass(frozen=True)
+class _RunKeys:
+    """The keys of a config file that belong to the run, not the hardware (their defaults
+    are in the default config file, with their sources)."""
+
+    accelerators: int = _param("", "accelerators in the array (--accelerators)", 1, False,
+                               2**20)
+    batch: int = _param("samples", "samples per training step (--batch)", 1, False, 2**40)
+
+
+#: Keys a config file may give for the run's request (`hypar_sim.request`), not the hardware.
+RUN_KEYS = {item.name: item for item in dataclasses.fields(_RunKeys)}
 
 
 def _type_name(item: dataclasses.Field) -> str:
@@ -206,6 +220,9 @@ def coerce_overrides(overrides: Mapping[str, Any], where: str) -> dict[str, Any]
     """Check keys and types of a mapping of parameter overrides."""
     result = {}
     for key, value in overrides.items():
+        if key in RUN_KEYS:
+            raise InputError(f"{where}: {key} is not a hardware key: it is the run's "
+                             f"(--{key}, or `{key}:` in a config file)")
         if key not in _FIELDS:
             raise InputError(f"{where}: unknown key '{key}'{closest(str(key), _FIELDS)}; "
                              f"see `hypar-sim hardware` for the keys")
@@ -249,12 +266,39 @@ def parse_overrides(items: Iterable[str]) -> tuple[tuple[str, tuple[Any, ...]], 
 
 
 def _read_mapping(path: Path) -> dict[str, Any]:
+    """A config file's hardware keys (its run keys are read by `run_keys`)."""
+    return {key: value for key, value in _read_file(path).items() if key not in RUN_KEYS}
+
+
+def _read_file(path: Path) -> dict[str, Any]:
     data = read_yaml(path)
     if data is None:
         return {}
     if not isinstance(data, Mapping):
         raise InputError(f"{path}: expected a mapping of key: value")
     return dict(data)
+
+
+def run_keys(path: str | Path | None = None) -> dict[str, int]:
+    """The run's keys (`RUN_KEYS`: accelerators, batch) that the config file `path` gives
+    (None: the default file's, the run's defaults), checked; flags override them
+    (`hypar_sim.request`)."""
+    file = DEFAULT_CONFIG if path is None else Path(path)
+    if not file.is_file():
+        raise InputError(f"{file}: config file not found")
+    return check_run_keys({key: value for key, value in _read_file(file).items()
+                           if key in RUN_KEYS}, str(file))
+
+
+def check_run_keys(values: Mapping[str, Any], where: str) -> dict[str, int]:
+    """The run's keys checked against their ranges (an integral float is that integer)."""
+    checked = {}
+    for key, value in values.items():
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)  # 1.6e1 in a YAML file: an integer written as a float
+        _check_value(RUN_KEYS[key], value, where)
+        checked[key] = value
+    return checked
 
 
 def load_hardware(path: str | Path | None = None,
@@ -270,6 +314,7 @@ def load_hardware(path: str | Path | None = None,
         if not path.is_file():
             raise InputError(f"{path}: config file not found")
         values.update(coerce_overrides(_read_mapping(path), str(path)))
+        run_keys(path)  # its accelerators and batch are the run's: checked here all the same
         where = str(path)
     config = _build(values, where)
     if overrides:
@@ -299,17 +344,22 @@ def default_sources() -> dict[str, str]:
     return sources
 
 
-def describe(config: HardwareConfig, user_file: str | None = None) -> list[dict[str, Any]]:
-    """Rows of (key, value, unit, meaning, source) for printing the effective config."""
+def describe(config: HardwareConfig, user_file: str | None = None,
+             run: Mapping[str, int] | None = None) -> list[dict[str, Any]]:
+    """Rows of (key, value, unit, meaning, source) for printing the effective config: the
+    run's keys (`run`: accelerators and batch as the request has them) first, then the
+    hardware's."""
     sources = default_sources()
-    user_keys = set(_read_mapping(Path(user_file))) if user_file else set()
-    defaults = load_hardware()
+    user_values = _read_file(Path(user_file)) if user_file else {}
+    defaults = dataclasses.asdict(load_hardware()) | run_keys()
+    given = run_keys(user_file) if user_file else {}
+    values = defaults | given | dict(run or {}) | dataclasses.asdict(config)
     rows = []
-    for name, item in _FIELDS.items():
-        value = getattr(config, name)
-        if name in user_keys:
+    for name, item in (RUN_KEYS | _FIELDS).items():
+        value = values[name]
+        if name in user_values and value == user_values[name]:
             source = f"set in {user_file}"
-        elif value != getattr(defaults, name):
+        elif value != defaults[name]:
             source = "set on the command line"
         else:
             source = sources.get(name, "")
@@ -318,7 +368,7 @@ def describe(config: HardwareConfig, user_file: str | None = None) -> list[dict[
     return rows
 
 
-def derived(config: HardwareConfig) -> list[tuple[str, str, str]]:
+def derived(config: HardwareConfig, accelerators: int) -> list[tuple[str, str, str]]:
     """Quantities computed from the parameters, for display."""
     return [
         ("PU peak", f"{config.pu_peak_gops:.1f}", "GOPS"),
@@ -326,6 +376,6 @@ def derived(config: HardwareConfig) -> list[tuple[str, str, str]]:
         ("vault bandwidth", f"{config.vault_bandwidth_bytes_per_cycle:.2f}", "B/cycle"),
         ("DRAM access latency", str(config.dram_latency_cycles), "cycles"),
         ("MAC energy", f"{config.mac_energy_pj:.2f}", "pJ"),
-        ("network bandwidth", f"{config.network_bandwidth_gbps:.1f}", "Gb/s"),
+        ("network bandwidth", f"{config.network_bandwidth_gbps(accelerators):.1f}", "Gb/s"),
         ("packet efficiency", f"{config.packet_efficiency:.4f}", ""),
     ]

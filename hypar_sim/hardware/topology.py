@@ -72,18 +72,6 @@ class Route:
         return sum(link.spec.energy_scale for link in self.links)
 
 
-def resolve_hierarchy(config: HardwareConfig, hierarchy: Hierarchy | None) -> Hierarchy:
-    """`hierarchy`, or the default one of the array; its members must be the accelerators."""
-    if hierarchy is None:
-        return Hierarchy.for_count(config.accelerators)
-    if hierarchy.members != config.accelerators:
-        raise InputError(f"topology: hierarchy {hierarchy} has {hierarchy.members} members, but "
-                         f"there are {config.accelerators} accelerators; allowed: level sizes "
-                         f"whose product is {config.accelerators}, e.g. "
-                         f"{Hierarchy.for_count(config.accelerators)}")
-    return hierarchy
-
-
 def take_runs(values: np.ndarray, lengths: np.ndarray,
               picks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(the runs `picks` of `values`, one after another; their lengths), where `values` holds
@@ -102,9 +90,9 @@ class Topology:
 
     name = "abstract"
 
-    def __init__(self, config: HardwareConfig, hierarchy: Hierarchy | None = None,
+    def __init__(self, config: HardwareConfig, hierarchy: Hierarchy,
                  file: TopologyFile | None = None) -> None:
-        self.hierarchy = resolve_hierarchy(config, hierarchy)
+        self.hierarchy = hierarchy
         self.file = file
         if file is not None:
             file.check(self.hierarchy.levels)
@@ -211,7 +199,7 @@ class FatTree(Topology):
 
     name = "htree"
 
-    def __init__(self, config: HardwareConfig, hierarchy: Hierarchy | None = None,
+    def __init__(self, config: HardwareConfig, hierarchy: Hierarchy,
                  file: TopologyFile | None = None) -> None:
         super().__init__(config, hierarchy, file)
         sizes = self.hierarchy.sizes
@@ -321,7 +309,7 @@ class Torus(Topology):
 
     name = "torus"
 
-    def __init__(self, config: HardwareConfig, hierarchy: Hierarchy | None = None,
+    def __init__(self, config: HardwareConfig, hierarchy: Hierarchy,
                  rows: int | None = None, file: TopologyFile | None = None) -> None:
         super().__init__(config, hierarchy, file)
         count = self.accelerators
@@ -343,13 +331,13 @@ class Torus(Topology):
                 neighbours += [self._at(row + 1, col), self._at(row - 1, col)]
             pairs += [(node, other) for other in dict.fromkeys(neighbours)]  # a ring of 2: one
         spec = link_spec(self._link_config(file.link_config(config) if file else config,
-                                           len(pairs) // 2), base=config)
+                                           len(pairs) // 2, count), base=config)
         self.links = tuple(Link(index, f"A{node}>A{other}", spec)
                            for index, (node, other) in enumerate(pairs))
         self._link = {pair: link for pair, link in zip(pairs, self.links, strict=True)}
 
     @staticmethod
-    def _link_config(config: HardwareConfig, links: int) -> HardwareConfig:
+    def _link_config(config: HardwareConfig, links: int, accelerators: int) -> HardwareConfig:
         """The links' keys under the config's `torus_bandwidth` reading: per_link, each link
         (each direction) has link_bandwidth_gbps; total, the array's accelerators x
         link_bandwidth_gbps (HyPar's 25.6 Gb/s for 16) is shared equally by the torus's
@@ -357,7 +345,8 @@ class Torus(Topology):
         if config.torus_bandwidth == "per_link" or not links:
             return config
         return dataclasses.replace(config,
-                                   link_bandwidth_gbps=config.network_bandwidth_gbps / links)
+                                   link_bandwidth_gbps=config.network_bandwidth_gbps(accelerators)
+                                   / links)
 
     def position(self, accelerator: int) -> tuple[int, int]:
         """(row, column) of `accelerator`."""
@@ -422,10 +411,9 @@ class Ideal(Topology):
         return Route((), 0)
 
 
-def make_topology(name: str, config: HardwareConfig,
-                  hierarchy: Hierarchy | None = None) -> Topology:
-    """The topology called `name` (or described by the topology file `name`, .yaml) for the
-    array of `config`, grouped by `hierarchy` (default: `Hierarchy.for_count(...)`)."""
+def make_topology(name: str, config: HardwareConfig, hierarchy: Hierarchy) -> Topology:
+    """The topology called `name` (or described by the topology file `name`, .yaml) with
+    the links of `config` between the members of `hierarchy`."""
     if is_topology_file(name):
         file = read_topology_file(name)
         return TOPOLOGIES[file.kind](config, hierarchy, file=file)

@@ -281,12 +281,10 @@ def plan_cost(layers: Sequence[Layer], batch: int, columns: Sequence[Column],
 
 def request_hardware(request: PlanRequest | GraphRequest) -> Hardware:
     """The cost model's numbers: from the request's hardware (`make_plan` and
-    `make_graph_plan` pass it), else the default hardware for this array and batch."""
+    `make_graph_plan` pass it), else the default hardware at the request's word size."""
     config = request.config
     if config is None:
-        config = load_hardware(overrides={"accelerators": request.hierarchy.members,
-                                          "batch": request.batch,
-                                          "word_bytes": request.word_bytes})
+        config = load_hardware(overrides={"word_bytes": request.word_bytes})
     return Hardware.from_config(config)
 
 

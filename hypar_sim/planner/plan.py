@@ -16,7 +16,7 @@ from typing import Any
 from hypar_sim.errors import InputError
 from hypar_sim.partition.hierarchy import Hierarchy
 from hypar_sim.partition.shares import Column
-from hypar_sim.planner.traffic import traffic_model
+from hypar_sim.planner.traffic import DEFAULT_TRAFFIC_MODEL, traffic_model
 from hypar_sim.workload.network import Network
 
 Choices = tuple[tuple[str, ...], ...]  # [level][layer] canonical kind names
@@ -45,7 +45,7 @@ class Plan:
     choices: Choices
     traffic: tuple[tuple[LayerTraffic, ...], ...]  # [level][layer]
     hierarchy: Hierarchy = Hierarchy(())
-    traffic_model: str = "paper"
+    traffic_model: str = DEFAULT_TRAFFIC_MODEL
     search: str = ""
     word_bytes: int = 4
     objective: str = "bytes"  # what the search minimised
@@ -101,7 +101,8 @@ class Plan:
 
 def evaluate_plan(network: Network, batch: int, choices: Choices | Sequence[Sequence[str]],
                   strategy: str, word_bytes: int = 4, hierarchy: Hierarchy | None = None,
-                  model: str = "paper", search: str = "", phases: str = "training") -> Plan:
+                  model: str = DEFAULT_TRAFFIC_MODEL, search: str = "",
+                  phases: str = "training") -> Plan:
     """The traffic of a fixed plan (choices[level][layer], canonical kind names) for a
     training step or, with `phases` "forward", the forward pass alone."""
     choices = tuple(tuple(row) for row in choices)

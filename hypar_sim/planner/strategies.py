@@ -174,10 +174,13 @@ def _uniform(request: PlanRequest, pick: Callable[[Layer], str]) -> list[Column]
             if not request.model.offered(layer, request.batch, column + (kind,), upper):
                 kind = BATCH
             if not request.model.offered(layer, request.batch, column + (kind,), upper):
+                tried = "batch cannot" if pick(layer) == BATCH else \
+                    f"neither {pick(layer)} nor batch can"
                 raise InputError(
-                    f"layer {layer.name}: neither {pick(layer)} nor batch can split it at level "
-                    f"{level + 1} of hierarchy {request.hierarchy} (batch {request.batch}); use "
-                    "fewer accelerators or a larger batch")
+                    f"layer {layer.name}: {tried} split it at level {level + 1} of "
+                    f"hierarchy {request.hierarchy} (batch {request.batch}, fewer samples than "
+                    f"the {math.prod(request.hierarchy.sizes[:level + 1])} groups); use a batch "
+                    f"of at least {request.hierarchy.members} or fewer accelerators")
             column += (kind,)
         columns.append(column)
     return columns
@@ -260,7 +263,7 @@ def make_plan(network: Network, strategy: str, hierarchy: int | Hierarchy, batch
     `config`: the hardware the time and energy objectives are estimated on (default: the
     default configuration with this array and batch)."""
     hierarchy = as_hierarchy(hierarchy)
-    options = options or PlanOptions(traffic_model="paper")
+    options = options or PlanOptions()
     if plan_text is not None:
         options = dataclasses.replace(options, plan_text=plan_text)
     if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
@@ -286,8 +289,7 @@ def make_plan(network: Network, strategy: str, hierarchy: int | Hierarchy, batch
             kind for kind in spec.default_kinds if kind in model.kinds))
     model.check(hierarchy, options.kinds, batch, spec.searches)
     if config is None:
-        config = load_hardware(overrides={"accelerators": hierarchy.members, "batch": batch,
-                                          "word_bytes": word_bytes})
+        config = load_hardware(overrides={"word_bytes": word_bytes})
     request = PlanRequest(network, batch, hierarchy, options, word_bytes, model,
                           float(config.cube_capacity_bytes), config=config)
     estimator = _estimator(request, config) if options.objective != "bytes" else None

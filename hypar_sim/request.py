@@ -1,0 +1,168 @@
+"""The run's request: what to plan (and simulate) on which array, one source of truth.
+
+The command line (`plan`, `run`, `compare`, `sweep`) and the Python API build
+a request with `make_request` alone, so every entry point reads its inputs
+the same way:
+
+- the array and the batch: flags (`--accelerators`, `--levels`,
+  `--hierarchy`, `--batch`), else the config file's `accelerators` and
+  `batch`, else the default config file's (16 and 256, HyPar 6.1);
+- the hardware: the default config, the config file, then `--set` keys
+  (`hardware.config`: hardware only);
+- the plan's and the simulation's options, the traffic model `layout` unless
+  another is asked for.
+
+`plan_request` turns a request into its plan (it loads no simulator: `plan`
+starts fast); `runner.simulate_request` plans and simulates it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from hypar_sim.errors import InputError
+from hypar_sim.hardware.config import HardwareConfig, load_hardware, run_keys
+from hypar_sim.partition.hierarchy import MAX_MEMBERS, Hierarchy
+from hypar_sim.partition.kinds import parse_kinds
+from hypar_sim.planner.strategies import PlanOptions, as_hierarchy
+from hypar_sim.planner.traffic import DEFAULT_TRAFFIC_MODEL
+from hypar_sim.sim.options import SimOptions
+from hypar_sim.workload.graph import Graph
+from hypar_sim.workload.network import Network, load_workload
+
+if TYPE_CHECKING:
+    from hypar_sim.planner.graph_plan import GraphPlan
+    from hypar_sim.planner.plan import Plan
+
+Overrides = tuple[tuple[str, Any], ...]
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    """One run's inputs: the network, the array (`hierarchy`; its members are the
+    accelerators), the batch, the strategy and its options, how to simulate, and where the
+    hardware comes from (the config file and `--set` keys)."""
+
+    network: str | Network | Graph
+    hierarchy: Hierarchy
+    batch: int
+    strategy: str = "hypar"
+    seq: int | None = None
+    plan_text: str | None = None
+    plan: PlanOptions = field(default_factory=PlanOptions)
+    sim: SimOptions = field(default_factory=SimOptions)
+    config_file: str | None = None
+    overrides: Overrides = ()
+
+    @property
+    def accelerators(self) -> int:
+        return self.hierarchy.members
+
+    def hardware(self) -> HardwareConfig:
+        """The hardware: defaults, the config file, then the `--set` keys."""
+        return load_hardware(self.config_file, dict(self.overrides))
+
+    def workload(self) -> Network | Graph:
+        """The network (loaded from its name or path; a dynamic sequence takes `seq`)."""
+        if isinstance(self.network, str):
+            return load_workload(self.network, self.seq)
+        return self.network
+
+
+def _count(value: Any, flag: str, most: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= most:
+        raise InputError(f"{flag}: must be an integer from 1 to {most}, got {value!r}")
+    return value
+
+
+def _hierarchy(accelerators: int | None, levels: int | None,
+               hierarchy: str | Sequence[int] | Hierarchy | None, file_count: int | None,
+               default_count: int) -> Hierarchy:
+    """The array from --levels, --hierarchy or the accelerator count (the flag's, the config
+    file's, or the default: its prime factors, largest first, 12 -> 3x2x2)."""
+    count = accelerators if accelerators is not None else file_count
+    if count is not None:
+        _count(count, "--accelerators", MAX_MEMBERS)
+    if levels is not None:
+        if hierarchy is not None:
+            raise InputError("--levels: give --levels or --hierarchy, not both")
+        array = as_hierarchy(levels)
+        if accelerators is not None and accelerators != array.members:
+            raise InputError(f"--levels: {levels} two-way levels make {array.members} "
+                             f"accelerators, not --accelerators {accelerators}")
+        return array
+    if isinstance(hierarchy, Hierarchy):
+        array = hierarchy
+    elif isinstance(hierarchy, str):
+        return Hierarchy.parse(hierarchy, count)
+    elif hierarchy is not None:
+        array = Hierarchy(tuple(hierarchy))
+    else:
+        return Hierarchy.for_count(count if count is not None else default_count)
+    if count is not None and array.members != count:
+        raise InputError(f"--hierarchy: {array} has {array.members} members, but there are "
+                         f"{count} accelerators; allowed: level sizes whose product is {count}")
+    return array
+
+
+def make_request(network: str | Network | Graph, *, accelerators: int | None = None,
+                 batch: int | None = None, levels: int | None = None,
+                 hierarchy: str | Sequence[int] | Hierarchy | None = None,
+                 config: str | None = None,
+                 overrides: Mapping[str, Any] | Overrides | None = None,
+                 seq: int | None = None, strategy: str = "hypar", plan_text: str | None = None,
+                 kinds: str | Sequence[str] | None = None, search: str = "greedy",
+                 traffic_model: str = DEFAULT_TRAFFIC_MODEL, objective: str = "bytes",
+                 phases: str = "training", sim: SimOptions | None = None,
+                 progress: bool = False) -> RunRequest:
+    """The request of one run, every value checked (bad input: InputError, one line).
+    `accelerators` and `batch` None: the config file's, else the defaults (16, 256);
+    `kinds` None: HyPar's batch and in, or the strategy's paper's own; `plan_text` makes
+    the strategy `explicit`; the plan's estimate sees the simulation's topology."""
+    given = run_keys(config) if config is not None else {}
+    defaults = run_keys()
+    array = _hierarchy(accelerators, levels, hierarchy, given.get("accelerators"),
+                       defaults["accelerators"])
+    batch = batch if batch is not None else given.get("batch", defaults["batch"])
+    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+        raise InputError(f"--batch: must be a positive integer, got {batch!r}")
+    if seq is not None and (isinstance(seq, bool) or not isinstance(seq, int) or seq < 1):
+        raise InputError(f"--seq: must be a positive number of tokens, got {seq!r}")
+    pairs = tuple(overrides.items()) if isinstance(overrides, Mapping) else tuple(overrides or ())
+    sim = sim or SimOptions()
+    if isinstance(kinds, str):
+        kinds = parse_kinds(kinds)
+    elif kinds is not None:
+        kinds = parse_kinds(",".join(kinds))
+    plan = PlanOptions(kinds, search, traffic_model, objective=objective, topology=sim.topology,
+                       overlap_gradients=sim.overlap_gradients, progress=progress,
+                       phases=phases)
+    request = RunRequest(network, array, batch, "explicit" if plan_text is not None else strategy,
+                         seq, plan_text, plan, sim, config, pairs)
+    request.hardware()  # a bad config file or key stops here, before any planning
+    return request
+
+
+def with_strategy(request: RunRequest, strategy: str, objective: str | None = None
+                  ) -> RunRequest:
+    """The same request under another strategy (and objective), no plan text."""
+    plan = request.plan if objective is None else dataclasses.replace(request.plan,
+                                                                      objective=objective)
+    return dataclasses.replace(request, strategy=strategy, plan_text=None, plan=plan)
+
+
+def plan_request(request: RunRequest, workload: Network | Graph | None = None,
+                 config: HardwareConfig | None = None) -> Plan | GraphPlan:
+    """The plan of the request's strategy for its network and array, within a cube's memory
+    (`workload` and `config`: the request's, when the caller has them loaded already)."""
+    from hypar_sim.planner.graph_plan import make_graph_plan
+    from hypar_sim.planner.strategies import make_plan
+
+    workload = workload if workload is not None else request.workload()
+    config = config if config is not None else request.hardware()
+    make = make_graph_plan if isinstance(workload, Graph) else make_plan
+    return make(workload, request.strategy, request.hierarchy, request.batch, request.plan_text,
+                config.word_bytes, request.plan, config)

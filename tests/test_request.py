@@ -1,0 +1,79 @@
+"""The run's request (issue "One graph", item 5): one object, built the same way by every
+entry point; `compare --baseline`."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from hypar_sim.errors import InputError
+from hypar_sim.partition.hierarchy import Hierarchy
+from hypar_sim.planner.strategies import make_plan
+from hypar_sim.request import make_request, plan_request
+from hypar_sim.workload.network import load_network
+
+
+def test_defaults_are_the_papers_array_and_the_layout_model():
+    request = make_request("vgg_a")
+    assert (request.accelerators, request.batch, request.hierarchy) == (16, 256,
+                                                                       Hierarchy.binary(4))
+    assert request.plan.traffic_model == "layout" and request.strategy == "hypar"
+
+
+def test_one_default_traffic_model_everywhere():
+    """`make_plan` defaulted to HyPar's reading and the command line to the layout model:
+    VGG-A on 16 gave 1.4687 GB from one and 1.4367 GB from the other."""
+    network = load_network("vgg_a")
+    plan = make_plan(network, "hypar", 4, 256)
+    assert plan.traffic_model == "layout"
+    assert plan.traffic_bytes == plan_request(make_request("vgg_a")).traffic_bytes
+    assert plan.traffic_bytes / 1e9 == pytest.approx(1.4367, abs=1e-4)
+
+
+@pytest.mark.parametrize(("kwargs", "fragment"), [
+    ({"accelerators": 0}, "--accelerators: must be an integer from 1 to"),
+    ({"batch": 0}, "--batch: must be a positive integer, got 0"),
+    ({"seq": -1}, "--seq: must be a positive number of tokens"),
+    ({"levels": 2, "hierarchy": "2x2"}, "give --levels or --hierarchy, not both"),
+    ({"levels": 2, "accelerators": 8}, "2 two-way levels make 4 accelerators"),
+    ({"hierarchy": "4x3", "accelerators": 16}, "4x3 has 12 members, but there are 16"),
+    ({"overrides": {"batch": 8}}, "batch is not a hardware key"),
+    ({"overrides": {"clock_mhz": -1}}, "clock_mhz: -1.0 is out of range"),
+])
+def test_bad_requests_are_one_line(kwargs, fragment):
+    with pytest.raises(InputError, match=fragment) as info:
+        make_request("lenet_c", **kwargs)
+    assert "\n" not in str(info.value)
+
+
+def test_the_hierarchy_gives_the_count_and_a_config_file_the_rest(tmp_path):
+    assert make_request("lenet_c", hierarchy="4x3x2").accelerators == 24
+    assert make_request("lenet_c", levels=3).hierarchy == Hierarchy.binary(3)
+    path = tmp_path / "hw.yaml"
+    path.write_text("accelerators: 12\nbatch: 48\n")
+    request = make_request("lenet_c", config=str(path))
+    assert (request.hierarchy, request.batch) == (Hierarchy((3, 2, 2)), 48)
+    with pytest.raises(InputError, match="4x4 has 16 members, but there are 12"):
+        make_request("lenet_c", config=str(path), hierarchy="4x4")
+
+
+def test_compare_names_a_baseline_that_plans(cli):
+    """At a batch smaller than the array data parallelism cannot plan: compare said "neither
+    batch nor batch can split it" even when data was not asked for."""
+    failed = cli("compare", "vgg_a", "--batch", "8", "--strategies", "hypar,model")
+    assert failed.returncode == 2 and failed.stderr.count("\n") == 1
+    assert "--baseline: data cannot plan 8 samples on 16 accelerators" in failed.stderr
+    assert "batch cannot split it" in failed.stderr and "e.g. --baseline hypar" in failed.stderr
+    done = cli("compare", "vgg_a", "--batch", "8", "--strategies", "hypar,model", "--baseline",
+               "model", "--engine", "analytic", "--json")
+    assert done.returncode == 0, done.stderr
+    runs = json.loads(done.stdout)
+    assert [run["strategy"] for run in runs] == ["model", "hypar"]
+    assert {run["baseline"] for run in runs} == {"model"}
+    text = cli("compare", "lenet_c", "--strategies", "data", "--baseline", "hypar",
+               "--engine", "analytic")
+    assert "relative to hypar" in text.stdout and text.stdout.index("hypar ") < \
+        text.stdout.index("data ")
+    bad = cli("compare", "lenet_c", "--baseline", "fastest")
+    assert bad.returncode == 2 and "--baseline: unknown or not comparable 'fastest'" in bad.stderr
