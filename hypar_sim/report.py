@@ -195,8 +195,11 @@ def graph_plan_summary(plan: GraphPlan, graph: Graph) -> str:
     levels = ", ".join(f"level {h + 1}: {b / GB:.4g} GB"
                        for h, b in enumerate(plan.traffic_bytes_per_level))
     return (head + table(("node", "op", "kinds (top level first)", "bytes in (MB)"), rows)
-            + f"\n\ntotal traffic per training step: {plan.traffic_bytes / GB:.4g} GB"
-            + (f" ({levels})" if levels else ""))
+            + f"\n\ntotal traffic per "
+            f"{'inference (forward pass)' if plan.phases == 'forward' else 'training step'}: "
+            f"{plan.traffic_bytes / GB:.4g} GB" + (f" ({levels})" if levels else "")
+            + f"\nmemory per cube: {plan.footprint_bytes / 2**30:.4g} GiB (the nodes' busiest "
+            "members' weights, gradients and kept outputs, and the largest receive)")
 
 
 def bound_summary(plan: Plan, bounds: Sequence[float]) -> str:

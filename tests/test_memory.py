@@ -13,11 +13,12 @@ from hypar_sim.hardware.config import load_hardware
 from hypar_sim.partition.hierarchy import Hierarchy
 from hypar_sim.partition.steps import largest_receive
 from hypar_sim.planner import memory
+from hypar_sim.planner.graph_plan import make_graph_plan
 from hypar_sim.planner.plan import evaluate_plan
 from hypar_sim.planner.strategies import PlanOptions, make_plan
 from hypar_sim.planner.traffic import traffic_model
 from hypar_sim.runner import SimOptions, simulate
-from hypar_sim.workload.network import load_network
+from hypar_sim.workload.network import load_network, load_workload
 
 MIB = 2**20
 
@@ -89,3 +90,55 @@ def test_no_plan_fits_one_line_exit_2():
     assert run.stderr.count("\n") == 1
     assert "no plan of kinds batch,in fits vgg_a in a cube: the leanest needs at least 0.426 " \
            "GiB per cube" in run.stderr
+
+
+GRAPH_KINDS = ("batch", "in", "out", "spatial", "heads")
+
+
+@pytest.mark.parametrize("strategy", ["data", "model", "hypar", "tofu", "accpar", "grid"])
+@pytest.mark.parametrize("graph_name", ["residual", "inception", "attention"])
+def test_graph_plans_fit_a_cube_or_give_the_need_and_the_capacity(graph_name, strategy):
+    """Issue "One graph", item 4: with a cube of half what data parallelism needs, every
+    strategy's graph plan fits (its footprint, and the simulator's own check, which adds
+    the same receive buffers when gradients are not bucketed) or the planner exits with one
+    line giving the need and the capacity in GiB; hypar re-plans with a price on memory
+    wherever some plan fits."""
+    from tests import test_graph_plan
+
+    graph, hierarchy, batch = getattr(test_graph_plan, graph_name)(), Hierarchy.for_count(4), 8
+    capacity = make_graph_plan(graph, "data", hierarchy, batch).footprint_bytes / 2
+    config = load_hardware(overrides={"cube_capacity_gib": capacity / 2**30})
+    options = PlanOptions(GRAPH_KINDS)
+    try:
+        plan = make_graph_plan(graph, strategy, hierarchy, batch, options=options, config=config)
+    except InputError as exc:
+        message = str(exc)
+        assert "\n" not in message and f"{capacity / 2**30:.3g} GiB" in message
+        assert "needs" in message and strategy != "hypar" or "no plan" in message
+        return
+    assert plan.footprint_bytes <= capacity
+    free = make_graph_plan(graph, strategy, hierarchy, batch, options=options)
+    assert plan.footprint_bytes <= free.footprint_bytes
+    simulate(graph, plan, config, SimOptions(engine="analytic", bucket_mb=0))  # no refusal
+
+
+def test_graph_footprint_is_the_simulators_bound():
+    """The plan's footprint (every node's busiest member, summed, and the largest receive)
+    is never below what the simulator finds for its busiest member (it sums one member's
+    nodes): raising the capacity to the plan's footprint always lets the run go."""
+    graph, hierarchy = load_workload("resnet18"), Hierarchy((3, 2))
+    for strategy in ("data", "hypar", "model"):
+        plan = make_graph_plan(graph, strategy, hierarchy, 12,
+                               options=PlanOptions(("batch", "in", "out")))
+        fits = load_hardware(overrides={"cube_capacity_gib": plan.footprint_bytes / 2**30})
+        simulate(graph, plan, fits, SimOptions(engine="analytic", bucket_mb=0))
+        short = load_hardware(overrides={"cube_capacity_gib": plan.footprint_bytes / 2**31})
+        with pytest.raises(InputError, match="capacity: resnet18 needs"):
+            simulate(graph, plan, short, SimOptions(engine="analytic", bucket_mb=0))
+
+
+def test_graph_capacity_cli_is_one_line(cli):
+    """`plan resnet50 --set cube_capacity_gib=0.01` was accepted: now one line, exit 2."""
+    result = cli("plan", "resnet50", "--set", "cube_capacity_gib=0.01")
+    assert result.returncode == 2 and result.stderr.count("\n") == 1
+    assert "the cube has 0.01 GiB" in result.stderr and "needs at least" in result.stderr

@@ -49,7 +49,7 @@ from hypar_sim.hardware.costs import ZERO_COST, PieceCost, conv_cost, cube_cost,
 from hypar_sim.hardware.energy import add_counts
 from hypar_sim.hardware.hmc import even_parts, pe_array_spec
 from hypar_sim.hardware.pe_array import elementwise_cost
-from hypar_sim.partition.graph_layout import NodeLayout, node_op
+from hypar_sim.partition.graph_layout import NodeLayout, member_params, node_op
 from hypar_sim.partition.graph_ops import Box, output_box
 from hypar_sim.partition.kinds import Dim
 from hypar_sim.partition.steps import Phase
@@ -139,32 +139,13 @@ def _channels(box: Box) -> int:
     return count * (box[Dim.G][1] - box[Dim.G][0]) if Dim.G in box else count
 
 
-def params(layout: NodeLayout, box: Box) -> int:
-    """The node's parameters a member holds (and updates)."""
-    node = layout.site.node
-    k = _channels(box) if Dim.K in box else 0
-    if node.op == "embedding":
-        return node.attrs["vocab"] * k
-    held = 0
-    if node.op in ("conv", "fc") and not node.attrs.get("tied_to"):
-        a = node.attrs
-        area = 1 if node.op == "fc" else (a["kernel"] ** 2 if isinstance(a["kernel"], int)
-                                          else a["kernel"][0] * a["kernel"][1])
-        held = k * (box[Dim.C][1] - box[Dim.C][0]) * area
-    if node.attrs.get("bias"):
-        held += k
-    if node.op in ("batch_norm", "layer_norm") and node.attrs["affine"]:
-        held += 2 * k
-    return held
-
-
 def node_cost(layout: NodeLayout, member: int, phase: Phase, config: HardwareConfig,
               needs_input_error: bool) -> PieceCost:
     """Cost of one phase of a member's box of a node on its cube."""
     box = layout.box(member)
     node = layout.site.node
     if phase is Phase.UPDATE:
-        return update_piece_cost(params(layout, box), config)
+        return update_piece_cost(int(member_params(layout)[member]), config)
     if node.op in _CONVOLUTIONS:
         work = _work(layout, box)
         if work is None:

@@ -114,6 +114,57 @@ def layout(site: Site, batch: int, column: Column, hierarchy: Hierarchy) -> Node
     return NodeLayout(site, boxes)
 
 
+def _extent(own: NodeLayout, dim: Dim) -> np.ndarray:
+    """[members] the length of every member's interval of `dim`."""
+    return own.boxes[dim][:, 1] - own.boxes[dim][:, 0]
+
+
+def member_channels(own: NodeLayout) -> np.ndarray:
+    """[members] the output channels each member makes (a grouped convolution's: its
+    channels per group x its groups)."""
+    channels = _extent(own, Dim.K)
+    return channels * _extent(own, Dim.G) if Dim.G in own.boxes else channels
+
+
+def member_params(own: NodeLayout) -> np.ndarray:
+    """[members] the parameters each member holds (and updates): the weights of its output
+    channels over its share of the reduction (an embedding's: every row of its columns),
+    and its channels' biases and norm scales and shifts; a tied projection holds none of
+    its owner's."""
+    node, op = own.site.node, node_op(own.site)
+    if Dim.K not in own.boxes:
+        return np.zeros(own.members, dtype=np.int64)
+    channels = member_channels(own)
+    held = channels * op.vectors(node)
+    if op.weight_scale is not None:
+        rows = _extent(own, Dim.C) if op.reduction is not None else weight_shape(node)[0]
+        held = held + channels * rows * op.weight_scale(node)
+    return held
+
+
+def member_kept(own: NodeLayout) -> np.ndarray:
+    """[members] the elements of the node's output each member keeps for the backward pass
+    (its output box: what the node's backward reads)."""
+    kept = _extent(own, Dim.N)
+    for dim in own.site.output:
+        kept = kept * (member_channels(own) if dim is Dim.K else _extent(own, dim))
+    return kept
+
+
+def member_footprint_bytes(own: NodeLayout, word_bytes: int,
+                           gradients: bool = True) -> np.ndarray:
+    """[members] bytes each member keeps for the node through a training step: its weights,
+    their gradients (not in an inference: `gradients` False) and its kept output
+    (`hardware.capacity.Footprint`'s parts; an inference's outputs counted as a training
+    step keeps them, a bound)."""
+    return ((1 + gradients) * member_params(own) + member_kept(own)) * word_bytes
+
+
+#: The stages of a forward pass (an inference moves these alone): an edge's forward reduce
+#: and gather, and the reduction of the graph's partial outputs.
+FORWARD_STAGES = frozenset({"forward reduce", "forward gather", "loss reduce"})
+
+
 def _tensor(site: Site, batch: int) -> tuple[int, ...]:
     return (batch, *site.node.shape)
 
@@ -183,13 +234,15 @@ def geometry(site: Site) -> tuple:
 
 
 class Costs:
-    """Total bytes of edges and of nodes' own steps, remembered by geometry (a network
-    repeats its blocks) for one planning run."""
+    """Total bytes of edges and of nodes' own steps, and the bytes a node's busiest member
+    keeps, remembered by geometry (a network repeats its blocks) for one planning run (of a
+    training step, or with `forward_only` of an inference)."""
 
-    def __init__(self, batch: int, word_bytes: int) -> None:
-        self.batch, self.word_bytes = batch, word_bytes
+    def __init__(self, batch: int, word_bytes: int, forward_only: bool = False) -> None:
+        self.batch, self.word_bytes, self.forward_only = batch, word_bytes, forward_only
         self._edges: dict[tuple, float] = {}
         self._own: dict[tuple, float] = {}
+        self._footprints: dict[tuple, float] = {}
 
     def edge(self, producer: Site, consumer: Site, index: int, producer_column: Column,
              column: Column, hierarchy: Hierarchy) -> float:
@@ -199,13 +252,27 @@ class Costs:
             matrices = edge_matrices(layout(producer, self.batch, producer_column, hierarchy),
                                      layout(consumer, self.batch, column, hierarchy), index,
                                      self.batch, self.word_bytes)
-            self._edges[key] = float(sum(m.sum() for m in matrices.values()))
+            self._edges[key] = self._total(matrices)
         return self._edges[key]
+
+    def footprint(self, site: Site, column: Column, hierarchy: Hierarchy) -> float:
+        """Bytes the busiest member keeps for the node (`member_footprint_bytes`)."""
+        key = (geometry(site), column, hierarchy)
+        if key not in self._footprints:
+            own = layout(site, self.batch, column, hierarchy)
+            self._footprints[key] = float(member_footprint_bytes(
+                own, self.word_bytes, not self.forward_only).max())
+        return self._footprints[key]
 
     def own(self, site: Site, column: Column, hierarchy: Hierarchy, is_output: bool) -> float:
         key = (geometry(site), column, hierarchy, is_output)
         if key not in self._own:
             matrices = own_matrices(layout(site, self.batch, column, hierarchy), self.batch,
                                     self.word_bytes, is_output)
-            self._own[key] = float(sum(m.sum() for m in matrices.values()))
+            self._own[key] = self._total(matrices)
         return self._own[key]
+
+    def _total(self, matrices: dict[str, Moved]) -> float:
+        """Bytes of the stages a step runs (an inference: `FORWARD_STAGES` alone)."""
+        return float(sum(m.sum() for stage, m in matrices.items()
+                         if not self.forward_only or stage in FORWARD_STAGES))

@@ -11,7 +11,9 @@ it, else batch).
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -30,7 +32,10 @@ from hypar_sim.partition.kinds import BATCH, DEFAULT_KINDS, IN
 from hypar_sim.partition.redistribute import Moved
 from hypar_sim.partition.shares import Column
 from hypar_sim.partition.steps import StepMessages, TransferKind
+from hypar_sim.planner import memory
 from hypar_sim.planner.graph_dp import Factor, minimise_or_search
+from hypar_sim.planner.objectives import OBJECTIVES
+from hypar_sim.planner.plan_text import read_node_plan
 from hypar_sim.planner.strategies import STRATEGIES, PlanOptions
 from hypar_sim.registry import LazyRegistry
 from hypar_sim.workload.graph import Graph, Node
@@ -52,6 +57,8 @@ class GraphRequest:
     word_bytes: int = 4
     capacity_bytes: float | None = None  # one cube's memory (None: unlimited)
     config: HardwareConfig | None = None  # the hardware (planners with a cost model read it)
+    memory_price: float = 0.0  # added per byte of a node's footprint (planner.memory)
+    plan_text: str | None = None  # the user's plan (explicit)
 
 
 GraphColumns = Callable[[GraphRequest], list[Column]]
@@ -85,6 +92,8 @@ class GraphPlan:
     node_bytes: tuple[float, ...]  # the steps keyed to it (see `graph_steps`)
     traffic_bytes_per_level: tuple[float, ...]
     word_bytes: int = 4
+    footprint_bytes: float = 0.0  # per cube: the nodes' busiest members and the largest receive
+    phases: str = "training"  # or "forward": an inference, the forward pass alone
 
     @property
     def traffic_bytes(self) -> float:
@@ -100,6 +109,7 @@ class GraphPlan:
                 "accelerators": self.accelerators, "traffic_model": "layout",
                 "traffic_bytes": self.traffic_bytes,
                 "traffic_bytes_per_level": list(self.traffic_bytes_per_level),
+                "footprint_bytes": self.footprint_bytes, "phases": self.phases,
                 "nodes": [{"name": name, "kinds": list(column), "bytes": moved}
                           for name, column, moved in zip(self.node_names, self.columns,
                                                          self.node_bytes, strict=True)]}
@@ -114,12 +124,17 @@ def graph_edges(graph: Graph) -> list[tuple[int, int, int]]:
 
 def _solve(graph: Graph, sites: Sequence[Site], options: Sequence[Sequence[Column]],
            hierarchy: Hierarchy, costs: graph_layout.Costs, notes: list[str],
-           approximate: bool = True) -> list[Column]:
+           approximate: bool = True, price: float = 0.0, members: int = 1) -> list[Column]:
     """The cheapest option of every node: exact over the graph, or (`approximate`, where
-    the graph is too entangled for that) a local search, noted in `notes`."""
+    the graph is too entangled for that) a local search, noted in `notes`. With a `price`
+    per byte, a node's own cost adds its footprint's (on the top levels of an array of
+    `members`, the greedy search's, a group's footprint spread over its members)."""
     outputs = set(graph.outputs)
+    spread = max(members, hierarchy.members) / hierarchy.members
     factors = [Factor((i,), np.array([costs.own(site, column, hierarchy,
                                                 site.node.name in outputs)
+                                      + (price * costs.footprint(site, column, hierarchy)
+                                         / spread if price else 0.0)
                                       for column in options[i]]))
                for i, site in enumerate(sites)]
     for p, c, k in graph_edges(graph):
@@ -138,7 +153,8 @@ def _no_option(node: Node, kinds: Sequence[str], hierarchy: Hierarchy) -> InputE
 
 
 def _greedy(graph: Graph, sites: Sequence[Site], batch: int, hierarchy: Hierarchy,
-            kinds: Sequence[str], costs: graph_layout.Costs, notes: list[str]) -> list[Column]:
+            kinds: Sequence[str], costs: graph_layout.Costs, notes: list[str],
+            price: float = 0.0) -> list[Column]:
     columns: list[Column] = [() for _ in sites]
     for level in range(hierarchy.levels):
         upper = Hierarchy(hierarchy.sizes[:level + 1])
@@ -149,12 +165,14 @@ def _greedy(graph: Graph, sites: Sequence[Site], batch: int, hierarchy: Hierarch
             if not offered:
                 raise _no_option(site.node, kinds, upper)
             options.append(offered)
-        columns = _solve(graph, sites, options, upper, costs, notes)
+        columns = _solve(graph, sites, options, upper, costs, notes, price=price,
+                         members=hierarchy.members)
     return columns
 
 
-def _joint(graph: Graph, sites: Sequence[Site], batch: int, hierarchy: Hierarchy,
-           kinds: Sequence[str], costs: graph_layout.Costs, notes: list[str]) -> list[Column]:
+def _offered_columns(sites: Sequence[Site], batch: int, hierarchy: Hierarchy,
+                     kinds: Sequence[str]) -> list[list[Column]]:
+    """Every node's columns of `kinds` over all levels (one line if a node has none)."""
     options = []
     for site in sites:
         offered = [c for c in itertools.product(kinds, repeat=hierarchy.levels)
@@ -162,22 +180,31 @@ def _joint(graph: Graph, sites: Sequence[Site], batch: int, hierarchy: Hierarchy
         if not offered:
             raise _no_option(site.node, kinds, hierarchy)
         options.append(offered)
-    return _solve(graph, sites, options, hierarchy, costs, notes, approximate=False)
+    return options
+
+
+def _joint(graph: Graph, sites: Sequence[Site], batch: int, hierarchy: Hierarchy,
+           kinds: Sequence[str], costs: graph_layout.Costs, notes: list[str],
+           price: float = 0.0) -> list[Column]:
+    return _solve(graph, sites, _offered_columns(sites, batch, hierarchy, kinds), hierarchy,
+                  costs, notes, approximate=False, price=price)
 
 
 def _fixed(sites: Sequence[Site], batch: int, hierarchy: Hierarchy,
-           preferred: str) -> list[Column]:
+           preferred: Callable[[Node], str]) -> list[Column]:
+    """Every node the kind `preferred` picks for it at every level, batch where it cannot
+    take that kind."""
     columns = []
     for site in sites:
         column: Column = ()
         for level in range(hierarchy.levels):
             upper = Hierarchy(hierarchy.sizes[:level + 1])
-            for kind in (preferred, BATCH):
+            for kind in (preferred(site.node), BATCH):
                 if graph_layout.offered(site, batch, column + (kind,), upper):
                     column += (kind,)
                     break
             else:
-                raise _no_option(site.node, (preferred, BATCH), upper)
+                raise _no_option(site.node, (preferred(site.node), BATCH), upper)
         columns.append(column)
     return columns
 
@@ -186,40 +213,126 @@ def _fixed(sites: Sequence[Site], batch: int, hierarchy: Hierarchy,
 def _hypar(request: GraphRequest) -> list[Column]:
     find = _joint if request.search == "joint" else _greedy
     return find(request.graph, request.sites, request.batch, request.hierarchy, request.kinds,
-                request.costs, request.notes)
+                request.costs, request.notes, request.memory_price)
+
+
+@register_graph_strategy("explicit")
+def _explicit(request: GraphRequest) -> list[Column]:
+    names = [site.node.name for site in request.sites]
+    columns = read_node_plan(request.plan_text or "", names, request.hierarchy.levels)
+    for site, column in zip(request.sites, columns, strict=True):
+        if not graph_layout.offered(site, request.batch, column, request.hierarchy):
+            raise InputError(
+                f"--plan: node {site.node.name} ({site.node.op}, output {list(site.node.shape)}) "
+                f"cannot take ({' '.join(column)}) on hierarchy {request.hierarchy} with batch "
+                f"{request.batch}: a kind splits a dimension into more parts than it has, or "
+                "one the node does not have")
+    return columns
 
 
 @register_graph_strategy("data")
 def _data(request: GraphRequest) -> list[Column]:
-    return _fixed(request.sites, request.batch, request.hierarchy, BATCH)
+    return _fixed(request.sites, request.batch, request.hierarchy, lambda node: BATCH)
 
 
 @register_graph_strategy("model")
 def _model(request: GraphRequest) -> list[Column]:
-    return _fixed(request.sites, request.batch, request.hierarchy, IN)
+    return _fixed(request.sites, request.batch, request.hierarchy, lambda node: IN)
+
+
+@register_graph_strategy("trick")
+def _trick(request: GraphRequest) -> list[Column]:
+    """Krizhevsky's "one weird trick" (arXiv:1404.5997) on a graph: fully-connected nodes
+    split their input channels (mp), every other node the batch (dp)."""
+    return _fixed(request.sites, request.batch, request.hierarchy,
+                  lambda node: IN if node.op == "fc" else BATCH)
 
 
 def plan_graph(graph: Graph, strategy: str, hierarchy: Hierarchy, batch: int,
                kinds: Sequence[str] = DEFAULT_KINDS, search: str = "greedy",
-               word_bytes: int = 4, config: HardwareConfig | None = None) -> GraphPlan:
-    """The plan of `strategy` for `graph` on `hierarchy`, with its traffic."""
+               word_bytes: int = 4, config: HardwareConfig | None = None,
+               plan_text: str | None = None, phases: str = "training") -> GraphPlan:
+    """The plan of `strategy` for `graph` on `hierarchy`, with its traffic (of a training
+    step, or with `phases` "forward" of an inference)."""
     if strategy not in GRAPH_STRATEGIES:
         raise InputError(f"--strategy: graph networks take {', '.join(GRAPH_STRATEGIES)} so far, "
                          f"got {strategy}")
+    if (strategy == "explicit") != (plan_text is not None):
+        raise InputError("plan: give --plan exactly when the strategy is 'explicit'")
     for node in graph.nodes:
         if node.op not in NODE_OPS:
             raise InputError(f"{graph.name}: node {node.name} is a {node.op}; graph planning "
                              f"takes {', '.join(NODE_OPS)}")
     notes: list[str] = []
     request = GraphRequest(graph, graph_sites(graph), batch, hierarchy, tuple(kinds), search,
-                           graph_layout.Costs(batch, word_bytes), notes, word_bytes,
-                           float(config.cube_capacity_bytes) if config else None, config)
-    columns = GRAPH_STRATEGIES[strategy](request)
+                           graph_layout.Costs(batch, word_bytes, phases == "forward"), notes,
+                           word_bytes,
+                           float(config.cube_capacity_bytes) if config else None, config,
+                           plan_text=plan_text)
+    columns = _fitting(request, strategy, GRAPH_STRATEGIES[strategy](request))
     chain = STRATEGIES.get(strategy)
     search = search if chain is not None and chain.honours_search else ""
     if notes:
         search = f"{search} ({notes[0]})"
-    return evaluate_graph_plan(graph, strategy, search, batch, hierarchy, columns, word_bytes)
+    return evaluate_graph_plan(graph, strategy, search, batch, hierarchy, columns, word_bytes,
+                               phases)
+
+
+def _fitting(request: GraphRequest, strategy: str, columns: list[Column]) -> list[Column]:
+    """`columns`, if their plan fits a cube (`planner.memory`: every node's busiest member's
+    weights, gradients and kept output, and the largest receive); else, for a strategy that
+    searches on the planner's costs (hypar), its search again with a price on memory, the
+    least price at which the plan fits; else one line with the need and the capacity."""
+    capacity = request.capacity_bytes or math.inf
+    costs, sites, hierarchy = request.costs, request.sites, request.hierarchy
+
+    def kept(found: Sequence[Column]) -> float:
+        return sum(costs.footprint(site, column, hierarchy)
+                   for site, column in zip(sites, found, strict=True))
+
+    def footprint_of(found: Sequence[Column]) -> float:
+        plan = evaluate_graph_plan(request.graph, strategy, "", request.batch, hierarchy,
+                                   found, request.word_bytes,
+                                   "forward" if costs.forward_only else "training")
+        return plan.footprint_bytes
+
+    first = kept(columns)
+    if first + _plan_bytes(request, columns) <= capacity:  # no step moves more than the plan
+        return columns
+    needed = footprint_of(columns)
+    if needed <= capacity:
+        return columns
+    spec = STRATEGIES.get(strategy)
+    options = _offered_columns(sites, request.batch, hierarchy, request.kinds)
+    least = sum(min(costs.footprint(site, column, hierarchy) for column in offered)
+                for site, offered in zip(sites, options, strict=True))
+    fitters = [name for name in GRAPH_STRATEGIES if name in STRATEGIES
+                and STRATEGIES[name].objectives == OBJECTIVES]
+    if least > capacity or spec is None or spec.objectives != OBJECTIVES:
+        raise memory.too_big(request.graph.name, strategy, needed, least, capacity,
+                             request.kinds, fitters)
+
+    def solve(price: float) -> memory.Solution:
+        found = GRAPH_STRATEGIES[strategy](dataclasses.replace(request, memory_price=price))
+        return _plan_bytes(request, found), found
+
+    scale = max(_plan_bytes(request, columns), 1.0) / capacity
+    fitted, least = memory.fit(solve, footprint_of, capacity, scale)
+    if fitted is None:  # the leanest footprints fit, not with the buffers of their plans
+        raise memory.too_big(request.graph.name, strategy, needed, least, capacity,
+                             request.kinds, fitters)
+    return list(fitted[1])
+
+
+def _plan_bytes(request: GraphRequest, columns: Sequence[Column]) -> float:
+    """The bytes a plan moves, from the planner's cached costs (both passes, the loss and
+    the gradients)."""
+    outputs = set(request.graph.outputs)
+    costs, sites, hierarchy = request.costs, request.sites, request.hierarchy
+    total = sum(costs.own(site, column, hierarchy, site.node.name in outputs)
+                for site, column in zip(sites, columns, strict=True))
+    return total + sum(costs.edge(sites[p], sites[c], k, columns[p], columns[c], hierarchy)
+                       for p, c, k in graph_edges(request.graph))
 
 
 def make_graph_plan(graph: Graph, strategy: str, hierarchy: Hierarchy, batch: int,
@@ -232,20 +345,22 @@ def make_graph_plan(graph: Graph, strategy: str, hierarchy: Hierarchy, batch: in
     if options.traffic_model != "layout":
         raise InputError("--traffic-model: graph networks are planned with the layout model "
                          "only (paper's reading covers chains of conv and fc layers)")
-    if plan_text is not None:
-        raise InputError("--plan: explicit plans take chain networks so far")
     if options.objective != "bytes":
         raise InputError(f"--objective: {options.objective} takes chain networks so far; "
                          "graph networks are planned for bytes (allowed: bytes)")
-    if options.phases != "training":
-        raise InputError(f"--phases: {options.phases} takes chain networks so far; graph "
-                         f"networks ({graph.name}) simulate a training step (allowed: training)")
     kinds = options.kinds
     chain = STRATEGIES.get(strategy)
+    if options.phases == "forward" and chain is not None and chain.own_cost:
+        takers = [name for name in GRAPH_STRATEGIES
+                  if name not in STRATEGIES or not STRATEGIES[name].own_cost]
+        raise InputError(f"--phases: strategy '{strategy}' plans by its paper's cost of a "
+                         f"training step; with --phases forward use one of {', '.join(takers)}")
     if not options.kinds_given and chain is not None and chain.default_kinds:
         kinds = chain.default_kinds  # its paper's kinds, as on a chain
+    if plan_text is not None:
+        strategy = "explicit"
     return plan_graph(graph, strategy, hierarchy, batch, kinds, options.search, word_bytes,
-                      config)
+                      config, plan_text, options.phases)
 
 
 #: The step each stage of an edge, a gradient or the loss goes into, keyed like a chain's:
@@ -264,11 +379,11 @@ StepKey = tuple[int, TransferKind]
 
 
 def graph_steps(graph: Graph, layouts: Sequence[graph_layout.NodeLayout], batch: int,
-                hierarchy: Hierarchy, word_bytes: int,
-                buckets: Sequence[Sequence[int]] = ()) -> dict[StepKey, StepMessages]:
+                hierarchy: Hierarchy, word_bytes: int, buckets: Sequence[Sequence[int]] = (),
+                forward_only: bool = False) -> dict[StepKey, StepMessages]:
     """Every message of a plan, by step (see `graph_transfers`)."""
     return {key: transfers.messages(key[0], key[1], hierarchy) for key, transfers in
-            graph_transfers(graph, layouts, batch, word_bytes, buckets).items()}
+            graph_transfers(graph, layouts, batch, word_bytes, buckets, forward_only).items()}
 
 
 def gradient_buckets(graph: Graph, order: Sequence[int], word_bytes: int,
@@ -292,12 +407,13 @@ def gradient_buckets(graph: Graph, order: Sequence[int], word_bytes: int,
 
 
 def graph_transfers(graph: Graph, layouts: Sequence[graph_layout.NodeLayout], batch: int,
-                    word_bytes: int, buckets: Sequence[Sequence[int]] = ()) -> dict[
-                        StepKey, Transfers]:
+                    word_bytes: int, buckets: Sequence[Sequence[int]] = (),
+                    forward_only: bool = False) -> dict[StepKey, Transfers]:
     """Every transfer of a plan, by step (node index, why): the stages' matrices summed per
     step and sent by the `ring` collective (the planner's and the simulator's bytes). The
     gradient steps of the nodes of each of `buckets` are fused into one, keyed by the
-    bucket's last node: the same bytes in fewer, larger messages."""
+    bucket's last node: the same bytes in fewer, larger messages. An inference
+    (`forward_only`) sends the forward stages alone (`graph_layout.FORWARD_STAGES`)."""
     matrices: dict[StepKey, Moved] = {}
 
     def add(key: StepKey, matrix: Moved) -> None:
@@ -307,10 +423,13 @@ def graph_transfers(graph: Graph, layouts: Sequence[graph_layout.NodeLayout], ba
     for i, (node, own) in enumerate(zip(graph.nodes, layouts, strict=True)):
         for stage, matrix in graph_layout.own_matrices(own, batch, word_bytes,
                                                        node.name in outputs).items():
-            add((i, _OWN_STAGES[stage]), matrix)
+            if not forward_only or stage in graph_layout.FORWARD_STAGES:
+                add((i, _OWN_STAGES[stage]), matrix)
     for p, c, k in graph_edges(graph):
         for stage, matrix in graph_layout.edge_matrices(layouts[p], layouts[c], k, batch,
                                                         word_bytes).items():
+            if forward_only and stage not in graph_layout.FORWARD_STAGES:
+                continue
             kind, by_producer = _EDGE_STAGES[stage]
             add((p if by_producer else c, kind), matrix)
     for bucket in buckets:
@@ -336,16 +455,23 @@ def graph_layouts(graph: Graph, batch: int, hierarchy: Hierarchy,
 
 def evaluate_graph_plan(graph: Graph, strategy: str, search: str, batch: int,
                         hierarchy: Hierarchy, columns: Sequence[Column],
-                        word_bytes: int = 4) -> GraphPlan:
+                        word_bytes: int = 4, phases: str = "training") -> GraphPlan:
     """Bytes per node (the steps keyed to it) and per level (the top-most level at which
-    sender and receiver differ) of a fixed plan, from its messages."""
-    steps = graph_transfers(graph, graph_layouts(graph, batch, hierarchy, columns), batch,
-                            word_bytes)
+    sender and receiver differ) of a fixed plan, from its messages (`phases` "forward": an
+    inference's)."""
+    forward_only = phases == "forward"
+    layouts = graph_layouts(graph, batch, hierarchy, columns)
+    steps = graph_transfers(graph, layouts, batch, word_bytes, forward_only=forward_only)
     per_node = [0.0] * len(graph.nodes)
     per_level = np.zeros(hierarchy.levels)
+    receive = 0.0
     for (index, _), transfers in steps.items():
         per_node[index] += float(transfers.bytes.sum())
         per_level += level_bytes(transfers, hierarchy)
+        receive = max(receive, float(np.bincount(transfers.dst, transfers.bytes).max()))
+    kept = sum(float(graph_layout.member_footprint_bytes(own, word_bytes,
+                                                         not forward_only).max())
+               for own in layouts)
     return GraphPlan(graph.name, strategy, search, batch, hierarchy,
                      tuple(n.name for n in graph.nodes), tuple(columns), tuple(per_node),
-                     tuple(float(b) for b in per_level), word_bytes)
+                     tuple(float(b) for b in per_level), word_bytes, kept + receive, phases)

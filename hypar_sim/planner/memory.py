@@ -134,8 +134,10 @@ def fit(solve: Callable[[float], Solution], footprint_of: Callable[[Sequence[Col
 
 
 def too_big(network: str, strategy: str, needed: float, least: float,
-            capacity_bytes: float, kinds: Sequence[str]) -> InputError:
-    """The one-line error of a plan (or of every plan) that does not fit a cube."""
+            capacity_bytes: float, kinds: Sequence[str],
+            fitters: Sequence[str] = ("hypar", "optimal")) -> InputError:
+    """The one-line error of a plan (or of every plan) that does not fit a cube (`fitters`:
+    the strategies that search for a plan that fits)."""
     if least > capacity_bytes:
         return InputError(
             f"capacity: no plan of kinds {','.join(kinds)} fits {network} in a cube: the leanest "
@@ -145,5 +147,5 @@ def too_big(network: str, strategy: str, needed: float, least: float,
     return InputError(
         f"capacity: strategy {strategy}'s plan needs {needed / GIB:.3g} GiB per cube, more than "
         f"the cube's {capacity_bytes / GIB:.3g} GiB (it follows its own cost, not memory); "
-        f"hypar or optimal find a plan that fits (the leanest needs at least {least / GIB:.3g} "
-        "GiB)")
+        f"{' or '.join(fitters)} find{'s' if len(fitters) == 1 else ''} a plan that fits (the "
+        f"leanest needs at least {least / GIB:.3g} GiB)")

@@ -1,13 +1,20 @@
-"""A plan the user writes (`--plan`): rows of kinds per level, as text or a file (the text,
-or the JSON `plan --json` prints)."""
+"""A plan the user writes (`--plan`), as text or a file (the text, or the JSON `plan --json`
+prints): for a chain, rows of kinds per level; for a graph, a column of kinds per node.
+
+Graph plans name their nodes: `name: kind kind ...` (one kind per level, top first), entries
+separated by ';' or new lines, `*: ...` for every node not named, e.g.
+`--plan "*: batch batch; fc1: in in"`.
+"""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 
-from hypar_sim.errors import InputError
+from hypar_sim.errors import InputError, closest
 from hypar_sim.partition.kinds import resolve_kind
+from hypar_sim.partition.shares import Column
 from hypar_sim.planner.plan import Choices
 from hypar_sim.workload.network import Network
 
@@ -61,3 +68,52 @@ def _plan_json(text: str, network: Network, where: str) -> str:
         raise InputError(f"{where}: the plan is for layers {' '.join(map(str, layers))}, not "
                          f"{network.name}'s ({' '.join(network.layer_names)})")
     return ";".join(" ".join(map(str, row)) for row in rows)
+
+
+def parse_node_plan(text: str, names: Sequence[str], levels: int,
+                    where: str = "--plan") -> list[Column]:
+    """A graph plan: `name: kinds` entries (or `*: kinds` for every node not named), in the
+    order of `names`; every node must be covered, with one kind per level."""
+    given: dict[str, Column] = {}
+    for raw in text.replace(";", "\n").splitlines():
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        if ":" not in line:
+            raise InputError(f"{where}: '{line[:40]}' is not 'node: kinds' (a graph's plan names "
+                             "its nodes, e.g. '*: batch batch; fc1: in in')")
+        name, kinds = (part.strip() for part in line.rsplit(":", 1))
+        if name != "*" and name not in names:
+            raise InputError(f"{where}: no node named '{name[:40]}'{closest(name, names)}")
+        column = tuple(resolve_kind(word, f"{where}: {name}")
+                       for word in kinds.replace(",", " ").split())
+        if len(column) != levels:
+            raise InputError(f"{where}: {name} has {len(column)} kind(s), expected {levels} "
+                             "(one per level, top first)")
+        given[name] = column
+    missing = [name for name in names if name not in given]
+    if missing and "*" not in given:
+        raise InputError(f"{where}: no kinds for node(s) {', '.join(missing[:5])}"
+                         f"{' ...' if len(missing) > 5 else ''}; name them or add '*: kinds'")
+    return [given.get(name, given.get("*", ())) for name in names]
+
+
+def read_node_plan(value: str, names: Sequence[str], levels: int) -> list[Column]:
+    """A graph's --plan value: a file (its text, or `plan --json`'s JSON with 'nodes') or the
+    text itself."""
+    path = Path(value)
+    if not path.is_file():
+        return parse_node_plan(value, names, levels)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"{path}: cannot read the plan file ({exc})") from None
+    if text.lstrip().startswith("{"):
+        try:
+            nodes = json.loads(text)["nodes"]
+            text = ";".join(f"{node['name']}: {' '.join(map(str, node['kinds']))}"
+                            for node in nodes)
+        except (ValueError, KeyError, TypeError) as exc:
+            raise InputError(f"{path}: not a graph plan file (JSON of `plan --json` with "
+                             f"'nodes', each with 'name' and 'kinds'): {exc!r}") from None
+    return parse_node_plan(text, names, levels, str(path))

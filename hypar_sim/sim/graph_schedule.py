@@ -31,7 +31,7 @@ import numpy as np
 
 from hypar_sim.hardware.capacity import Footprint, check_capacity
 from hypar_sim.hardware.config import HardwareConfig
-from hypar_sim.hardware.graph_costs import node_cost, params
+from hypar_sim.hardware.graph_costs import node_cost
 from hypar_sim.partition import graph_layout
 from hypar_sim.partition.steps import Phase, StepMessages, TransferKind
 from hypar_sim.planner.graph_plan import (
@@ -62,12 +62,15 @@ def build_graph_schedule(graph: Graph, plan: GraphPlan, config: HardwareConfig,
     """Tasks and messages of one training step of `graph` under `plan` (gradients fused in
     buckets of `bucket_bytes`, 0: one all-reduce per node; see `graph_steps`)."""
     hierarchy, batch = plan.hierarchy, plan.batch
+    forward_only = plan.phases == "forward"
     layouts = graph_layouts(graph, batch, hierarchy, plan.columns)
     generations = _generations(graph)
     backward = [i for generation in reversed(generations) for i in reversed(generation)]
-    buckets = gradient_buckets(graph, backward, config.word_bytes, bucket_bytes)
-    steps = graph_steps(graph, layouts, batch, hierarchy, config.word_bytes, buckets)
-    _check_fits(graph, layouts, steps, config)
+    buckets = [] if forward_only else gradient_buckets(graph, backward, config.word_bytes,
+                                                       bucket_bytes)
+    steps = graph_steps(graph, layouts, batch, hierarchy, config.word_bytes, buckets,
+                        forward_only)
+    _check_fits(graph, layouts, steps, config, not forward_only)
     predecessors = defaultdict(bool)
     for _, c, _ in graph_edges(graph):
         predecessors[c] = True
@@ -89,6 +92,9 @@ def build_graph_schedule(graph: Graph, plan: GraphPlan, config: HardwareConfig,
         return _packed([compute(i, phase) for i in nodes], config.pus_per_cube)
 
     gradient = {bucket[-1]: bucket for bucket in buckets}
+    units = Units(graph.name, plan.strategy, batch, hierarchy, plan.node_names,
+                  tuple(tuple(column[h] for column in plan.columns)
+                        for h in range(hierarchy.levels)), "layout", plan.phases)
     tasks: list[Task] = []
     for generation in generations:
         for i in generation:
@@ -96,6 +102,8 @@ def build_graph_schedule(graph: Graph, plan: GraphPlan, config: HardwareConfig,
         tasks += together(generation, Phase.FORWARD)
         for i in generation:
             tasks += exchange((i, TransferKind.PARTIAL_SUM))
+    if forward_only:
+        return Schedule(units, config, tuple(tasks), steps, overlap_gradients)
     for generation in reversed(generations):
         nodes = generation[::-1]
         for i in nodes:
@@ -120,9 +128,6 @@ def build_graph_schedule(graph: Graph, plan: GraphPlan, config: HardwareConfig,
                 tasks.append(Wait((key, TransferKind.GRADIENT)))
                 tasks += exchange((key, TransferKind.GRADIENT_GATHER))
         tasks.append(compute(i, Phase.UPDATE))
-    units = Units(graph.name, plan.strategy, batch, hierarchy, plan.node_names,
-                  tuple(tuple(column[h] for column in plan.columns)
-                        for h in range(hierarchy.levels)), "layout")
     return Schedule(units, config, tuple(tasks), steps, overlap_gradients)
 
 
@@ -162,24 +167,23 @@ def _packed(computes: list[Compute], pus: int) -> list[Task]:
 
 
 def _check_fits(graph: Graph, layouts: list[graph_layout.NodeLayout],
-                steps: dict[StepKey, StepMessages], config: HardwareConfig) -> None:
-    """Every member's parameters, gradients and kept activations (every node's output box:
-    what the backward pass reads), plus the most it receives in one step, fit its cube."""
-    word = config.word_bytes
-    buffers = largest_receive(steps)
+                steps: dict[StepKey, StepMessages], config: HardwareConfig,
+                gradients: bool = True) -> None:
+    """The busiest member's parameters, gradients (none in an inference) and kept
+    activations (every node's output box: what the backward pass reads), plus the most it
+    receives in one step, fit its cube (the planner checks the same parts:
+    `planner.graph_plan`)."""
     if not layouts:
         return
-    every = np.concatenate([_box_sizes(own) for own in layouts], axis=1)
-    _, members = np.unique(every, axis=0, return_index=True)
-    made_by = [own.outputs() for own in layouts]
-    for m in members.tolist():  # members whose boxes all have the same sizes: one check
-        footprints = []
-        for own, made in zip(layouts, made_by, strict=True):
-            box = own.box(m)
-            kept = sum(np.prod([hi - lo for lo, hi in part]) for part in made[m])
-            held = params(own, box) * word
-            footprints.append(Footprint(own.site.node.name, held, held, float(kept) * word))
-        check_capacity(footprints, buffers, config, graph.name)
+    word = config.word_bytes
+    params = np.stack([graph_layout.member_params(own) for own in layouts])  # [node, member]
+    kept = np.stack([graph_layout.member_kept(own) for own in layouts])
+    busiest = int(np.argmax(((1 + gradients) * params + kept).sum(axis=0)))
+    footprints = [Footprint(own.site.node.name, float(params[i, busiest] * word),
+                            float(params[i, busiest] * word * gradients),
+                            float(kept[i, busiest] * word))
+                  for i, own in enumerate(layouts)]
+    check_capacity(footprints, largest_receive(steps), config, graph.name)
 
 
 def _box_sizes(own: graph_layout.NodeLayout) -> np.ndarray:
