@@ -181,6 +181,7 @@ def test_version_and_config_are_recorded(cli, tmp_path):
 
 # --- nothing lost -------------------------------------------------------------------------
 
+@pytest.mark.slow  # real processes and sleeps
 def test_killed_sweep_resumes_to_the_same_csv(tmp_path):
     """SIGKILL a sweep once some rows are written; resuming gives the uninterrupted CSV."""
     args = [sys.executable, "-m", "hypar_sim", "sweep", "--networks", "vgg_a,vgg_b,alexnet_half",
@@ -221,6 +222,7 @@ def test_dying_worker_is_retried_then_recorded(tmp_path):
     assert len(pd.read_csv(tmp_path / "s.csv")) == 3
 
 
+@pytest.mark.slow  # real processes and sleeps
 def test_dask_worker_death_becomes_a_row(tmp_path):
     pytest.importorskip("dask.distributed")
     cases = [Case(n, "data", "htree", 4, 64) for n in ("lenet_c", "sconv")]
@@ -304,6 +306,7 @@ def layout_plans(draw):
     return net, hierarchy, batch, choices
 
 
+@pytest.mark.slow  # 300 simulations
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                   HealthCheck.filter_too_much])
 @given(case=layout_plans(), link=st.sampled_from([0.4, 1.6, 12.8]),

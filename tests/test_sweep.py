@@ -208,6 +208,7 @@ def test_partition_axes_are_swept_and_resumed(tmp_path, cli):
     assert bad.returncode == 2 and "--hierarchies: 4x4 has 16 members" in bad.stderr
 
 
+@pytest.mark.slow  # real processes and sleeps
 def test_sweep_exits_1_when_a_row_failed_and_130_when_interrupted(tmp_path):
     """Failed rows: the others written, a one-line summary, exit 1. Ctrl-C (SIGINT to the
     process group, as a terminal sends it): one line, exit 130, no traceback, whole rows."""

@@ -38,7 +38,9 @@ def _both(schedule, topology):
             bare(simulate_des(schedule, topology, symmetry=False)))
 
 
-CASES = [(strategy, topology, count) for count in (16, 64, 256)
+CASES = [pytest.param(strategy, topology, count,
+                      marks=[pytest.mark.slow] if count == 256 else [])  # 256: a minute in all
+         for count in (16, 64, 256)
          for topology in ("htree", "torus", "ideal") for strategy in ("data", "model", "hypar")]
 
 
