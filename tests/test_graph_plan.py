@@ -144,7 +144,7 @@ def test_a_chain_graph_costs_what_the_chain_model_says():
 
 
 @pytest.mark.parametrize("name", ["resnet18", "resnet50", "inception_v1", "mobilenet_v2"])
-@pytest.mark.parametrize("accelerators", [16, 64])
+@pytest.mark.parametrize("accelerators", [16, pytest.param(64, marks=pytest.mark.slow)])
 def test_cnn_graphs_plan_on_16_and_64_accelerators(name, accelerators):
     graph = load_workload(name)
     hierarchy = Hierarchy.for_count(accelerators)
@@ -158,8 +158,8 @@ def test_cnn_graphs_plan_on_16_and_64_accelerators(name, accelerators):
 
 
 def test_graph_plan_errors_name_the_node_or_flag():
-    with pytest.raises(InputError, match="--strategy: graph networks take hypar, data, model"):
-        plan_graph(residual(), "trick", Hierarchy.binary(2), 8)
+    with pytest.raises(InputError, match="--strategy: graph networks take hypar, explicit"):
+        plan_graph(residual(), "soybean", Hierarchy.binary(2), 8)
     with pytest.raises(InputError, match="no kind of spatial can split node"):
         plan_graph(residual(), "hypar", Hierarchy.binary(2), 8, ("spatial",))
 
@@ -174,7 +174,7 @@ def test_cli_plans_a_graph(tmp_path):
     text = cli("plan", "inception_v1", "--strategy", "data", "--levels", "2")
     assert text.returncode == 0 and "i3a_concat" in text.stdout and "level 2:" in text.stdout
     for args, fragment in ((("--traffic-model", "paper"), "layout model only"),
-                           (("--plan", "batch"), "explicit plans take chain")):
+                           (("--plan", "batch"), "'batch' is not 'node: kinds'")):
         bad = cli("plan", "resnet18", *args)
         assert bad.returncode == 2 and fragment in bad.stderr and not list(tmp_path.iterdir())
 

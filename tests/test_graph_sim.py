@@ -113,7 +113,9 @@ def test_onnx_block_simulates_as_its_yaml(tmp_path):
 
 
 def test_a_batch_too_large_for_gpt2_is_reported():
-    with pytest.raises(InputError, match="capacity: gpt2_small needs"):
+    """The planner refuses it before the simulator would (72.7 GiB per cube at the least)."""
+    with pytest.raises(InputError, match="capacity: no plan of kinds batch,in fits gpt2_small in "
+                                         "a cube: the leanest needs at least 72.7 GiB"):
         run(load_workload("gpt2_small"), "data", 2, 64)
 
 

@@ -250,6 +250,7 @@ def small_networks(draw):
     return Network("fuzz", layers[0].input, tuple(layers))
 
 
+@pytest.mark.slow  # 500 fuzzed networks
 @settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(net=small_networks(), levels=st.integers(0, 3), data=st.data(),
        link=st.sampled_from([0.4, 1.6, 12.8]), pus=st.sampled_from([1, 4, 32]),
