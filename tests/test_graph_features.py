@@ -1,6 +1,6 @@
 """Features that were chain-only, on graph networks (issue "One graph", item 4): an
 explicit per-node `--plan` that reads back from `plan --json`, `trick`, `--phases
-forward`."""
+forward`; operators as descriptions (item 1): a new one registered here, broadcasting."""
 
 from __future__ import annotations
 
@@ -19,7 +19,11 @@ from hypar_sim.planner.plan_text import parse_node_plan
 from hypar_sim.planner.strategies import PlanOptions
 from hypar_sim.runner import SimOptions, simulate
 from hypar_sim.sim.graph_schedule import build_graph_schedule
+from hypar_sim.workload.dims import Dim
+from hypar_sim.workload.graph import parse_graph
 from hypar_sim.workload.network import load_workload
+from hypar_sim.workload.ops import OPS, Counts, OpSpec, register_op, unregister_op
+from hypar_sim.workload.tdl import Access, Description, Ix, Weights, Whole, Window
 from tests.test_graph_plan import attention, residual
 
 HW = load_hardware()
@@ -116,3 +120,102 @@ def test_seed_strategies_keep_their_training_cost(cli):
     result = cli("plan", "resnet18", "--strategy", "tofu", "--phases", "forward")
     assert result.returncode == 2 and "plans by its paper's cost of a training step" in \
         result.stderr
+
+
+# --- operators are descriptions (issue "One graph", item 1) --------------------------------
+
+def _conv1d_count(where, a, shapes):
+    seq, channels = shapes[0]
+    return Counts((seq - a["kernel"] + 1, a["out_features"]),
+                  a["out_features"] * channels * a["kernel"])
+
+
+def _conv1d_describe(a, shapes, shape, dims):
+    """A one-dimensional convolution over a token stream's positions: loops P (positions),
+    K (output features), C (input features) and a window of `kernel` positions."""
+    seq, channels = shapes[0]
+    read = Access((Window(Dim.P, a["kernel"], 1, 0, 1, seq), Ix(Dim.C)))
+    return Description((Dim.P, Dim.K), {Dim.P: shape[0], Dim.K: shape[1], Dim.C: channels},
+                       (read,), Access((Ix(Dim.P), Ix(Dim.K))), reduction=Dim.C,
+                       window=(a["kernel"],), channel=Dim.K,
+                       weights=Weights(shape[1], channels, a["kernel"]))
+
+
+@pytest.fixture
+def conv1d():
+    register_op(OpSpec("conv1d", "a convolution over positions (a test's own operator)",
+                       ("out_features", "kernel"), {}, _conv1d_count, _conv1d_describe,
+                       weighted=True))
+    yield
+    unregister_op("conv1d")
+
+
+def test_a_registered_operator_is_planned_and_simulated_from_its_description(conv1d):
+    """One OpSpec with its description, registered from here: its MACs come from the
+    description (positions x features x inputs x window), every kind it has a loop for is
+    offered, and a plan of it is simulated with bytes sent = received = the plan's."""
+    graph = parse_graph({"inputs": {"x": [64, 32]}, "nodes": [
+        {"name": "c1", "type": "conv1d", "out_features": 48, "kernel": 3},
+        {"name": "a1", "type": "act", "function": "relu"},
+        {"name": "c2", "type": "conv1d", "out_features": 16, "kernel": 5}]}, "conv1d")
+    c1, c2 = graph.nodes[0], graph.nodes[2]
+    assert c1.macs == 62 * 48 * 32 * 3 and c2.macs == 58 * 16 * 48 * 5
+    assert graph.macs_per_sample == c1.macs + c2.macs
+    hierarchy, batch = Hierarchy((2, 2)), 4
+    for kinds in (("batch", "in", "out", "spatial"),):
+        plan = make_graph_plan(graph, "hypar", hierarchy, batch, options=PlanOptions(kinds))
+        schedule = build_graph_schedule(graph, plan, HW)
+        sent = sum(m.bytes for m in schedule.messages)
+        assert sent == pytest.approx(plan.traffic_bytes, rel=1e-12)
+        forward = sum(cost.macs for task in schedule.computes if task.phase is Phase.FORWARD
+                      and graph.nodes[task.layer].desc.channel is not None
+                      for cost in task.costs)
+        assert forward == graph.macs_per_sample * batch
+        result = simulate(graph, plan, HW, SimOptions(engine="analytic"))
+        assert result.traffic_bytes == pytest.approx(plan.traffic_bytes, rel=1e-12)
+    explicit = make_graph_plan(graph, "explicit", hierarchy, batch,
+                               "*: batch batch; c1: spatial out; c2: in spatial",
+                               options=PlanOptions(("batch", "in", "out", "spatial")))
+    assert explicit.columns[0] == ("spatial", "out") and explicit.traffic_bytes > 0
+
+
+def test_an_operator_without_a_description_cannot_be_registered():
+    with pytest.raises(ValueError, match="has no description"):
+        register_op(OpSpec("nothing", "no description", (), {}, lambda w, a, s: Counts(s[0]),
+                           None))  # type: ignore[arg-type]
+    assert "nothing" not in OPS
+
+
+def test_a_broadcast_scale_is_planned():
+    """Squeeze-and-excitation: a [C, 1, 1] scale times a [C, H, W] map (the broadcast axes
+    read their one index): planned and simulated; bytes sent = the plan's traffic."""
+    graph = parse_graph({"inputs": {"image": [16, 8, 8]}, "nodes": [
+        {"name": "conv", "type": "conv", "out_channels": 32, "kernel": 3, "padding": 1},
+        {"name": "squeeze", "type": "global_pool", "inputs": ["conv"]},
+        {"name": "excite", "type": "fc", "out_features": 32, "inputs": ["squeeze"]},
+        {"name": "gate", "type": "act", "function": "sigmoid"},
+        {"name": "shape", "type": "reshape", "shape": [32, 1, 1]},
+        {"name": "scale", "type": "mul", "inputs": ["conv", "shape"]}]}, "se")
+    scale = graph.nodes[-1]
+    assert scale.desc.output == (Dim.K, Dim.P, Dim.Q)
+    assert scale.desc.reads[1].axes == (Ix(Dim.K), Whole(1), Whole(1))
+    for kinds in (("batch", "in"), ("batch", "in", "out", "spatial")):
+        plan = make_graph_plan(graph, "hypar", Hierarchy((2, 2)), 4, options=PlanOptions(kinds))
+        schedule = build_graph_schedule(graph, plan, HW)
+        assert sum(m.bytes for m in schedule.messages) == pytest.approx(plan.traffic_bytes,
+                                                                        rel=1e-12)
+    spatial = make_graph_plan(graph, "explicit", Hierarchy((2,)), 2,
+                              "*: batch; conv: spatial; scale: spatial",
+                              options=PlanOptions(("batch", "spatial")))
+    assert spatial.traffic_bytes > 0  # the scale's map arrives split by rows, its gate whole
+
+
+def test_a_node_that_cannot_be_described_is_refused_by_name():
+    """A tensor_op that changes the shape (an importer's unnamed operation) lists but does not
+    plan: one line naming it, never a zero cost."""
+    graph = parse_graph({"inputs": {"x": [8, 16]}, "nodes": [
+        {"name": "odd", "type": "tensor_op", "function": "Pad", "shape": [10, 16]},
+        {"name": "fc", "type": "fc", "out_features": 4}]}, "odd")
+    assert graph.nodes[0].desc is None and graph.nodes[1].macs == 10 * 16 * 4
+    with pytest.raises(InputError, match="node odd \\(tensor_op\\): no input has the output's"):
+        make_graph_plan(graph, "data", Hierarchy((2,)), 4)

@@ -7,9 +7,10 @@ heads x rows). The backward phase of a product of activations computes both
 input errors (two products as large as the forward one); it has no weight
 gradient. Every other operator is an element-wise pass (`pe_array.elementwise_cost`):
 its inputs read from DRAM and its output written back, with this many operations
-per output element. The counts are a convention, not a measured figure: these
-operators are bound by data movement (Ivanov et al., "Data Movement Is All You
-Need: A Case Study on Optimizing Transformers", MLSys 2021, section 3: the
+per output element (each operator's description says it: `workload.ops`). The
+counts are a convention, not a measured figure: these operators are bound by data
+movement (Ivanov et al., "Data Movement Is All You Need: A Case Study on Optimizing
+Transformers", MLSys 2021, section 3: the
 statistical normalizations and element-wise operators of a transformer;
 Kaplan et al., "Scaling Laws for Neural Language Models", 2020, Table 1,
 leave them out of the FLOP count as negligible), so their time here is the
@@ -49,63 +50,43 @@ from hypar_sim.hardware.costs import ZERO_COST, PieceCost, conv_cost, cube_cost,
 from hypar_sim.hardware.energy import add_counts
 from hypar_sim.hardware.hmc import even_parts, pe_array_spec
 from hypar_sim.hardware.pe_array import elementwise_cost
-from hypar_sim.partition.graph_layout import NodeLayout, member_params, node_op
-from hypar_sim.partition.graph_ops import Box, output_box
+from hypar_sim.partition.graph_layout import NodeLayout, member_params
+from hypar_sim.partition.graph_ops import Box, region
 from hypar_sim.partition.kinds import Dim
 from hypar_sim.partition.steps import Phase
-
-_CONVOLUTIONS = ("conv", "fc", "matmul")
+from hypar_sim.workload.tdl import Description, Window
 
 
 def _volume(boxes) -> int:
     return sum(math.prod(hi - lo for lo, hi in box) for box in boxes)
 
 
-def _ops_per_element(layout: NodeLayout) -> int:
-    node = layout.site.node
-    a = node.attrs
-    if node.op in ("act", "dropout", "mul"):
-        return 1
-    if node.op == "add":
-        return len(node.inputs) - 1
-    if node.op == "batch_norm":
-        return 2
-    if node.op == "layer_norm":
-        return 4
-    if node.op == "softmax":
-        return 3
-    if node.op == "lrn":
-        return a["size"]
-    if node.op == "pool":
-        kernel = a["kernel"]
-        return kernel * kernel if isinstance(kernel, int) else kernel[0] * kernel[1]
-    if node.op == "global_pool":
-        return node.input_shapes[0][1] * node.input_shapes[0][2]
-    return 0
+def _extent(box: Box, dim: Dim) -> int:
+    return box[dim][1] - box[dim][0]
 
 
-def _work(layout: NodeLayout, box: Box) -> ConvWork | None:
-    """The forward convolution-shaped work of a member's box (None if it has none)."""
-    node, site = layout.site.node, layout.site
-    n = box[Dim.N][1] - box[Dim.N][0]
-    k = _channels(box) if node.op != "matmul" else \
-        box[site.output[-1]][1] - box[site.output[-1]][0]
-    c = box[Dim.C][1] - box[Dim.C][0] if Dim.C in box else 0
+def _work(desc: Description, box: Box) -> ConvWork | None:
+    """The forward convolution-shaped work of a member's box of a node with a
+    multiply-accumulate body (None if the box has none): a windowed one is a convolution
+    over its output rows and columns; any other a 1x1 one whose batch is the samples times
+    the output's other loops (an fc layer's positions, a product's heads and rows)."""
+    n = _extent(box, Dim.N)
+    k = _extent(box, desc.channel) * (_extent(box, Dim.G) if Dim.G in box else 1)
+    c = _extent(box, desc.reduction) if desc.reduction is not None else 0
     if min(n, k, c) <= 0:
         return None
-    if node.op == "conv":
-        a = node.attrs
-        kh, kw = (a["kernel"],) * 2 if isinstance(a["kernel"], int) else a["kernel"]
-        dh, dw = (a["dilation"],) * 2 if isinstance(a["dilation"], int) else a["dilation"]
-        stride = a["stride"] if isinstance(a["stride"], int) else a["stride"][0]
-        rows, cols = box[Dim.P][1] - box[Dim.P][0], box[Dim.Q][1] - box[Dim.Q][0]
-        span_h, span_w = dh * (kh - 1) + 1, dw * (kw - 1) + 1
-        work = ConvWork(n, c, k, (rows - 1) * stride + span_h, (cols - 1) * stride + span_w,
-                        span_h, span_w, stride, rows, cols)
-        return replace(work, density=work.density * kh * kw / (span_h * span_w))
-    lead = [box[d][1] - box[d][0] for d in site.output[:-1]]
-    if node.op == "fc" and len(node.input_shapes[0]) == 3:
-        lead = []
+    windows = [expr for expr in desc.reads[0].axes if isinstance(expr, Window)]
+    if windows:  # rows and columns (a one-dimensional window: one column)
+        height, width = (*windows, None) if len(windows) == 1 else windows
+        rows = _extent(box, height.dim)
+        cols = _extent(box, width.dim) if width is not None else 1
+        span_w, kernel_w = (width.span, width.kernel) if width is not None else (1, 1)
+        stride = height.stride
+        work = ConvWork(n, c, k, (rows - 1) * stride + height.span, (cols - 1) * stride + span_w,
+                        height.span, span_w, stride, rows, cols)
+        return replace(work, density=work.density * height.kernel * kernel_w
+                       / (height.span * span_w))
+    lead = [_extent(box, d) for d in desc.output if d != desc.channel]
     return fc_work(n * math.prod(lead), c, k)
 
 
@@ -133,36 +114,29 @@ def _sum(first: PieceCost, second: PieceCost) -> PieceCost:
                      MappingProxyType(add_counts(first.counts, second.counts)))
 
 
-def _channels(box: Box) -> int:
-    """Output channels a member's box makes (a grouped convolution's: per group x groups)."""
-    count = box[Dim.K][1] - box[Dim.K][0]
-    return count * (box[Dim.G][1] - box[Dim.G][0]) if Dim.G in box else count
-
-
 def node_cost(layout: NodeLayout, member: int, phase: Phase, config: HardwareConfig,
               needs_input_error: bool) -> PieceCost:
     """Cost of one phase of a member's box of a node on its cube."""
     box = layout.box(member)
-    node = layout.site.node
+    node, desc = layout.site.node, layout.site.desc
     if phase is Phase.UPDATE:
         return update_piece_cost(int(member_params(layout)[member]), config)
-    if node.op in _CONVOLUTIONS:
-        work = _work(layout, box)
+    if desc.channel is not None:  # a multiply-accumulate body
+        work = _work(desc, box)
         if work is None:
             return ZERO_COST
         if phase is Phase.FORWARD:
             return conv_cost(work, config)
+        activations = desc.weights is None  # a product of two activations: no weights
         if phase is Phase.BACKWARD:
             if not needs_input_error:
                 return ZERO_COST
             back = conv_cost(backward_work(work), config)
-            return _sum(back, conv_cost(gradient_work(work), config)) \
-                if node.op == "matmul" else back
-        return ZERO_COST if node.op == "matmul" else conv_cost(gradient_work(work), config)
-    written = _volume([output_box(layout.site, box)])
-    read = sum(_volume(node_op(layout.site).read(layout.site, box, i))
-               for i in range(len(node.inputs)))
-    if node.op == "embedding":
+            return _sum(back, conv_cost(gradient_work(work), config)) if activations else back
+        return ZERO_COST if activations else conv_cost(gradient_work(work), config)
+    written = _volume(region(desc.makes, box))
+    read = sum(_volume(region(access, box)) for access in desc.reads)
+    if desc.lookup:
         read = written  # the table's rows looked up
         if phase is Phase.BACKWARD:
             return ZERO_COST  # token ids have no error
@@ -170,7 +144,7 @@ def node_cost(layout: NodeLayout, member: int, phase: Phase, config: HardwareCon
         return ZERO_COST
     if phase is Phase.BACKWARD and not needs_input_error:
         return ZERO_COST
-    ops = _ops_per_element(layout) * written
+    ops = desc.ops_per_element * written
     if phase is Phase.FORWARD:
         return _elementwise(ops, read, written, len(node.inputs), config)
     return _elementwise(ops, written, read, 1, config)  # the errors flow the other way

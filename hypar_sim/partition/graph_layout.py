@@ -30,43 +30,31 @@ from functools import cached_property
 
 import numpy as np
 
-from hypar_sim.errors import InputError
 from hypar_sim.partition.graph_axes import Site
-from hypar_sim.partition.graph_ops import NODE_OPS, Box, NodeOp, weight_shape
+from hypar_sim.partition.graph_ops import Box, region, weight_shape
 from hypar_sim.partition.hierarchy import Hierarchy
 from hypar_sim.partition.kinds import KINDS, Dim
 from hypar_sim.partition.redistribute import Moved, Region, gather_stage, redistribute
 from hypar_sim.partition.shares import Column, level_intervals
-
-
-def node_op(site: Site) -> NodeOp:
-    node = site.node
-    if node.op not in NODE_OPS:
-        raise InputError(f"node {node.name}: graph planning does not take {node.op} nodes; "
-                         f"it takes {', '.join(NODE_OPS)}")
-    return NODE_OPS[node.op]
+from hypar_sim.workload.tdl import Description
 
 
 def loops(site: Site, batch: int) -> dict[Dim, int]:
-    """Every loop dimension of the node and its extent."""
-    op = node_op(site)
-    sizes = {Dim.N: batch, **dict(zip(site.output, site.node.shape, strict=True))}
-    if op.reduction is not None:
-        sizes[Dim.C] = op.reduction(site.node)
-    return sizes | op.loops(site.node)
+    """Every loop dimension of the node and its extent: the batch N and its description's."""
+    return {Dim.N: batch, **site.desc.loops}
 
 
-def dim_of(op: NodeOp, kind: str) -> Dim:
-    """The dimension `kind` splits in a node of `op` (its one channel dimension for both
-    in and out where it has no reduction)."""
+def dim_of(desc: Description, kind: str) -> Dim:
+    """The dimension `kind` splits in a node of description `desc` (its one channel
+    dimension for both in and out where it has no reduction: `Description.channel_alias`)."""
     dim = KINDS[kind].dim
-    return Dim.K if op.channel_alias and dim is Dim.C else dim
+    return Dim.K if desc.channel_alias and dim is Dim.C else dim
 
 
 def offered(site: Site, batch: int, column: Column, hierarchy: Hierarchy) -> bool:
     """Every level's kind splits a loop dimension of the node and leaves each member at
     least one index of it."""
-    op, sizes = node_op(site), loops(site, batch)
+    op, sizes = site.desc, loops(site, batch)
     parts = dict.fromkeys(sizes, 1)
     for size, kind in zip(hierarchy.sizes, column, strict=True):
         dim = dim_of(op, kind)
@@ -97,16 +85,16 @@ class NodeLayout:
         return [dict(zip(dims, row, strict=True)) for row in zip(*columns, strict=True)]
 
     def outputs(self) -> list[Region]:
-        made = node_op(self.site).outputs
-        return [made(self.site, self.box(m)) for m in range(self.members)]
+        made = self.site.desc.makes
+        return [region(made, self.box(m)) for m in range(self.members)]
 
     def reads(self, index: int) -> list[Region]:
-        read = node_op(self.site).read
-        return [read(self.site, self.box(m), index) for m in range(self.members)]
+        read = self.site.desc.reads[index]
+        return [region(read, self.box(m)) for m in range(self.members)]
 
 
 def layout(site: Site, batch: int, column: Column, hierarchy: Hierarchy) -> NodeLayout:
-    op = node_op(site)
+    op = site.desc
     boxes = {}
     for dim, extent in loops(site, batch).items():
         levels = tuple(h for h, kind in enumerate(column) if dim_of(op, kind) is dim)
@@ -131,14 +119,15 @@ def member_params(own: NodeLayout) -> np.ndarray:
     channels over its share of the reduction (an embedding's: every row of its columns),
     and its channels' biases and norm scales and shifts; a tied projection holds none of
     its owner's."""
-    node, op = own.site.node, node_op(own.site)
+    desc = own.site.desc
     if Dim.K not in own.boxes:
         return np.zeros(own.members, dtype=np.int64)
     channels = member_channels(own)
-    held = channels * op.vectors(node)
-    if op.weight_scale is not None:
-        rows = _extent(own, Dim.C) if op.reduction is not None else weight_shape(node)[0]
-        held = held + channels * rows * op.weight_scale(node)
+    held = channels * desc.vectors
+    if desc.weights is not None:
+        rows = _extent(own, desc.reduction) if desc.reduction is not None else \
+            desc.weights.rows
+        held = held + channels * rows * desc.weights.scale
     return held
 
 
@@ -199,23 +188,23 @@ def own_matrices(own: NodeLayout, batch: int, word_bytes: int,
     """Bytes [src, dst] of a node's gradient all-reduce (weights, biases, a norm's scale
     and shift), and of the loss if it is an output of the graph (its partial values
     reduced wherever the reduction leaves them; the error goes back the same way)."""
-    node, op = own.site.node, node_op(own.site)
+    desc = own.site.desc
     boxes = [own.box(m) for m in range(own.members)]
     result = {}
-    scale = op.weight_scale(node) if op.weight_scale is not None else 0
+    scale = desc.weights.scale if desc.weights is not None else 0
     outputs = own.outputs()
     channel = 1 + own.site.output.index(Dim.K) if Dim.K in own.site.output else None
     if scale:
-        rows, columns = weight_shape(node)
-        regions = [(((0, rows), b[Dim.K]),) if node.op == "embedding" else
+        rows, columns = weight_shape(desc)
+        regions = [(((0, rows), b[Dim.K]),) if not desc.weights.by_channel else
                    tuple((made[channel], b[Dim.C]) for made in out)  # its channels' rows
                    for b, out in zip(boxes, outputs, strict=True)]
         result.update(_all_reduce((rows, columns), regions, word_bytes * scale, "gradient"))
-    vectors = op.vectors(node)
+    vectors = desc.vectors
     if vectors:  # a bias or a norm's scale and shift: one value per output channel each
         regions = [tuple((made[channel],) for made in out) for out in outputs]
-        result.update(_all_reduce((dict(zip(own.site.output, node.shape, strict=True))[Dim.K],),
-                                  regions, word_bytes * vectors, "vector"))
+        result.update(_all_reduce((own.site.node.shape[channel - 1],), regions,
+                                  word_bytes * vectors, "vector"))
     if is_output:
         loss = redistribute(_tensor(own.site, batch), outputs, None)
         result.update({"loss reduce": loss.reduce * word_bytes,

@@ -11,21 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from enum import StrEnum
 
 from hypar_sim.errors import InputError, closest
-
-
-class Dim(StrEnum):
-    """Loop dimensions of a convolution (an fc layer has P = Q = 1)."""
-
-    N = "N"  # samples (batch)
-    K = "K"  # output channels
-    C = "C"  # input channels (the reduction of the forward pass)
-    P = "P"  # output rows, after pooling (a token stream's positions)
-    Q = "Q"  # output columns, after pooling
-    H = "H"  # attention heads (graph networks)
-    G = "G"  # groups of a grouped convolution (graph networks)
+from hypar_sim.workload.dims import Dim  # the loops a kind splits (kinds.Dim, as before)
 
 
 @dataclass(frozen=True)

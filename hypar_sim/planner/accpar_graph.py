@@ -109,7 +109,7 @@ class Shares:
 
 def node_shares(site: Site, batch: int, column: Column, hierarchy: Hierarchy) -> Shares:
     """A node's shares on `hierarchy` split by `column` (no levels: the whole node)."""
-    node, op = site.node, graph_layout.node_op(site)
+    node, op = site.node, site.desc
     own = graph_layout.layout(site, batch, column, hierarchy)
     sizes = graph_layout.loops(site, batch)
     extent = {d: (b[:, 1] - b[:, 0]).astype(np.float64) for d, b in own.boxes.items()}
@@ -117,14 +117,14 @@ def node_shares(site: Site, batch: int, column: Column, hierarchy: Hierarchy) ->
     for d, e in extent.items():
         work = work * e / sizes[d]
     weights = np.zeros(own.members)
-    scale = op.weight_scale(node) if op.weight_scale is not None else 0
+    scale = op.weights.scale if op.weights is not None else 0
     if scale:
-        rows, columns = weight_shape(node)
+        rows, columns = weight_shape(op)
         weights = np.full(own.members, float(rows * columns * scale))
         for d in WEIGHT_DIMS:
             if d in extent:
                 weights = weights * extent[d] / sizes[d]
-    vectors = op.vectors(node)
+    vectors = op.vectors
     if vectors and Dim.K in extent:  # one value per output channel: K (within G groups)
         weights = weights + vectors * extent[Dim.K] * extent.get(Dim.G, 1.0)
     return Shares(max(volume(r) for r in own.outputs()),
@@ -154,7 +154,7 @@ class _Model:
             own = self._one_level(site, kind, k)
             made = own.outputs()
             reads = [own.reads(i) for i in range(len(site.node.inputs))]
-            dim = graph_layout.dim_of(graph_layout.node_op(site), kind)
+            dim = graph_layout.dim_of(site.desc, kind)
             self._partial[key] = (all(m == made[0] for m in made),
                                   tuple(all(r == read[0] for r in read) for read in reads),
                                   dim not in WEIGHT_DIMS)

@@ -44,7 +44,7 @@ from collections.abc import Sequence
 
 from hypar_sim.partition import graph_layout
 from hypar_sim.partition.graph_axes import sites as graph_sites
-from hypar_sim.partition.graph_ops import NODE_OPS, weight_shape
+from hypar_sim.partition.graph_ops import weight_shape
 from hypar_sim.partition.hierarchy import Hierarchy
 from hypar_sim.partition.kinds import KINDS, Dim
 from hypar_sim.workload.graph import Graph
@@ -79,10 +79,10 @@ def node_bounds(graph: Graph, batch: int, hierarchy: Hierarchy, kinds: Sequence[
     columns = list(itertools.product(kinds, repeat=hierarchy.levels))
     bounds = []
     for site in graph_sites(graph):
-        node, op = site.node, NODE_OPS[site.node.op]
-        has_weights = op.weight_scale is not None and op.weight_scale(node) > 0
-        weight_dims = {Dim.K} if node.op == "embedding" else {Dim.K, Dim.C, Dim.G}
-        weights = math.prod(weight_shape(node)) if has_weights else 0
+        node, op = site.node, site.desc
+        has_weights = op.weights is not None and op.weights.scale > 0
+        weight_dims = {Dim.K} if op.lookup else {Dim.K, Dim.C, Dim.G}
+        weights = math.prod(weight_shape(op)) if has_weights else 0
         outputs = batch * math.prod(node.shape)
         least = math.inf
         for column in columns:

@@ -26,7 +26,6 @@ from hypar_sim.partition import graph_layout
 from hypar_sim.partition.collectives import COLLECTIVES, Transfers, level_bytes
 from hypar_sim.partition.graph_axes import Site
 from hypar_sim.partition.graph_axes import sites as graph_sites
-from hypar_sim.partition.graph_ops import NODE_OPS
 from hypar_sim.partition.hierarchy import Hierarchy
 from hypar_sim.partition.kinds import BATCH, DEFAULT_KINDS, IN
 from hypar_sim.partition.redistribute import Moved
@@ -243,9 +242,14 @@ def _model(request: GraphRequest) -> list[Column]:
 @register_graph_strategy("trick")
 def _trick(request: GraphRequest) -> list[Column]:
     """Krizhevsky's "one weird trick" (arXiv:1404.5997) on a graph: fully-connected nodes
-    split their input channels (mp), every other node the batch (dp)."""
-    return _fixed(request.sites, request.batch, request.hierarchy,
-                  lambda node: IN if node.op == "fc" else BATCH)
+    (weighted multiply-accumulates without a window) split their input channels (mp), every
+    other node the batch (dp)."""
+    def kind(node: Node) -> str:
+        desc = node.desc
+        fc = desc is not None and desc.weights is not None and desc.channel is not None \
+            and not desc.window
+        return IN if fc else BATCH
+    return _fixed(request.sites, request.batch, request.hierarchy, kind)
 
 
 def plan_graph(graph: Graph, strategy: str, hierarchy: Hierarchy, batch: int,
@@ -259,10 +263,6 @@ def plan_graph(graph: Graph, strategy: str, hierarchy: Hierarchy, batch: int,
                          f"got {strategy}")
     if (strategy == "explicit") != (plan_text is not None):
         raise InputError("plan: give --plan exactly when the strategy is 'explicit'")
-    for node in graph.nodes:
-        if node.op not in NODE_OPS:
-            raise InputError(f"{graph.name}: node {node.name} is a {node.op}; graph planning "
-                             f"takes {', '.join(NODE_OPS)}")
     notes: list[str] = []
     request = GraphRequest(graph, graph_sites(graph), batch, hierarchy, tuple(kinds), search,
                            graph_layout.Costs(batch, word_bytes, phases == "forward"), notes,

@@ -63,7 +63,7 @@ import numpy as np
 from hypar_sim.errors import InputError
 from hypar_sim.partition import graph_layout
 from hypar_sim.partition.graph_axes import Site
-from hypar_sim.partition.graph_ops import NODE_OPS, weight_shape
+from hypar_sim.partition.graph_ops import weight_shape
 from hypar_sim.partition.hierarchy import Hierarchy
 from hypar_sim.partition.kinds import GRAPH_EXTRA_KINDS, Dim
 from hypar_sim.partition.redistribute import Region
@@ -84,7 +84,7 @@ _WEIGHT_DIMS = (Dim.K, Dim.C, Dim.G)
 
 def is_contraction(node: Node) -> bool:
     """A convolution- or matmul-shaped loop nest (a reduction), or an embedding's lookup."""
-    return NODE_OPS[node.op].reduction is not None or node.op == "embedding"
+    return node.desc is not None and (node.desc.reduction is not None or node.desc.lookup)
 
 
 @dataclass(frozen=True, order=True)
@@ -106,7 +106,7 @@ class NodeGrid:
 
 def node_grid(site: Site, column: Column, hierarchy: Hierarchy) -> NodeGrid:
     """The grid a column realises on a node: per dimension, its levels' sizes multiplied."""
-    op = graph_layout.node_op(site)
+    op = site.desc
     extents: dict[Dim, int] = {}
     for size, kind in zip(hierarchy.sizes, column, strict=True):
         dim = graph_layout.dim_of(op, kind)
@@ -150,13 +150,13 @@ def node_grid_cost(site: Site, batch: int, column: Column, hierarchy: Hierarchy,
     """A contraction node on the grid of `column`: every member's real region (uneven where a
     dimension does not divide), summed for the words, maximised for Eq. 10 and memory.
     `errors`: per input, whether its error is computed (default: all)."""
-    node, op = site.node, graph_layout.node_op(site)
+    node, op = site.node, site.desc
     own = graph_layout.layout(site, batch, column, hierarchy)
     sizes = graph_layout.loops(site, batch)
     reads = [_volumes(own.reads(i)) for i in range(len(node.inputs))]
     totals = [batch * math.prod(shape) for shape in node.input_shapes]
-    scale = op.weight_scale(node) if op.weight_scale is not None else 0
-    rows, columns = weight_shape(node) if scale else (0, 0)
+    scale = op.weights.scale if op.weights is not None else 0
+    rows, columns = weight_shape(op) if scale else (0, 0)
     ker = float(rows * columns * scale)
     weights = np.full(own.members, ker)
     for dim in _WEIGHT_DIMS:

@@ -7,8 +7,8 @@ the per-tensor cost; this module generalises it to any graph of `graph_ops` oper
 Coarsening (Tofu Sec 5.1, `coarsen`). A node of `workload.graph` is one forward operator
 whose backward-data and weight-gradient operators are grouped with it ("grouping forward
 and backward operations"): its cost counts what all of them fetch. Consecutive
-element-wise nodes (`ELEMENTWISE`: batch norm, activation, add, ...) are coalesced into
-one unit ("merging consecutive element-wise operators", whose input and output are
+element-wise nodes (`Description.elementwise`: batch norm, activation, add, ...) are
+coalesced into one unit ("merging consecutive element-wise operators", whose input and output are
 partitioned alike): one joins the unit of the first of its inputs that is element-wise
 and read by it alone, so a residual block's bn, add and relu are one unit and the block
 is a fork-join (the skip edge, or the downsampling conv, runs from the block's input
@@ -58,7 +58,7 @@ import numpy as np
 from hypar_sim.errors import InputError
 from hypar_sim.partition import graph_layout
 from hypar_sim.partition.graph_axes import Site, sites
-from hypar_sim.partition.graph_ops import NODE_OPS, Box, weight_shape
+from hypar_sim.partition.graph_ops import Box, region, weight_shape
 from hypar_sim.partition.hierarchy import Hierarchy
 from hypar_sim.partition.kinds import GRAPH_EXTRA_KINDS, Dim
 from hypar_sim.partition.redistribute import Region
@@ -69,12 +69,10 @@ from hypar_sim.planner.tofu import TOFU_KINDS, allowed_kinds
 from hypar_sim.planner.tofu_regions import near_equal_parts, relayout, tensor_cost
 from hypar_sim.workload.graph import Graph, Node
 
-#: Operators whose output cell reads the same cell of every input (Tofu Sec 5.1's merge).
-ELEMENTWISE = frozenset({"batch_norm", "add", "mul", "act", "dropout", "lrn", "identity",
-                         "tensor_op"})
-#: Loop dimensions of graph operators beyond TOFU_KINDS, taken when the user asks for them.
-#: Operators with a weight gradient or a second operand's gradient reading their input.
-_TWICE_READ = frozenset({"conv", "fc", "matmul"})
+
+def _elementwise(node: Node) -> bool:
+    """Its output cell reads the same cell of every input (Tofu Sec 5.1's merge)."""
+    return node.desc is not None and node.desc.elementwise
 
 
 @dataclass(frozen=True)
@@ -96,9 +94,9 @@ def coarsen(graph: Graph) -> Coarse:
     unit_of: list[int] = []
     for i, node in enumerate(graph.nodes):
         joined = None
-        if node.op in ELEMENTWISE:
+        if _elementwise(node):
             joined = next((unit_of[index[s]] for s in node.inputs
-                           if s in index and graph.nodes[index[s]].op in ELEMENTWISE
+                           if s in index and _elementwise(graph.nodes[index[s]])
                            and readers[s] == [node.name]), None)
         if joined is None:
             members.append([i])
@@ -115,16 +113,17 @@ def coarsen(graph: Graph) -> Coarse:
 
 def input_reads(node: Node) -> int:
     """Operators of a node's group that read its input: the forward one, and the weight
-    gradient (conv, fc) or the other operand's gradient (matmul)."""
-    return 2 if node.op in _TWICE_READ else 1
+    gradient (conv, fc) or the other operand's gradient (matmul): every operator with a
+    multiply-accumulate body."""
+    return 2 if node.desc is not None and node.desc.channel is not None else 1
 
 
 def error_reads(node: Node, fed: Sequence[bool]) -> int:
     """Operators of a node's group that read its output's error: the weight gradient, and
     the backward-data operator(s) where an input (`fed`: made by a node) needs an error
     (a product of two activations has one per operand)."""
-    weighted = NODE_OPS[node.op].weight_scale is not None
-    data = sum(fed) if node.op == "matmul" else int(any(fed))
+    weighted = node.desc.weights is not None
+    data = sum(fed) if node.desc.channel is not None and not weighted else int(any(fed))
     return int(weighted) + data
 
 
@@ -148,14 +147,14 @@ def workers(site: Site, batch: int, column: Column, sizes: Sequence[int]) -> Wor
 
 def _weight_regions(site: Site, box: Box) -> tuple[Region, Region | None]:
     """A box's regions of the node's weights (rows, columns) and of its per-channel vectors."""
-    node = site.node
-    made = NODE_OPS[node.op].outputs(site, box)
+    desc = site.desc
+    made = region(desc.makes, box)
     channel = 1 + site.output.index(Dim.K) if Dim.K in site.output else None
     vectors = tuple((m[channel],) for m in made) if channel is not None else None
-    if node.op == "embedding":
-        return (((0, weight_shape(node)[0]), box[Dim.K]),), vectors
-    if NODE_OPS[node.op].weight_scale is None:
+    if desc.weights is None:
         return (), vectors
+    if not desc.weights.by_channel:  # an embedding table: every row of its columns
+        return (((0, weight_shape(desc)[0]), box[Dim.K]),), vectors
     return tuple((m[channel], box[Dim.C]) for m in made), vectors
 
 
@@ -164,23 +163,23 @@ def node_cost(site: Site, fed: Sequence[bool], is_output: bool, team: Workers,
     """Elements G_0 moves at one step for a node's weights and dW, its vectors (a bias, a
     norm's scale and shift) and, for an output, the loss (its partial sums reduced, its
     error read by the node's backward operators)."""
-    node, op = site.node, NODE_OPS[site.node.op]
+    node, op = site.node, site.desc
     whole, whole_vectors = _weight_regions(site, team.group)
     mine = [_weight_regions(site, box) for box in team.boxes]
     cost = 0.0
     if whole:
-        scale = op.weight_scale(node) or 1  # a conv's kernel area; a tied projection's 1
-        times = 1 + int(node.op != "embedding" and any(fed))
+        scale = op.weights.scale or 1  # a conv's kernel area; a tied projection's 1
+        times = 1 + int(not op.lookup and any(fed))
         regions = [m[0] for m in mine]
         cost += scale * tensor_cost(whole, whole, regions, regions, times, parts,
                                     near_equal_parts)
-    if op.vectors(node) and whole_vectors is not None:
+    if op.vectors and whole_vectors is not None:
         regions = [m[1] for m in mine]
-        cost += op.vectors(node) * tensor_cost(whole_vectors, whole_vectors, regions, regions,
-                                               1, parts, near_equal_parts)
+        cost += op.vectors * tensor_cost(whole_vectors, whole_vectors, regions, regions,
+                                         1, parts, near_equal_parts)
     if is_output:
-        made = op.outputs(site, team.group)
-        outs = [op.outputs(site, box) for box in team.boxes]
+        made = region(op.makes, team.group)
+        outs = [region(op.makes, box) for box in team.boxes]
         cost += relayout(made, outs, None, 0, parts, near_equal_parts)
         cost += relayout(made, None, outs, error_reads(node, fed), parts,
                          near_equal_parts)
@@ -192,11 +191,11 @@ def edge_cost(producer: Site, consumer: Site, index: int, producer_fed: Sequence
     """Elements G_0 moves at one step for the tensor on one edge: forward, the producer's
     output into the consumer's reads of input `index`; backward, the consumer's error
     contributions (partial where its reads overlap) into the producer's output parts."""
-    made_by, read_by = NODE_OPS[producer.node.op].outputs, NODE_OPS[consumer.node.op].read
-    made = made_by(producer, sender.group)
-    needed = read_by(consumer, receiver.group, index)
-    writes = [made_by(producer, box) for box in sender.boxes]
-    reads = [read_by(consumer, box, index) for box in receiver.boxes]
+    made_by, read_by = producer.desc.makes, consumer.desc.reads[index]
+    made = region(made_by, sender.group)
+    needed = region(read_by, receiver.group)
+    writes = [region(made_by, box) for box in sender.boxes]
+    reads = [region(read_by, box) for box in receiver.boxes]
     forward = tensor_cost(made, needed, writes, reads, input_reads(consumer.node), parts,
                           near_equal_parts)
     backward = tensor_cost(needed, made, reads, writes,
@@ -266,7 +265,7 @@ def unit_options(costs: TofuCosts, members: Sequence[int], prefix: Column,
         if not all(graph_layout.offered(costs.sites[i], costs.batch, column, upper)
                    for i in members):
             continue
-        signature = tuple(graph_layout.dim_of(graph_layout.node_op(costs.sites[i]), kind)
+        signature = tuple(graph_layout.dim_of(costs.sites[i].desc, kind)
                           for i in members)
         if signature not in seen:
             seen.add(signature)

@@ -27,7 +27,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hypar_sim.errors import InputError, closest
+from hypar_sim.workload.dims import Dim, Dims
 from hypar_sim.workload.ops import OPS, Shape, positive
+from hypar_sim.workload.tdl import Description
 
 _TOP_KEYS = {"name", "description", "source", "inputs", "nodes", "outputs"}
 _NODE_KEYS = {"name", "type", "inputs"}
@@ -35,7 +37,9 @@ _NODE_KEYS = {"name", "type", "inputs"}
 
 @dataclass(frozen=True)
 class Node:
-    """One operator with its inputs (node or graph-input names) and what it computes."""
+    """One operator with its inputs (node or graph-input names) and what it computes: its
+    description (`workload.tdl`: loops, index expressions; None where the operator cannot
+    be described, `why` says why: such a graph lists but does not plan)."""
 
     name: str
     op: str
@@ -43,8 +47,11 @@ class Node:
     input_shapes: tuple[Shape, ...]
     shape: Shape  # output, per sample
     params: int  # learnable values (biases and norm scales included; tied weights once)
-    macs: int  # forward multiply-accumulates per sample
+    macs: int  # forward multiply-accumulates per sample (from the description)
     attrs: Mapping[str, Any] = field(default_factory=dict, compare=False)
+    desc: Description | None = field(default=None, compare=False)
+    input_dims: tuple[Dims, ...] = field(default=(), compare=False)
+    why: str = field(default="", compare=False)
 
 
 @dataclass(frozen=True)
@@ -169,8 +176,12 @@ def parse_graph(data: Any, source: str, default_name: str = "graph") -> Graph:
         raw.append((name, entry, tuple(str(s) for s in sources)))
         previous = name
     shapes: dict[str, Shape] = dict(inputs)
+    ordered = _ordered(source, raw, inputs)
+    dims = {name: _input_dims(name, shape, [entry["type"] for _, entry, sources in ordered
+                                            if name in sources])
+            for name, shape in inputs.items()}
     nodes = []
-    for name, entry, sources in _ordered(source, raw, inputs):
+    for name, entry, sources in ordered:
         spec = OPS[entry["type"]]
         where = f"{source}: node {name}"
         fewest, most = spec.arity
@@ -183,8 +194,16 @@ def parse_graph(data: Any, source: str, default_name: str = "graph") -> Graph:
         in_shapes = [shapes[s] for s in sources]
         counts = spec.count(where, attrs, in_shapes)
         shapes[name] = counts.shape
+        desc, why = _describe(spec.describe, attrs, in_shapes, counts.shape,
+                              [dims[s] for s in sources], name, spec.name)
+        if desc is None and spec.weighted:
+            raise InputError(f"{where}: {why}")
+        # an undescribed node's output takes the loops a graph input of its rank would have,
+        # so that its readers still have descriptions (and MACs); planning refuses the node
+        dims[name] = desc.output if desc is not None else _input_dims(name, counts.shape, [])
         nodes.append(Node(name, spec.name, sources, tuple(in_shapes), counts.shape,
-                          counts.params, counts.macs, attrs))
+                          counts.params, desc.macs if desc is not None else 0, attrs, desc,
+                          tuple(dims[s] for s in sources), why))
     _check_ties(source, nodes)
     outputs = data.get("outputs")
     if outputs is None:
@@ -195,6 +214,35 @@ def parse_graph(data: Any, source: str, default_name: str = "graph") -> Graph:
     return Graph(str(data.get("name", default_name)), inputs, tuple(nodes),
                  tuple(str(o) for o in outputs), str(data.get("source", "")),
                  str(data.get("description", "")))
+
+
+def _input_dims(name: str, shape: Shape, readers: list[str]) -> Dims | None:
+    """The loops of a graph input's axes: an image (K channels, P rows, Q columns), token
+    ids (P positions) where an embedding reads them, a vector (K), a token stream (P, K);
+    None for other ranks (such a graph lists but does not plan)."""
+    if len(shape) == 3:
+        return Dim.K, Dim.P, Dim.Q
+    if len(shape) == 1:
+        return (Dim.P,) if "embedding" in readers else (Dim.K,)
+    if len(shape) == 2:
+        return Dim.P, Dim.K
+    return None
+
+
+def _describe(describe, attrs: Mapping[str, Any], shapes: list[Shape], shape: Shape,
+              dims: list[Dims | None], name: str, op: str) -> tuple[Description | None, str]:
+    """The node's description, or None and why there is none."""
+    if any(d is None for d in dims):
+        return None, (f"node {name} ({op}) reads an input of {len(shapes[0])} axes; graph "
+                      "planning takes images (3 axes), token streams (1 or 2 axes) and vectors")
+    try:
+        desc = describe(attrs, shapes, shape, dims)
+    except InputError as exc:
+        return None, f"node {name} ({op}): {exc}"
+    if len(set(desc.output)) != len(desc.output) or len(desc.output) != len(shape):
+        return None, (f"node {name} ({op}): cannot name the axes of its output {list(shape)} "
+                      f"(got {''.join(desc.output)})")
+    return desc, ""
 
 
 def _check_ties(source: str, nodes: list[Node]) -> None:

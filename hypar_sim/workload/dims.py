@@ -1,0 +1,21 @@
+"""The loop dimensions of an operator (Tofu's loop variables): the names every description
+(`workload.tdl`), split kind (`partition.kinds`) and layout use."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class Dim(StrEnum):
+    """Loop dimensions of an operator (a convolution's, by default: an fc layer has P = Q = 1)."""
+
+    N = "N"  # samples (batch)
+    K = "K"  # output channels (features)
+    C = "C"  # input channels (the reduction of the forward pass)
+    P = "P"  # output rows, after pooling (a token stream's positions)
+    Q = "Q"  # output columns, after pooling
+    H = "H"  # attention heads (graph networks)
+    G = "G"  # groups of a grouped convolution (graph networks)
+
+
+Dims = tuple[Dim, ...]  # the loop dimension of every axis of a per-sample tensor

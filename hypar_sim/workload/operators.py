@@ -1,0 +1,219 @@
+"""The shipped operators: for each, its shape and parameters (`count`) beside its
+description (`describe`: Tofu's loops and index expressions, `workload.tdl`), registered
+in `workload.ops.OPS`. A new operator is one `register_op(OpSpec(...))` with both, here or
+in the user's own code (tests/test_graph_features.py registers one).
+"""
+
+from __future__ import annotations
+
+import math
+
+from hypar_sim.errors import InputError
+from hypar_sim.workload.dims import Dim, Dims
+from hypar_sim.workload.ops import (
+    Attrs,
+    Counts,
+    OpSpec,
+    Shape,
+    broadcast,
+    check_rank,
+    choice,
+    flag,
+    made,
+    pads,
+    pair,
+    positive,
+    register_op,
+    top_left,
+    window,
+)
+from hypar_sim.workload.tdl import Access, Description, Flat, Grouped, Ix, Weights, Whole, Window
+
+
+def _conv(where: str, a: Attrs, shapes: list[Shape]) -> Counts:
+    check_rank(where, shapes[0], (3,), "a feature map (channels, rows, columns)")
+    channels, rows, cols = shapes[0]
+    out = positive(f"{where}.out_channels", a["out_channels"])
+    groups = positive(f"{where}.groups", a["groups"])
+    if channels % groups or out % groups:
+        raise InputError(f"{where}.groups: {groups} does not divide the {channels} input and "
+                         f"{out} output channels")
+    kh, kw = pair(f"{where}.kernel", a["kernel"])
+    sh, sw = pair(f"{where}.stride", a["stride"])
+    dh, dw = pair(f"{where}.dilation", a["dilation"])
+    top, left, bottom, right = pads(f"{where}.padding", a["padding"])
+    try:
+        height = window(rows, kh, sh, top, bottom, dh)
+        width = window(cols, kw, sw, left, right, dw)
+    except ValueError as exc:
+        raise InputError(f"{where}: {exc} (input {list(shapes[0])})") from None
+    weights = out * (channels // groups) * kh * kw
+    bias = out if flag(f"{where}.bias", a["bias"]) else 0
+    return Counts((out, height, width), weights + bias)
+
+
+def _describe_conv(a: Attrs, shapes: list[Shape], shape: Shape, dims: list[Dims]) -> Description:
+    channels, rows, cols = shapes[0]
+    out, height, width = shape
+    groups = a["groups"]
+    (kh, kw), (sh, sw), (dh, dw) = pair("", a["kernel"]), pair("", a["stride"]), \
+        pair("", a["dilation"])
+    top, left = top_left("", a["padding"])
+    output = (Dim.K, Dim.P, Dim.Q)
+    spatial = (Window(Dim.P, kh, sh, top, dh, rows), Window(Dim.Q, kw, sw, left, dw, cols))
+    if groups == 1:
+        loops = {Dim.K: out, Dim.P: height, Dim.Q: width, Dim.C: channels}
+        read = Access((Ix(Dim.C), *spatial), needs=(Dim.K, Dim.C))
+        makes = Access((Ix(Dim.K), Ix(Dim.P), Ix(Dim.Q)))
+    else:
+        loops = {Dim.K: out // groups, Dim.P: height, Dim.Q: width, Dim.C: channels // groups,
+                 Dim.G: groups}
+        read = Access((Grouped(Dim.G, Dim.C, channels // groups), *spatial))
+        makes = Access((Grouped(Dim.G, Dim.K, out // groups), Ix(Dim.P), Ix(Dim.Q)))
+    return Description(output, loops, (read,), makes, Dim.C, (kh, kw), Dim.K,
+                       Weights(out, channels // groups, kh * kw), int(a["bias"]))
+
+
+def _fc(where: str, a: Attrs, shapes: list[Shape]) -> Counts:
+    """A feature map (rank 3) is flattened first (the chain networks' convention); a token
+    stream (rank 1 or 2) is transformed along its last axis, position by position."""
+    shape = shapes[0]
+    out = positive(f"{where}.out_features", a["out_features"])
+    features = math.prod(shape) if len(shape) == 3 else shape[-1]
+    lead = shape[:-1] if len(shape) < 3 else ()
+    owned = not a["tied_to"]
+    bias = out if flag(f"{where}.bias", a["bias"]) else 0
+    params = (features * out) * owned + bias
+    return Counts((*lead, out), params)
+
+
+def _describe_fc(a: Attrs, shapes: list[Shape], shape: Shape, dims: list[Dims]) -> Description:
+    """A feature map is read flattened (its reduction C runs over all its elements); a token
+    stream keeps its leading axes."""
+    source, out = shapes[0], shape[-1]
+    if len(source) == 3:
+        features = math.prod(source)
+        output: Dims = (Dim.K,)
+        read = Access((Flat((Dim.C,), (features,), tuple(source)),))
+    else:
+        features = source[-1]
+        output = (*dims[0][:-1], Dim.K)
+        read = Access((*(Ix(d) for d in dims[0][:-1]), Ix(Dim.C)))
+    loops = {**dict(zip(output, shape, strict=True)), Dim.C: features}
+    return Description(output, loops, (read,), made(output), Dim.C, (), Dim.K,
+                       Weights(out, features, 0 if a["tied_to"] else 1), int(a["bias"]))
+
+
+def _matmul(where: str, a: Attrs, shapes: list[Shape]) -> Counts:
+    """A (..., m, k) x B (..., k, n), B given as (..., n, k) with `transpose_b`."""
+    left, right = shapes
+    if len(left) < 2 or len(right) < 2:
+        raise InputError(f"{where}: matmul inputs need two or more axes, got {list(left)} "
+                         f"and {list(right)}")
+    m, k = left[-2:]
+    n, k2 = (right[-2], right[-1]) if flag(f"{where}.transpose_b", a["transpose_b"]) else \
+        (right[-1], right[-2])
+    if k != k2:
+        raise InputError(f"{where}: inner sizes differ ({list(left)} x {list(right)}, "
+                         f"transpose_b {a['transpose_b']})")
+    lead = broadcast(where, [left[:-2], right[:-2]])
+    return Counts((*lead, m, n))
+
+
+def _describe_matmul(a: Attrs, shapes: list[Shape], shape: Shape,
+                     dims: list[Dims]) -> Description:
+    """A (..., rows, C) x B (..., C, columns) (B as (..., columns, C) with `transpose_b`); the
+    columns take B's loop name, or K where A has it already (attention scores' key
+    positions)."""
+    first, second = dims
+    lead = list(first[:-1])
+    column = second[-2] if a["transpose_b"] else second[-1]
+    if column in lead:
+        column = next(d for d in (Dim.K, Dim.P, Dim.Q, Dim.H) if d not in lead)
+    output = (*lead, column)
+    loops = {**dict(zip(output, shape, strict=True)), Dim.C: shapes[0][-1]}
+    batch = tuple(Ix(d) for d in output[:-2])
+    left = Access((*batch, Ix(output[-2]), Ix(Dim.C)))
+    right = Access((*batch, *((Ix(column), Ix(Dim.C)) if a["transpose_b"]
+                              else (Ix(Dim.C), Ix(column)))))
+    return Description(output, loops, (left, right), made(output), Dim.C, (), column)
+
+
+def _pool(where: str, a: Attrs, shapes: list[Shape]) -> Counts:
+    check_rank(where, shapes[0], (3,), "a feature map (channels, rows, columns)")
+    channels, rows, cols = shapes[0]
+    choice(f"{where}.mode", a["mode"], ("max", "avg"))
+    kh, kw = pair(f"{where}.kernel", a["kernel"])
+    sh, sw = pair(f"{where}.stride", a["stride"] if a["stride"] is not None else a["kernel"])
+    top, left, bottom, right = pads(f"{where}.padding", a["padding"])
+    ceil_mode = flag(f"{where}.ceil_mode", a["ceil_mode"])
+    try:
+        return Counts((channels, window(rows, kh, sh, top, bottom, ceil_mode=ceil_mode),
+                       window(cols, kw, sw, left, right, ceil_mode=ceil_mode)))
+    except ValueError as exc:
+        raise InputError(f"{where}: {exc} (input {list(shapes[0])})") from None
+
+
+def _describe_pool(a: Attrs, shapes: list[Shape], shape: Shape, dims: list[Dims]) -> Description:
+    _, rows, cols = shapes[0]
+    (kh, kw) = pair("", a["kernel"])
+    (sh, sw) = pair("", a["stride"] if a["stride"] is not None else a["kernel"])
+    top, left = top_left("", a["padding"])
+    output = dims[0]
+    read = Access((Ix(output[0]), Window(Dim.P, kh, sh, top, 1, rows),
+                   Window(Dim.Q, kw, sw, left, 1, cols)))
+    return Description(output, dict(zip(output, shape, strict=True)), (read,), made(output),
+                       ops_per_element=kh * kw)
+
+
+def _global_pool(where: str, a: Attrs, shapes: list[Shape]) -> Counts:
+    check_rank(where, shapes[0], (3,), "a feature map (channels, rows, columns)")
+    choice(f"{where}.mode", a["mode"], ("max", "avg"))
+    return Counts((shapes[0][0], 1, 1))
+
+
+def _describe_global_pool(a: Attrs, shapes: list[Shape], shape: Shape,
+                          dims: list[Dims]) -> Description:
+    _, rows, cols = shapes[0]
+    output = (Dim.K, Dim.P, Dim.Q)
+    read = Access((Ix(Dim.K), Whole(rows), Whole(cols)))
+    return Description(output, dict(zip(output, shape, strict=True)), (read,), made(output),
+                       ops_per_element=rows * cols)
+
+
+def _embedding(where: str, a: Attrs, shapes: list[Shape]) -> Counts:
+    """A table lookup: token ids (sequence,) -> (sequence, dim); no MACs."""
+    check_rank(where, shapes[0], (1,), "a sequence of ids")
+    vocab = positive(f"{where}.vocab", a["vocab"])
+    dim = positive(f"{where}.dim", a["dim"])
+    return Counts((shapes[0][0], dim), vocab * dim)
+
+
+def _describe_embedding(a: Attrs, shapes: list[Shape], shape: Shape,
+                        dims: list[Dims]) -> Description:
+    """Token ids (positions,) -> (positions, K): a lookup of whole table rows."""
+    output = (dims[0][0], Dim.K)
+    return Description(output, dict(zip(output, shape, strict=True)),
+                       (Access((Ix(output[0]),)),), made(output),
+                       weights=Weights(a["vocab"], a["dim"], 1, by_channel=False), lookup=True)
+
+
+for _spec in (
+    OpSpec("conv", "convolution (groups, depthwise, rectangular kernels, strides, padding, "
+           "dilation)", ("out_channels", "kernel"),
+           {"stride": 1, "padding": 0, "dilation": 1, "groups": 1, "bias": False}, _conv,
+           _describe_conv, weighted=True),
+    OpSpec("fc", "fully connected (gemm); flattens a feature map, acts on a token stream's "
+           "last axis", ("out_features",), {"bias": False, "tied_to": ""}, _fc, _describe_fc,
+           weighted=True),
+    OpSpec("matmul", "product of two activations (attention)", (), {"transpose_b": False},
+           _matmul, _describe_matmul, arity=(2, 2)),
+    OpSpec("pool", "max or average pooling", ("kernel",),
+           {"mode": "max", "stride": None, "padding": 0, "ceil_mode": False}, _pool,
+           _describe_pool),
+    OpSpec("global_pool", "global max or average pooling", (), {"mode": "avg"}, _global_pool,
+           _describe_global_pool),
+    OpSpec("embedding", "table lookup of token ids", ("vocab", "dim"), {}, _embedding,
+           _describe_embedding, weighted=True),
+):
+    register_op(_spec)
