@@ -219,3 +219,28 @@ def test_a_node_that_cannot_be_described_is_refused_by_name():
     assert graph.nodes[0].desc is None and graph.nodes[1].macs == 10 * 16 * 4
     with pytest.raises(InputError, match="node odd \\(tensor_op\\): no input has the output's"):
         make_graph_plan(graph, "data", Hierarchy((2,)), 4)
+
+
+def test_a_tensor_read_alike_by_q_k_and_v_moves_once():
+    """Issue "One graph", item 2: a layer norm's output (8 tokens x 16 features, batch 1)
+    split by tokens over 4 members, read whole by q, k and v (each split by output
+    features). By hand: forward, each member gathers the 6 tokens it lacks, 96 elements =
+    384 B, 1,536 B in all; backward, each member's q, k and v contributions to the error are
+    partial sums over all 128 elements, added where they are and reduce-scattered back by
+    tokens, 96 elements sent each, 1,536 B: 3,072 B for the three readers (9,216 B when each
+    paid its own). The norm's scale and shift gradients (32 values, partial over tokens) are
+    a ring all-reduce: 2 x 4 x 3/4 x 128 B = 768 B."""
+    graph = parse_graph({"inputs": {"x": [8, 16]}, "nodes": [
+        {"name": "ln", "type": "layer_norm"},
+        {"name": "q", "type": "fc", "out_features": 16, "inputs": ["ln"]},
+        {"name": "k", "type": "fc", "out_features": 16, "inputs": ["ln"]},
+        {"name": "v", "type": "fc", "out_features": 16, "inputs": ["ln"]}]}, "qkv")
+    kinds = PlanOptions(("batch", "in", "out", "spatial"))
+    plan = make_graph_plan(graph, "explicit", Hierarchy((2, 2)), 1,
+                           "ln: spatial spatial; *: out out", options=kinds)
+    assert dict(zip(plan.node_names, plan.node_bytes, strict=True)) == {
+        "ln": 768.0, "q": 3072.0, "k": 0.0, "v": 0.0}
+    schedule = build_graph_schedule(graph, plan, HW)
+    assert sum(m.bytes for m in schedule.messages) == plan.traffic_bytes == 3840.0
+    best = make_graph_plan(graph, "hypar", Hierarchy((2, 2)), 1, options=kinds)
+    assert best.traffic_bytes <= plan.traffic_bytes  # the search counts the gather once too

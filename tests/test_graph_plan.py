@@ -15,7 +15,8 @@ from hypar_sim.errors import InputError
 from hypar_sim.partition import graph_layout
 from hypar_sim.partition.graph_axes import sites as graph_sites
 from hypar_sim.partition.hierarchy import Hierarchy
-from hypar_sim.planner.graph_plan import evaluate_graph_plan, graph_edges, plan_graph
+from hypar_sim.planner.graph_plan import evaluate_graph_plan, plan_graph
+from hypar_sim.planner.plan_messages import shared_table, sharing_edges
 from hypar_sim.planner.traffic import TRAFFIC_MODELS
 from hypar_sim.workload.graph import parse_graph
 from hypar_sim.workload.layers import FeatureShape, make_conv, make_fc
@@ -74,12 +75,13 @@ def every_plan_total(graph, batch, hierarchy, kinds, skip=None):
         own = np.array([costs.own(site, c, hierarchy, site.node.name in graph.outputs)
                         for c in options[i]])
         grid = grid + spread(own, [i])
-    for p, c, k in graph_edges(graph):
-        if skip == (graph.nodes[c].name, k):
+    for edges in sharing_edges(graph):  # consumers that read alike pay once
+        edges = [(p, c, k) for p, c, k in edges if skip != (graph.nodes[c].name, k)]
+        if not edges:
             continue
-        table = np.array([[costs.edge(sites[p], sites[c], k, a, b, hierarchy)
-                           for b in options[c]] for a in options[p]])
-        grid = grid + spread(table, [p, c])
+        nodes, table = shared_table(costs, sites, edges, options, hierarchy)
+        grid = grid + spread(np.array(table).reshape([len(options[n]) for n in nodes]),
+                             list(nodes))
     best = np.unravel_index(int(np.argmin(grid)), grid.shape)
     return float(grid[best]), [options[i][j] for i, j in enumerate(best)]
 

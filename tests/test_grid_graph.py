@@ -17,9 +17,9 @@ from hypar_sim.planner import grid
 from hypar_sim.planner.graph_plan import (
     GRAPH_STRATEGIES,
     GraphRequest,
-    graph_edges,
     make_graph_plan,
 )
+from hypar_sim.planner.plan_messages import graph_edges
 from hypar_sim.planner.strategies import PlanOptions
 from hypar_sim.workload.graph import parse_graph
 from hypar_sim.workload.layers import FeatureShape, make_conv, make_fc

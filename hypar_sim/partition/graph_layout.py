@@ -232,6 +232,7 @@ class Costs:
         self._edges: dict[tuple, float] = {}
         self._own: dict[tuple, float] = {}
         self._footprints: dict[tuple, float] = {}
+        self._reads: dict[tuple, tuple] = {}
 
     def edge(self, producer: Site, consumer: Site, index: int, producer_column: Column,
              column: Column, hierarchy: Hierarchy) -> float:
@@ -243,6 +244,15 @@ class Costs:
                                      self.batch, self.word_bytes)
             self._edges[key] = self._total(matrices)
         return self._edges[key]
+
+    def reads(self, consumer: Site, index: int, column: Column, hierarchy: Hierarchy) -> tuple:
+        """Every member's region of input `index` of the consumer (consumers that read a
+        tensor alike share its transfer)."""
+        key = (geometry(consumer), index, column, hierarchy)
+        if key not in self._reads:
+            own = layout(consumer, self.batch, column, hierarchy)
+            self._reads[key] = tuple(own.reads(index))
+        return self._reads[key]
 
     def footprint(self, site: Site, column: Column, hierarchy: Hierarchy) -> float:
         """Bytes the busiest member keeps for the node (`member_footprint_bytes`)."""

@@ -75,7 +75,8 @@ from hypar_sim.partition.redistribute import Region
 from hypar_sim.partition.shares import Column
 from hypar_sim.planner.accpar import TYPES, AccParPlan, Hardware, check_types, request_hardware
 from hypar_sim.planner.graph_dp import Factor, minimise_or_search
-from hypar_sim.planner.graph_plan import GraphRequest, graph_edges, register_graph_strategy
+from hypar_sim.planner.graph_plan import GraphRequest, register_graph_strategy
+from hypar_sim.planner.plan_messages import graph_edges
 from hypar_sim.workload.graph import Graph
 
 __all__ = ["AccParPlan", "Shares", "accpar_graph_columns", "edge_fraction", "overlap",

@@ -23,17 +23,22 @@ import numpy as np
 from hypar_sim.errors import InputError
 from hypar_sim.hardware.config import HardwareConfig
 from hypar_sim.partition import graph_layout
-from hypar_sim.partition.collectives import COLLECTIVES, Transfers, level_bytes
+from hypar_sim.partition.collectives import level_bytes
 from hypar_sim.partition.graph_axes import Site
 from hypar_sim.partition.graph_axes import sites as graph_sites
 from hypar_sim.partition.hierarchy import Hierarchy
 from hypar_sim.partition.kinds import BATCH, DEFAULT_KINDS, IN
-from hypar_sim.partition.redistribute import Moved
 from hypar_sim.partition.shares import Column
-from hypar_sim.partition.steps import StepMessages, TransferKind
 from hypar_sim.planner import memory
 from hypar_sim.planner.graph_dp import Factor, minimise_or_search
 from hypar_sim.planner.objectives import OBJECTIVES
+from hypar_sim.planner.plan_messages import (
+    graph_layouts,
+    graph_transfers,
+    shared_cost,
+    shared_table,
+    sharing_edges,
+)
 from hypar_sim.planner.plan_text import read_node_plan
 from hypar_sim.planner.strategies import STRATEGIES, PlanOptions
 from hypar_sim.registry import LazyRegistry
@@ -114,11 +119,10 @@ class GraphPlan:
                                                          self.node_bytes, strict=True)]}
 
 
-def graph_edges(graph: Graph) -> list[tuple[int, int, int]]:
-    """(producer, consumer, input index) between nodes (graph inputs cost nothing)."""
-    index = {node.name: i for i, node in enumerate(graph.nodes)}
-    return [(index[source], j, k) for j, node in enumerate(graph.nodes)
-            for k, source in enumerate(node.inputs) if source in index]
+#: Most cells of one table over a tensor's producer and its consumers (some may read it
+#: alike: one transfer serves them); beyond that, each edge is costed as if alone, and the
+#: plan's bytes, counted on its messages, may be less than the search thought.
+_SHARED_CELLS = 2**16
 
 
 def _solve(graph: Graph, sites: Sequence[Site], options: Sequence[Sequence[Column]],
@@ -136,10 +140,18 @@ def _solve(graph: Graph, sites: Sequence[Site], options: Sequence[Sequence[Colum
                                          / spread if price else 0.0)
                                       for column in options[i]]))
                for i, site in enumerate(sites)]
-    for p, c, k in graph_edges(graph):
-        table = np.array([[costs.edge(sites[p], sites[c], k, a, b, hierarchy)
-                           for b in options[c]] for a in options[p]])
-        factors.append(Factor((p, c), table))
+    for edges in sharing_edges(graph):
+        nodes = tuple(dict.fromkeys([edges[0][0], *(c for _, c, _ in edges)]))
+        cells = math.prod(len(options[n]) for n in nodes)
+        if len(edges) > 1 and len(nodes) > 1 and cells <= _SHARED_CELLS:
+            nodes, table = shared_table(costs, sites, edges, options, hierarchy)
+            factors.append(Factor(nodes, np.array(table).reshape(
+                [len(options[n]) for n in nodes])))
+            continue
+        for p, c, k in edges:  # alone, or too many together: each edge as if alone
+            table = np.array([[costs.edge(sites[p], sites[c], k, a, b, hierarchy)
+                               for b in options[c]] for a in options[p]])
+            factors.append(Factor((p, c), table))
     choice = minimise_or_search([len(o) for o in options], factors, range(len(graph.nodes)),
                                 notes, approximate)
     return [opts[i] for opts, i in zip(options, choice, strict=True)]
@@ -331,8 +343,8 @@ def _plan_bytes(request: GraphRequest, columns: Sequence[Column]) -> float:
     costs, sites, hierarchy = request.costs, request.sites, request.hierarchy
     total = sum(costs.own(site, column, hierarchy, site.node.name in outputs)
                 for site, column in zip(sites, columns, strict=True))
-    return total + sum(costs.edge(sites[p], sites[c], k, columns[p], columns[c], hierarchy)
-                       for p, c, k in graph_edges(request.graph))
+    return total + sum(shared_cost(costs, sites, edges, columns, hierarchy)
+                       for edges in sharing_edges(request.graph))
 
 
 def make_graph_plan(graph: Graph, strategy: str, hierarchy: Hierarchy, batch: int,
@@ -361,96 +373,6 @@ def make_graph_plan(graph: Graph, strategy: str, hierarchy: Hierarchy, batch: in
         strategy = "explicit"
     return plan_graph(graph, strategy, hierarchy, batch, kinds, options.search, word_bytes,
                       config, plan_text, options.phases)
-
-
-#: The step each stage of an edge, a gradient or the loss goes into, keyed like a chain's:
-#: an edge's forward reduce by its producer, its forward gather by its consumer, its
-#: backward reduce by the consumer, its backward gather by the producer.
-_EDGE_STAGES = {"forward reduce": (TransferKind.PARTIAL_SUM, True),
-                "forward gather": (TransferKind.RELAYOUT_FEATURE, False),
-                "backward reduce": (TransferKind.ERROR_REDUCE, False),
-                "backward gather": (TransferKind.ERROR_GATHER, True)}
-_OWN_STAGES = {"gradient reduce": TransferKind.GRADIENT, "vector reduce": TransferKind.GRADIENT,
-               "gradient gather": TransferKind.GRADIENT_GATHER,
-               "vector gather": TransferKind.GRADIENT_GATHER,
-               "loss reduce": TransferKind.PARTIAL_SUM, "loss gather": TransferKind.ERROR_GATHER}
-
-StepKey = tuple[int, TransferKind]
-
-
-def graph_steps(graph: Graph, layouts: Sequence[graph_layout.NodeLayout], batch: int,
-                hierarchy: Hierarchy, word_bytes: int, buckets: Sequence[Sequence[int]] = (),
-                forward_only: bool = False) -> dict[StepKey, StepMessages]:
-    """Every message of a plan, by step (see `graph_transfers`)."""
-    return {key: transfers.messages(key[0], key[1], hierarchy) for key, transfers in
-            graph_transfers(graph, layouts, batch, word_bytes, buckets, forward_only).items()}
-
-
-def gradient_buckets(graph: Graph, order: Sequence[int], word_bytes: int,
-                     bucket_bytes: float) -> list[list[int]]:
-    """Gradient buckets as data-parallel frameworks fuse them (PyTorch DDP: Li et al.,
-    "PyTorch Distributed", VLDB 2020, section 3.2.3; 25 MB by default): walking the nodes
-    with parameters in backward `order`, gradients join a bucket until it holds
-    `bucket_bytes`; 0: a bucket per node. A bucket's last node completes it."""
-    buckets: list[list[int]] = []
-    held = 0.0
-    for i in order:
-        size = graph.nodes[i].params * word_bytes
-        if not size:
-            continue
-        if not buckets or held >= bucket_bytes or bucket_bytes <= 0:
-            buckets.append([])
-            held = 0.0
-        buckets[-1].append(i)
-        held += size
-    return buckets
-
-
-def graph_transfers(graph: Graph, layouts: Sequence[graph_layout.NodeLayout], batch: int,
-                    word_bytes: int, buckets: Sequence[Sequence[int]] = (),
-                    forward_only: bool = False) -> dict[StepKey, Transfers]:
-    """Every transfer of a plan, by step (node index, why): the stages' matrices summed per
-    step and sent by the `ring` collective (the planner's and the simulator's bytes). The
-    gradient steps of the nodes of each of `buckets` are fused into one, keyed by the
-    bucket's last node: the same bytes in fewer, larger messages. An inference
-    (`forward_only`) sends the forward stages alone (`graph_layout.FORWARD_STAGES`)."""
-    matrices: dict[StepKey, Moved] = {}
-
-    def add(key: StepKey, matrix: Moved) -> None:
-        matrices[key] = matrices[key] + matrix if key in matrices else matrix
-
-    outputs = set(graph.outputs)
-    for i, (node, own) in enumerate(zip(graph.nodes, layouts, strict=True)):
-        for stage, matrix in graph_layout.own_matrices(own, batch, word_bytes,
-                                                       node.name in outputs).items():
-            if not forward_only or stage in graph_layout.FORWARD_STAGES:
-                add((i, _OWN_STAGES[stage]), matrix)
-    for p, c, k in graph_edges(graph):
-        for stage, matrix in graph_layout.edge_matrices(layouts[p], layouts[c], k, batch,
-                                                        word_bytes).items():
-            if forward_only and stage not in graph_layout.FORWARD_STAGES:
-                continue
-            kind, by_producer = _EDGE_STAGES[stage]
-            add((p if by_producer else c, kind), matrix)
-    for bucket in buckets:
-        for kind in (TransferKind.GRADIENT, TransferKind.GRADIENT_GATHER):
-            parts = [matrices.pop((i, kind)) for i in bucket if (i, kind) in matrices]
-            if parts:
-                matrices[(bucket[-1], kind)] = sum(parts[1:], parts[0])
-    order = list(TransferKind)
-    steps = {}
-    for key, matrix in sorted(matrices.items(),
-                              key=lambda item: (item[0][0], order.index(item[0][1]))):
-        transfers = COLLECTIVES["ring"](matrix)
-        if len(transfers):
-            steps[key] = transfers
-    return steps
-
-
-def graph_layouts(graph: Graph, batch: int, hierarchy: Hierarchy,
-                  columns: Sequence[Column]) -> list[graph_layout.NodeLayout]:
-    return [graph_layout.layout(site, batch, column, hierarchy)
-            for site, column in zip(graph_sites(graph), columns, strict=True)]
 
 
 def evaluate_graph_plan(graph: Graph, strategy: str, search: str, batch: int,

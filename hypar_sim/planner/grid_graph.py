@@ -68,8 +68,9 @@ from hypar_sim.partition.hierarchy import Hierarchy
 from hypar_sim.partition.kinds import GRAPH_EXTRA_KINDS, Dim
 from hypar_sim.partition.redistribute import Region
 from hypar_sim.partition.shares import Column
-from hypar_sim.planner.graph_plan import GraphRequest, graph_edges, register_graph_strategy
+from hypar_sim.planner.graph_plan import GraphRequest, register_graph_strategy
 from hypar_sim.planner.grid import GRID_KINDS, agreement, choose
+from hypar_sim.planner.plan_messages import graph_edges
 from hypar_sim.workload.graph import Node
 
 __all__ = ["NodeGrid", "NodeGridCost", "grid_graph_columns", "is_contraction",

@@ -64,7 +64,8 @@ from hypar_sim.partition.kinds import GRAPH_EXTRA_KINDS, Dim
 from hypar_sim.partition.redistribute import Region
 from hypar_sim.partition.shares import Column
 from hypar_sim.planner.graph_dp import Factor, minimise_or_search
-from hypar_sim.planner.graph_plan import GraphRequest, graph_edges, register_graph_strategy
+from hypar_sim.planner.graph_plan import GraphRequest, register_graph_strategy
+from hypar_sim.planner.plan_messages import graph_edges
 from hypar_sim.planner.tofu import TOFU_KINDS, allowed_kinds
 from hypar_sim.planner.tofu_regions import near_equal_parts, relayout, tensor_cost
 from hypar_sim.workload.graph import Graph, Node

@@ -16,7 +16,7 @@ as the longest; each PU streams from its own vault), the rest one after
 another. A node's inputs are gathered before its generation runs and its
 partial outputs reduced after it; its output error gathered before its
 backward pass, its input errors reduced after it. Gradients are fused in
-buckets (`planner.graph_plan.gradient_buckets`); a bucket's all-reduce is sent
+buckets (`planner.plan_messages.gradient_buckets`); a bucket's all-reduce is sent
 once its last gradient is computed and overlaps the rest of the backward
 pass (waited before the first update of its nodes) unless
 `overlap_gradients` is off. Each member's activations, weights and gradients
@@ -34,8 +34,8 @@ from hypar_sim.hardware.config import HardwareConfig
 from hypar_sim.hardware.graph_costs import node_cost
 from hypar_sim.partition import graph_layout
 from hypar_sim.partition.steps import Phase, StepMessages, TransferKind
-from hypar_sim.planner.graph_plan import (
-    GraphPlan,
+from hypar_sim.planner.graph_plan import GraphPlan
+from hypar_sim.planner.plan_messages import (
     gradient_buckets,
     graph_edges,
     graph_layouts,
@@ -64,7 +64,7 @@ def build_graph_schedule(graph: Graph, plan: GraphPlan, config: HardwareConfig,
     hierarchy, batch = plan.hierarchy, plan.batch
     forward_only = plan.phases == "forward"
     layouts = graph_layouts(graph, batch, hierarchy, plan.columns)
-    generations = _generations(graph)
+    generations = graph.generations()
     backward = [i for generation in reversed(generations) for i in reversed(generation)]
     buckets = [] if forward_only else gradient_buckets(graph, backward, config.word_bytes,
                                                        bucket_bytes)
@@ -129,18 +129,6 @@ def build_graph_schedule(graph: Graph, plan: GraphPlan, config: HardwareConfig,
                 tasks += exchange((key, TransferKind.GRADIENT_GATHER))
         tasks.append(compute(i, Phase.UPDATE))
     return Schedule(units, config, tuple(tasks), steps, overlap_gradients)
-
-
-def _generations(graph: Graph) -> list[list[int]]:
-    """Nodes by generation: one more than the latest of their inputs (graph inputs: -1)."""
-    index = {node.name: i for i, node in enumerate(graph.nodes)}
-    depth: list[int] = []
-    for node in graph.nodes:
-        depth.append(1 + max((depth[index[s]] for s in node.inputs if s in index), default=-1))
-    generations: list[list[int]] = [[] for _ in range(max(depth, default=-1) + 1)]
-    for i, d in enumerate(depth):
-        generations[d].append(i)
-    return generations
 
 
 def _packed(computes: list[Compute], pus: int) -> list[Task]:

@@ -79,6 +79,23 @@ class Graph:
                 return node
         raise KeyError(name)
 
+    def generation_of(self) -> list[int]:
+        """Every node's generation: one more than its latest input's (graph inputs: -1)."""
+        index = {node.name: i for i, node in enumerate(self.nodes)}
+        depth: list[int] = []
+        for node in self.nodes:
+            depth.append(1 + max((depth[index[s]] for s in node.inputs if s in index),
+                                 default=-1))
+        return depth
+
+    def generations(self) -> list[list[int]]:
+        """Nodes by generation (`generation_of`), in order within each."""
+        depth = self.generation_of()
+        generations: list[list[int]] = [[] for _ in range(max(depth, default=-1) + 1)]
+        for i, d in enumerate(depth):
+            generations[d].append(i)
+        return generations
+
     def consumers(self) -> dict[str, list[str]]:
         """Node or input name -> the nodes that read it, in order."""
         readers: dict[str, list[str]] = {name: [] for name in self.inputs}

@@ -1,0 +1,178 @@
+"""The messages of a graph plan: every edge's and node's transfers, by step.
+
+An edge's tensor moves from the layout its producer leaves into the one its
+consumer reads, forward, and its error back (`partition.graph_layout`); a
+node's gradients are all-reduced; the graph's output is reduced for the loss.
+Where several consumers read a tensor alike (the same regions for every
+member: q, k and v of an attention block reading one layer norm), the tensor
+moves once and their errors, added where they are, are reduced once
+(`read_groups`); the planner's costs (`shared_cost`) count it the same way.
+Steps are keyed like a chain's (node, why) and sent by the `ring` collective.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+
+from hypar_sim.partition import graph_layout
+from hypar_sim.partition.collectives import COLLECTIVES, Transfers
+from hypar_sim.partition.graph_axes import Site
+from hypar_sim.partition.graph_axes import sites as graph_sites
+from hypar_sim.partition.hierarchy import Hierarchy
+from hypar_sim.partition.redistribute import Moved
+from hypar_sim.partition.shares import Column
+from hypar_sim.partition.steps import StepMessages, TransferKind
+from hypar_sim.workload.graph import Graph
+
+Edge = tuple[int, int, int]  # (producer, consumer, input index)
+
+
+def graph_edges(graph: Graph) -> list[tuple[int, int, int]]:
+    """(producer, consumer, input index) between nodes (graph inputs cost nothing)."""
+    index = {node.name: i for i, node in enumerate(graph.nodes)}
+    return [(index[source], j, k) for j, node in enumerate(graph.nodes)
+            for k, source in enumerate(node.inputs) if source in index]
+
+
+def sharing_edges(graph: Graph) -> list[list[Edge]]:
+    """Edges grouped by producer: those of its consumers that read the same regions under
+    their columns share one transfer (`shared_cost`)."""
+    groups: dict[int, list[Edge]] = {}
+    for p, c, k in graph_edges(graph):
+        groups.setdefault(p, []).append((p, c, k))
+    return list(groups.values())
+
+
+def read_groups(graph: Graph, layouts: Sequence[graph_layout.NodeLayout]) -> list[list[Edge]]:
+    """The edges of a plan grouped by producer and by the regions their consumers' members
+    read (identical regions: one transfer serves them all)."""
+    groups: dict[tuple, list[Edge]] = {}
+    for p, c, k in graph_edges(graph):
+        groups.setdefault((p, tuple(layouts[c].reads(k))), []).append((p, c, k))
+    return list(groups.values())
+
+
+def shared_cost(costs: graph_layout.Costs, sites: Sequence[Site], edges: Sequence[Edge],
+                columns: Sequence[Column], hierarchy: Hierarchy) -> float:
+    """Bytes of a group of `sharing_edges` under `columns` (every node's; only the group's
+    nodes are read): consumers that read the same regions pay once."""
+    total, seen = 0.0, set()
+    for p, c, k in edges:
+        if len(edges) > 1:
+            reads = costs.reads(sites[c], k, columns[c], hierarchy)
+            if reads in seen:
+                continue
+            seen.add(reads)
+        total += costs.edge(sites[p], sites[c], k, columns[p], columns[c], hierarchy)
+    return total
+
+
+def shared_table(costs: graph_layout.Costs, sites: Sequence[Site], edges: Sequence[Edge],
+                 options: Sequence[Sequence[Column]], hierarchy: Hierarchy
+                 ) -> tuple[tuple[int, ...], list[float]]:
+    """The group's nodes (producer first) and its bytes for every combination of their
+    options (C order), for the planner's min-sum elimination."""
+    nodes = tuple(dict.fromkeys([edges[0][0], *(c for _, c, _ in edges)]))
+    columns: dict[int, Column] = {}
+    table = []
+    for combo in itertools.product(*(options[n] for n in nodes)):
+        columns.update(zip(nodes, combo, strict=True))
+        table.append(shared_cost(costs, sites, edges, columns, hierarchy))
+    return nodes, table
+
+
+#: The step each stage of an edge, a gradient or the loss goes into, keyed like a chain's:
+#: an edge's forward reduce by its producer, its forward gather by its consumer, its
+#: backward reduce by the consumer, its backward gather by the producer.
+_EDGE_STAGES = {"forward reduce": (TransferKind.PARTIAL_SUM, True),
+                "forward gather": (TransferKind.RELAYOUT_FEATURE, False),
+                "backward reduce": (TransferKind.ERROR_REDUCE, False),
+                "backward gather": (TransferKind.ERROR_GATHER, True)}
+_OWN_STAGES = {"gradient reduce": TransferKind.GRADIENT, "vector reduce": TransferKind.GRADIENT,
+               "gradient gather": TransferKind.GRADIENT_GATHER,
+               "vector gather": TransferKind.GRADIENT_GATHER,
+               "loss reduce": TransferKind.PARTIAL_SUM, "loss gather": TransferKind.ERROR_GATHER}
+
+StepKey = tuple[int, TransferKind]
+
+
+def graph_steps(graph: Graph, layouts: Sequence[graph_layout.NodeLayout], batch: int,
+                hierarchy: Hierarchy, word_bytes: int, buckets: Sequence[Sequence[int]] = (),
+                forward_only: bool = False) -> dict[StepKey, StepMessages]:
+    """Every message of a plan, by step (see `graph_transfers`)."""
+    return {key: transfers.messages(key[0], key[1], hierarchy) for key, transfers in
+            graph_transfers(graph, layouts, batch, word_bytes, buckets, forward_only).items()}
+
+
+def gradient_buckets(graph: Graph, order: Sequence[int], word_bytes: int,
+                     bucket_bytes: float) -> list[list[int]]:
+    """Gradient buckets as data-parallel frameworks fuse them (PyTorch DDP: Li et al.,
+    "PyTorch Distributed", VLDB 2020, section 3.2.3; 25 MB by default): walking the nodes
+    with parameters in backward `order`, gradients join a bucket until it holds
+    `bucket_bytes`; 0: a bucket per node. A bucket's last node completes it."""
+    buckets: list[list[int]] = []
+    held = 0.0
+    for i in order:
+        size = graph.nodes[i].params * word_bytes
+        if not size:
+            continue
+        if not buckets or held >= bucket_bytes or bucket_bytes <= 0:
+            buckets.append([])
+            held = 0.0
+        buckets[-1].append(i)
+        held += size
+    return buckets
+
+
+def graph_transfers(graph: Graph, layouts: Sequence[graph_layout.NodeLayout], batch: int,
+                    word_bytes: int, buckets: Sequence[Sequence[int]] = (),
+                    forward_only: bool = False) -> dict[StepKey, Transfers]:
+    """Every transfer of a plan, by step (node index, why): the stages' matrices summed per
+    step and sent by the `ring` collective (the planner's and the simulator's bytes); a
+    tensor several consumers read alike moves once (`read_groups`: its gather keyed by the
+    earliest of them, its error's reduction by the same one, the last in the backward
+    pass). The
+    gradient steps of the nodes of each of `buckets` are fused into one, keyed by the
+    bucket's last node: the same bytes in fewer, larger messages. An inference
+    (`forward_only`) sends the forward stages alone (`graph_layout.FORWARD_STAGES`)."""
+    matrices: dict[StepKey, Moved] = {}
+
+    def add(key: StepKey, matrix: Moved) -> None:
+        matrices[key] = matrices[key] + matrix if key in matrices else matrix
+
+    outputs = set(graph.outputs)
+    for i, (node, own) in enumerate(zip(graph.nodes, layouts, strict=True)):
+        for stage, matrix in graph_layout.own_matrices(own, batch, word_bytes,
+                                                       node.name in outputs).items():
+            if not forward_only or stage in graph_layout.FORWARD_STAGES:
+                add((i, _OWN_STAGES[stage]), matrix)
+    generation = graph.generation_of()
+    for edges in read_groups(graph, layouts):
+        p, c, k = edges[0]
+        reader = min((c for _, c, _ in edges), key=lambda i: (generation[i], i))
+        for stage, matrix in graph_layout.edge_matrices(layouts[p], layouts[c], k, batch,
+                                                        word_bytes).items():
+            if forward_only and stage not in graph_layout.FORWARD_STAGES:
+                continue
+            kind, by_producer = _EDGE_STAGES[stage]
+            add((p if by_producer else reader, kind), matrix)
+    for bucket in buckets:
+        for kind in (TransferKind.GRADIENT, TransferKind.GRADIENT_GATHER):
+            parts = [matrices.pop((i, kind)) for i in bucket if (i, kind) in matrices]
+            if parts:
+                matrices[(bucket[-1], kind)] = sum(parts[1:], parts[0])
+    order = list(TransferKind)
+    steps = {}
+    for key, matrix in sorted(matrices.items(),
+                              key=lambda item: (item[0][0], order.index(item[0][1]))):
+        transfers = COLLECTIVES["ring"](matrix)
+        if len(transfers):
+            steps[key] = transfers
+    return steps
+
+
+def graph_layouts(graph: Graph, batch: int, hierarchy: Hierarchy,
+                  columns: Sequence[Column]) -> list[graph_layout.NodeLayout]:
+    return [graph_layout.layout(site, batch, column, hierarchy)
+            for site, column in zip(graph_sites(graph), columns, strict=True)]
