@@ -308,3 +308,40 @@ def test_shufflenet_block_folds_div_and_cast_shape_arithmetic(tmp_path):
 
     named = {s.node.name: "".join(s.output) for s in sites(g)}
     assert named["merged"] == "KPQ"  # the shuffled channels are channels again
+
+
+@pytest.mark.parametrize("present", [True, False])
+def test_weights_stored_as_external_data_are_never_needed(tmp_path, present):
+    """Issue "ONNX import", item 1: an export whose weights are external data imports the
+    same with its weights file present or absent (only shapes are read); small values a
+    shape depends on are read from the file, each from its offset."""
+    source = transformer_block(tmp_path)
+    model = onnx.load(str(source))
+    path = tmp_path / "external.onnx"
+    onnx.save_model(model, str(path), save_as_external_data=True,
+                    all_tensors_to_one_file=True, location="external.bin", size_threshold=0)
+    if not present:
+        (tmp_path / "external.bin").write_bytes(b"")  # the weights file, emptied
+    inline = load_workload(str(source))
+    if not present:
+        with pytest.raises(InputError) as info:
+            load_workload(str(path))
+        message = str(info.value)
+        assert "\n" not in message and "in an external data file that is not there" in message
+        return
+    imported = load_workload(str(path))
+    assert [(n.name, n.op, n.shape, n.params, n.macs) for n in imported.nodes] == \
+        [(n.name, n.op, n.shape, n.params, n.macs) for n in inline.nodes]
+
+
+def test_absent_weights_file_imports_when_no_shape_needs_it(tmp_path):
+    """The CNN block with every weight in an external file that is then deleted: the same
+    graph as with its weights (0 of 12 real exports imported so before)."""
+    source = cnn_block(tmp_path)
+    path = tmp_path / "external.onnx"
+    onnx.save_model(onnx.load(str(source)), str(path), save_as_external_data=True,
+                    all_tensors_to_one_file=True, location="weights.bin", size_threshold=0)
+    (tmp_path / "weights.bin").unlink()
+    imported, inline = load_workload(str(path)), load_workload(str(source))
+    assert [(n.name, n.op, n.shape, n.params, n.macs) for n in imported.nodes] == \
+        [(n.name, n.op, n.shape, n.params, n.macs) for n in inline.nodes]

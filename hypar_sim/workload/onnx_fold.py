@@ -12,6 +12,7 @@ folds.
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -110,6 +111,45 @@ def skeleton(model: Any) -> None:
                 tensor.name, tensor.data_type, list(tensor.dims)))
     del model.graph.initializer[:]
     model.graph.initializer.extend(kept)
+
+
+def small_external_values(model: Any, folder: Path) -> list[str]:
+    """Read the values of the small initializers (those `skeleton` keeps: shapes, axes)
+    that an export stores as external data, each from its own offset, no more bytes than
+    the tensor has; those whose file is absent (or outside the model's folder) become typed
+    graph inputs, their values unknown. Returns their names."""
+    from onnx import TensorProto, helper
+    from onnx.external_data_helper import uses_external_data
+
+    missing, kept = [], []
+    for tensor in model.graph.initializer:
+        if not uses_external_data(tensor):
+            kept.append(tensor)
+            continue
+        info = {entry.key: entry.value for entry in tensor.external_data}
+        size = int(np.prod(tensor.dims)) * helper.tensor_dtype_to_np_dtype(
+            tensor.data_type).itemsize
+        file = (folder / info.get("location", "")).resolve()
+        try:
+            if folder.resolve() not in file.parents:
+                raise OSError("outside the model's folder")
+            with open(file, "rb") as handle:
+                handle.seek(int(info.get("offset", 0)))
+                data = handle.read(size)
+            if len(data) != size:
+                raise OSError("shorter than its tensor")
+        except (OSError, ValueError):
+            missing.append(tensor.name)
+            model.graph.input.append(helper.make_tensor_value_info(
+                tensor.name, tensor.data_type, list(tensor.dims)))
+            continue
+        tensor.raw_data = data
+        tensor.data_location = TensorProto.DEFAULT
+        del tensor.external_data[:]
+        kept.append(tensor)
+    del model.graph.initializer[:]
+    model.graph.initializer.extend(kept)
+    return missing
 
 
 def fold_and_infer(model: Any, rounds: int = 32) -> tuple[Any, dict[str, np.ndarray]]:

@@ -55,10 +55,10 @@ def load_onnx(path: Path, seq: int | None = None) -> Graph:
     """The graph of the ONNX model at `path` (per-sample shapes; sequence `seq`)."""
     import onnx  # a heavy import, only when a model is read
 
-    from hypar_sim.workload.onnx_fold import fold_and_infer, skeleton
+    from hypar_sim.workload.onnx_fold import fold_and_infer, skeleton, small_external_values
 
     try:
-        model = onnx.load(str(path))
+        model = onnx.load(str(path), load_external_data=False)  # shapes only: no weights read
     except Exception as exc:  # the package raises protobuf's DecodeError and others
         raise InputError(f"{path}: not an ONNX model, or a truncated one "
                          f"({type(exc).__name__})") from None
@@ -74,12 +74,15 @@ def load_onnx(path: Path, seq: int | None = None) -> Graph:
     _fix_dims(path, inputs, seq)
     weights = {name: tuple(t.dims) for name, t in initializers.items()}
     skeleton(model)
+    missing = small_external_values(model, path.parent)
+    absent = (f" (the values of {', '.join(missing[:3])} are in an external data file that "
+              "is not there)") if missing else ""
     try:
         model, small = fold_and_infer(model)
     except Exception as exc:
         raise InputError(f"{path}: ONNX shape inference failed: "
-                         f"{str(exc).splitlines()[0][:200]}") from None
-    return _Importer(path, model, weights, small).graph(inputs)
+                         f"{str(exc).splitlines()[0][:200]}{absent}") from None
+    return _Importer(path, model, weights, small, absent).graph(inputs)
 
 
 def _fix_dims(path: Path, inputs: list, seq: int | None) -> None:
@@ -106,8 +109,8 @@ class _Importer:
     """Maps the nodes of one inferred model to graph nodes."""
 
     def __init__(self, path: Path, model: Any, weights: dict[str, tuple[int, ...]],
-                 values: dict[str, Any]) -> None:
-        self.path, self.model = path, model
+                 values: dict[str, Any], absent: str = "") -> None:
+        self.path, self.model, self.absent = path, model, absent
         self.weights = dict(weights)  # every stored tensor's shape
         self.values = dict(values)  # small constants: shapes, axes, scalars
         self.shapes = static_shapes(model)  # every tensor whose shape inference knows
@@ -151,7 +154,7 @@ class _Importer:
         shape = self.shapes.get(name)
         if shape is None:
             raise InputError(f"{self.path}: tensor {name}: ONNX shape inference gives no "
-                             "static shape")
+                             f"static shape{self.absent}")
         if not shape or shape[0] != 1:
             raise InputError(f"{self.path}: tensor {name} of shape {list(shape)} does not keep "
                              "the batch on axis 0; such models are not supported")
