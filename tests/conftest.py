@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections import defaultdict
 from pathlib import Path
 
 import pytest
@@ -25,6 +26,20 @@ def run_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[
 @pytest.fixture
 def cli():
     return run_cli
+
+
+def assert_sent_equals_received_equals(schedule, traffic_bytes: float) -> dict[int, float]:
+    """The invariant: the bytes the members send, and those they receive, are the plan's
+    traffic (every message between two distinct members, none empty). Returns the bytes
+    each member sends."""
+    sent, received = defaultdict(float), defaultdict(float)
+    for message in schedule.messages:
+        assert message.src != message.dst and message.bytes > 0
+        sent[message.src] += message.bytes
+        received[message.dst] += message.bytes
+    assert sum(sent.values()) == pytest.approx(traffic_bytes, rel=1e-12, abs=1e-6)
+    assert sum(received.values()) == pytest.approx(traffic_bytes, rel=1e-12, abs=1e-6)
+    return sent
 
 
 def small_chain() -> list[Layer]:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import re
-from collections import defaultdict
 
 import pytest
 
@@ -24,6 +23,7 @@ from hypar_sim.workload.graph import parse_graph
 from hypar_sim.workload.network import load_workload
 from hypar_sim.workload.ops import OPS, Counts, OpSpec, register_op, unregister_op
 from hypar_sim.workload.tdl import Access, Description, Ix, Weights, Whole, Window
+from tests.conftest import assert_sent_equals_received_equals
 from tests.test_graph_plan import attention, residual
 
 HW = load_hardware()
@@ -88,12 +88,7 @@ def test_an_inference_moves_the_forward_stages_alone(graph, strategy):
     schedule = build_graph_schedule(graph, plan, HW)
     assert {key[1].phase for key in schedule.steps} <= {Phase.FORWARD}
     assert {task.phase for task in schedule.computes} == {Phase.FORWARD}
-    sent, received = defaultdict(float), defaultdict(float)
-    for message in schedule.messages:
-        sent[message.src] += message.bytes
-        received[message.dst] += message.bytes
-    assert sum(sent.values()) == pytest.approx(plan.traffic_bytes, rel=1e-12)
-    assert sum(received.values()) == pytest.approx(plan.traffic_bytes, rel=1e-12)
+    assert_sent_equals_received_equals(schedule, plan.traffic_bytes)
     result = simulate(graph, plan, HW, SimOptions(engine="analytic"))
     assert result.phases == "forward" and result.traffic_bytes == pytest.approx(
         plan.traffic_bytes, rel=1e-12)

@@ -4,7 +4,6 @@ parts sum, bit-identical reruns), an ONNX block simulates as its YAML, capacity,
 from __future__ import annotations
 
 import json
-from collections import defaultdict
 from functools import partial
 
 import pytest
@@ -19,7 +18,7 @@ from hypar_sim.runner import SimOptions, simulate, simulate_request
 from hypar_sim.sim.graph_schedule import build_graph_schedule
 from hypar_sim.workload.graph import parse_graph
 from hypar_sim.workload.network import load_workload
-from tests.conftest import run_cli
+from tests.conftest import assert_sent_equals_received_equals, run_cli
 from tests.test_graph_plan import attention, inception, residual
 
 HW = load_hardware()
@@ -43,12 +42,7 @@ def test_bytes_sent_equal_received_equal_planner_traffic(graph, kinds, accelerat
     plan = make_graph_plan(graph, "hypar", Hierarchy.for_count(accelerators), 12,
                            options=PlanOptions(kinds))
     schedule = build_graph_schedule(graph, plan, hw)
-    sent, received = defaultdict(float), defaultdict(float)
-    for message in schedule.messages:
-        sent[message.src] += message.bytes
-        received[message.dst] += message.bytes
-    assert sum(sent.values()) == pytest.approx(sum(received.values()), rel=1e-12)
-    assert sum(sent.values()) == pytest.approx(plan.traffic_bytes, rel=1e-12)
+    assert_sent_equals_received_equals(schedule, plan.traffic_bytes)
     result = simulate(graph, plan, hw, SimOptions(topology=topology, bucket_mb=0))
     assert result.traffic_bytes == pytest.approx(plan.traffic_bytes, rel=1e-12)
     assert result.traffic_bytes_per_level == pytest.approx(plan.traffic_bytes_per_level,

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections import defaultdict
-
 import pytest
 
 from hypar_sim.hardware.config import load_hardware
@@ -14,7 +12,7 @@ from hypar_sim.planner.strategies import PlanOptions, make_plan
 from hypar_sim.runner import SimOptions, simulate
 from hypar_sim.sim.schedule import build_schedule
 from hypar_sim.workload.network import load_network
-from tests.conftest import PAPER
+from tests.conftest import PAPER, assert_sent_equals_received_equals
 
 
 @pytest.mark.parametrize("model", ["layout", "layout_levels", "paper"])
@@ -38,12 +36,7 @@ def test_inference_moves_only_forward_bytes_and_they_add_up(model, strategy):
     assert bool(schedule.steps) == (plan.traffic_bytes > 0)
     assert plan.traffic_bytes > 0 or (strategy, model) == ("hypar", "paper")
     assert {task.phase for task in schedule.computes} == {Phase.FORWARD}
-    sent, received = defaultdict(float), defaultdict(float)
-    for message in schedule.messages:
-        sent[message.src] += message.bytes
-        received[message.dst] += message.bytes
-    assert sum(sent.values()) == pytest.approx(plan.traffic_bytes, rel=1e-12)
-    assert sum(received.values()) == pytest.approx(plan.traffic_bytes, rel=1e-12)
+    sent = assert_sent_equals_received_equals(schedule, plan.traffic_bytes)
     for engine in ("des", "analytic"):
         result = simulate(net, plan, config, SimOptions(engine=engine))
         assert result.phases == "forward"

@@ -4,7 +4,6 @@ simulations with every kind on arrays of any size (`--traffic-model layout`)."""
 from __future__ import annotations
 
 import json
-from collections import defaultdict
 
 import pytest
 from hypothesis import given, settings
@@ -29,6 +28,7 @@ from hypar_sim.runner import SimOptions, simulate
 from hypar_sim.sim.schedule import build_schedule
 from hypar_sim.workload.layers import FeatureShape, make_conv, make_fc
 from hypar_sim.workload.network import Network, load_network
+from tests.conftest import assert_sent_equals_received_equals
 from tests.test_planner_properties import networks
 
 LAYOUT = "layout"
@@ -226,13 +226,7 @@ def test_bytes_sent_equal_received_equal_planner_traffic(net, sizes, kinds, batc
     plan = make_plan(net, "hypar", hierarchy, batch, options=options)
     config = load_hardware()
     schedule = build_schedule(net, plan, config)
-    sent, received = defaultdict(float), defaultdict(float)
-    for message in schedule.messages:
-        assert message.src != message.dst and message.bytes > 0
-        sent[message.src] += message.bytes
-        received[message.dst] += message.bytes
-    assert sum(sent.values()) == pytest.approx(plan.traffic_bytes, rel=1e-12, abs=1e-6)
-    assert sum(received.values()) == pytest.approx(plan.traffic_bytes, rel=1e-12, abs=1e-6)
+    sent = assert_sent_equals_received_equals(schedule, plan.traffic_bytes)
     result = simulate(net, plan, config, SimOptions(topology=topology))
     assert result.traffic_bytes == pytest.approx(plan.traffic_bytes, rel=1e-12, abs=1e-6)
     assert sum(result.energy_breakdown_pj.values()) == pytest.approx(result.energy_pj)
