@@ -198,8 +198,9 @@ def graph_plan_summary(plan: GraphPlan, graph: Graph) -> str:
             + f"\n\ntotal traffic per "
             f"{'inference (forward pass)' if plan.phases == 'forward' else 'training step'}: "
             f"{plan.traffic_bytes / GB:.4g} GB" + (f" ({levels})" if levels else "")
-            + f"\nmemory per cube: {plan.footprint_bytes / 2**30:.4g} GiB (the nodes' busiest "
-            "members' weights, gradients and kept outputs, and the largest receive)")
+            + f"\nmemory of the busiest cube: {plan.footprint_bytes / 2**30:.4g} GiB ("
+            + ", ".join(f"{name} {part / 2**30:.3g}" for name, part in plan.footprint_parts)
+            + " GiB)")
 
 
 def bound_summary(plan: Plan, bounds: Sequence[float]) -> str:

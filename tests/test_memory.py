@@ -123,16 +123,21 @@ def test_graph_plans_fit_a_cube_or_give_the_need_and_the_capacity(graph_name, st
     simulate(graph, plan, config, SimOptions(engine="analytic", bucket_mb=0))  # no refusal
 
 
-def test_graph_footprint_is_the_simulators_bound():
-    """The plan's footprint (every node's busiest member, summed, and the largest receive)
-    is never below what the simulator finds for its busiest member (it sums one member's
-    nodes): raising the capacity to the plan's footprint always lets the run go."""
+def test_graph_footprint_is_what_the_simulator_checks():
+    """The plan's footprint (the busiest cube's weights, gradients, kept outputs and the
+    largest receive of its messages) is what the simulator checks, buckets or not: the run
+    goes at that capacity and is refused at half of it; the parts add up."""
     graph, hierarchy = load_workload("resnet18"), Hierarchy((3, 2))
     for strategy in ("data", "hypar", "model"):
         plan = make_graph_plan(graph, strategy, hierarchy, 12,
                                options=PlanOptions(("batch", "in", "out")))
-        fits = load_hardware(overrides={"cube_capacity_gib": plan.footprint_bytes / 2**30})
-        simulate(graph, plan, fits, SimOptions(engine="analytic", bucket_mb=0))
+        parts = dict(plan.footprint_parts)
+        assert set(parts) == {"weights", "gradients", "activations", "buffers"}
+        assert parts["weights"] == parts["gradients"] > 0
+        assert plan.footprint_bytes == sum(parts.values())
+        fits = load_hardware(overrides={"cube_capacity_gib": (plan.footprint_bytes + 1) / 2**30})
+        for bucket_mb in (0, 25):
+            simulate(graph, plan, fits, SimOptions(engine="analytic", bucket_mb=bucket_mb))
         short = load_hardware(overrides={"cube_capacity_gib": plan.footprint_bytes / 2**31})
         with pytest.raises(InputError, match="capacity: resnet18 needs"):
             simulate(graph, plan, short, SimOptions(engine="analytic", bucket_mb=0))

@@ -231,7 +231,7 @@ class Costs:
         self.batch, self.word_bytes, self.forward_only = batch, word_bytes, forward_only
         self._edges: dict[tuple, float] = {}
         self._own: dict[tuple, float] = {}
-        self._footprints: dict[tuple, float] = {}
+        self._footprints: dict[tuple, np.ndarray] = {}
         self._reads: dict[tuple, tuple] = {}
 
     def edge(self, producer: Site, consumer: Site, index: int, producer_column: Column,
@@ -254,14 +254,17 @@ class Costs:
             self._reads[key] = tuple(own.reads(index))
         return self._reads[key]
 
-    def footprint(self, site: Site, column: Column, hierarchy: Hierarchy) -> float:
-        """Bytes the busiest member keeps for the node (`member_footprint_bytes`)."""
+    def footprint(self, site: Site, column: Column, hierarchy: Hierarchy,
+                  member: int | None = None) -> float:
+        """Bytes the busiest member (or `member`) keeps for the node
+        (`member_footprint_bytes`)."""
         key = (geometry(site), column, hierarchy)
         if key not in self._footprints:
             own = layout(site, self.batch, column, hierarchy)
-            self._footprints[key] = float(member_footprint_bytes(
-                own, self.word_bytes, not self.forward_only).max())
-        return self._footprints[key]
+            self._footprints[key] = member_footprint_bytes(own, self.word_bytes,
+                                                           not self.forward_only)
+        kept = self._footprints[key]
+        return float(kept.max() if member is None else kept[member])
 
     def own(self, site: Site, column: Column, hierarchy: Hierarchy, is_output: bool) -> float:
         key = (geometry(site), column, hierarchy, is_output)

@@ -96,8 +96,15 @@ class GraphPlan:
     node_bytes: tuple[float, ...]  # the steps keyed to it (see `graph_steps`)
     traffic_bytes_per_level: tuple[float, ...]
     word_bytes: int = 4
-    footprint_bytes: float = 0.0  # per cube: the nodes' busiest members and the largest receive
     phases: str = "training"  # or "forward": an inference, the forward pass alone
+    #: The busiest cube's memory, bytes: weights, gradients, activations (kept outputs) and
+    #: buffers (the most it receives in one step of the plan's messages).
+    footprint_parts: tuple[tuple[str, float], ...] = ()
+
+    @property
+    def footprint_bytes(self) -> float:
+        """The busiest cube's peak memory: the sum of `footprint_parts`."""
+        return float(sum(part for _, part in self.footprint_parts))
 
     @property
     def traffic_bytes(self) -> float:
@@ -113,7 +120,8 @@ class GraphPlan:
                 "accelerators": self.accelerators, "traffic_model": "layout",
                 "traffic_bytes": self.traffic_bytes,
                 "traffic_bytes_per_level": list(self.traffic_bytes_per_level),
-                "footprint_bytes": self.footprint_bytes, "phases": self.phases,
+                "footprint_bytes": self.footprint_bytes,
+                "footprint_parts_bytes": dict(self.footprint_parts), "phases": self.phases,
                 "nodes": [{"name": name, "kinds": list(column), "bytes": moved}
                           for name, column, moved in zip(self.node_names, self.columns,
                                                          self.node_bytes, strict=True)]}
@@ -316,8 +324,8 @@ def _fitting(request: GraphRequest, strategy: str, columns: list[Column]) -> lis
         return columns
     spec = STRATEGIES.get(strategy)
     options = _offered_columns(sites, request.batch, hierarchy, request.kinds)
-    least = sum(min(costs.footprint(site, column, hierarchy) for column in offered)
-                for site, offered in zip(sites, options, strict=True))
+    least = sum(min(costs.footprint(site, column, hierarchy, member=0) for column in offered)
+                for site, offered in zip(sites, options, strict=True))  # member 0's least
     fitters = [name for name in GRAPH_STRATEGIES if name in STRATEGIES
                 and STRATEGIES[name].objectives == OBJECTIVES]
     if least > capacity or spec is None or spec.objectives != OBJECTIVES:
@@ -391,9 +399,22 @@ def evaluate_graph_plan(graph: Graph, strategy: str, search: str, batch: int,
         per_node[index] += float(transfers.bytes.sum())
         per_level += level_bytes(transfers, hierarchy)
         receive = max(receive, float(np.bincount(transfers.dst, transfers.bytes).max()))
-    kept = sum(float(graph_layout.member_footprint_bytes(own, word_bytes,
-                                                         not forward_only).max())
-               for own in layouts)
     return GraphPlan(graph.name, strategy, search, batch, hierarchy,
                      tuple(n.name for n in graph.nodes), tuple(columns), tuple(per_node),
-                     tuple(float(b) for b in per_level), word_bytes, kept + receive, phases)
+                     tuple(float(b) for b in per_level), word_bytes, phases,
+                     footprint_parts(layouts, word_bytes, not forward_only, receive))
+
+
+def footprint_parts(layouts: Sequence[graph_layout.NodeLayout], word_bytes: int,
+                    gradients: bool, buffers: float) -> tuple[tuple[str, float], ...]:
+    """The busiest cube's memory by part, bytes: its weights, its gradients (none in an
+    inference), its kept outputs, and `buffers` (the simulator checks the same parts)."""
+    if not layouts:
+        return (("weights", 0.0), ("gradients", 0.0), ("activations", 0.0),
+                ("buffers", buffers))
+    params = sum(graph_layout.member_params(own) for own in layouts) * word_bytes
+    kept = sum(graph_layout.member_kept(own) for own in layouts) * word_bytes
+    busiest = int(np.argmax((1 + gradients) * params + kept))
+    return (("weights", float(params[busiest])),
+            ("gradients", float(params[busiest]) * gradients),
+            ("activations", float(kept[busiest])), ("buffers", buffers))

@@ -33,7 +33,7 @@ from hypar_sim.hardware.capacity import Footprint, check_capacity
 from hypar_sim.hardware.config import HardwareConfig
 from hypar_sim.hardware.graph_costs import node_cost
 from hypar_sim.partition import graph_layout
-from hypar_sim.partition.steps import Phase, StepMessages, TransferKind
+from hypar_sim.partition.steps import Phase, TransferKind
 from hypar_sim.planner.graph_plan import GraphPlan
 from hypar_sim.planner.plan_messages import (
     gradient_buckets,
@@ -51,7 +51,6 @@ from hypar_sim.sim.schedule import (
     Task,
     Units,
     Wait,
-    largest_receive,
 )
 from hypar_sim.workload.graph import Graph
 
@@ -70,7 +69,7 @@ def build_graph_schedule(graph: Graph, plan: GraphPlan, config: HardwareConfig,
                                                        bucket_bytes)
     steps = graph_steps(graph, layouts, batch, hierarchy, config.word_bytes, buckets,
                         forward_only)
-    _check_fits(graph, layouts, steps, config, not forward_only)
+    _check_fits(graph, layouts, plan, config, not forward_only)
     predecessors = defaultdict(bool)
     for _, c, _ in graph_edges(graph):
         predecessors[c] = True
@@ -154,13 +153,14 @@ def _packed(computes: list[Compute], pus: int) -> list[Task]:
     return tasks
 
 
-def _check_fits(graph: Graph, layouts: list[graph_layout.NodeLayout],
-                steps: dict[StepKey, StepMessages], config: HardwareConfig,
-                gradients: bool = True) -> None:
+def _check_fits(graph: Graph, layouts: list[graph_layout.NodeLayout], plan: GraphPlan,
+                config: HardwareConfig, gradients: bool = True) -> None:
     """The busiest member's parameters, gradients (none in an inference) and kept
-    activations (every node's output box: what the backward pass reads), plus the most it
-    receives in one step, fit its cube (the planner checks the same parts:
-    `planner.graph_plan`)."""
+    activations (every node's output box: what the backward pass reads), plus the plan's
+    communication buffer, fit its cube: the parts the planner checked (`GraphPlan
+    .footprint_parts`; a fused bucket's all-reduce runs in place on its gradients, as
+    PyTorch DDP's gradient_as_bucket_view does, so fusing adds no buffer), here node by node
+    for the message."""
     if not layouts:
         return
     word = config.word_bytes
@@ -171,7 +171,7 @@ def _check_fits(graph: Graph, layouts: list[graph_layout.NodeLayout],
                             float(params[i, busiest] * word * gradients),
                             float(kept[i, busiest] * word))
                   for i, own in enumerate(layouts)]
-    check_capacity(footprints, largest_receive(steps), config, graph.name)
+    check_capacity(footprints, dict(plan.footprint_parts)["buffers"], config, graph.name)
 
 
 def _box_sizes(own: graph_layout.NodeLayout) -> np.ndarray:
