@@ -45,6 +45,24 @@ def _distinct(task: Compute) -> list[tuple[PieceCost, int]]:
     return [(objects[key], count) for key, count in Counter(ids).items()]  # first seen first
 
 
+def _compute_and_stall(schedule: Schedule) -> tuple[float, float]:
+    """Cycles a cube computes and waits on DRAM, means over the members: computations that
+    run side by side (`Parallel`) take as long as their longest, which alone counts (the
+    shares of a step add up to one)."""
+    compute = stall = 0.0
+    for task in schedule.tasks:
+        if isinstance(task, Compute):
+            for cost, count in _distinct(task):
+                compute += cost.compute_cycles * count
+                stall += cost.stall_cycles * count
+        elif isinstance(task, Parallel):
+            for member in range(schedule.accelerators):
+                longest = max((c.costs[member] for c in task.computes), key=lambda c: c.cycles)
+                compute += longest.compute_cycles
+                stall += longest.stall_cycles
+    return compute / schedule.accelerators, stall / schedule.accelerators
+
+
 def compute_counts(schedule: Schedule) -> dict[Action, float]:
     """Energy actions of all computation on all accelerators."""
     return add_counts(*(scale_counts(cost.counts, count)
@@ -116,8 +134,7 @@ def assemble_result(
     energy = EnergyTable.from_config(config).energy(counts)
 
     cycles = phase_cycles(schedule)
-    members = schedule.accelerators
-    computes = schedule.computes
+    busy = _compute_and_stall(schedule)
     by_layer = np.bincount(flat.layer, flat.bytes, minlength=len(units.names))
     _, first = np.unique(flat.layer, return_index=True)
     traffic = {int(flat.layer[i]): float(by_layer[flat.layer[i]]) for i in sorted(first)}
@@ -148,10 +165,7 @@ def assemble_result(
         energy_breakdown_pj={action.value: pj for action, pj in energy.parts_pj.items()},
         traffic_bytes=sum(traffic.values()),
         traffic_bytes_per_level=tuple(per_level),
-        compute_cycles=sum(sum(c.compute_cycles * n for c, n in _distinct(task)) / members
-                           for task in computes),
-        dram_stall_cycles=sum(sum(c.stall_cycles * n for c, n in _distinct(task)) / members
-                              for task in computes),
+        compute_cycles=busy[0], dram_stall_cycles=busy[1],
         comm_wait_cycles=sum(comm_wait_per_layer.values()),
         per_layer=layers, per_link=links, events=events, wall_s=wall_s,
         version=__version__, config=config_dict,
