@@ -65,7 +65,7 @@ def flatten(data: Mapping[str, Any]) -> dict[str, Any]:
     return row
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class SimResult:
     """One training step of one network under one plan on one array."""
 
@@ -160,6 +160,17 @@ class SimResult:
 
         return pd.DataFrame([asdict(link) for link in self.per_link],
                             columns=["link", "bytes", "busy_fraction"])
+
+    def __repr__(self) -> str:
+        """One line: what ran and its headline numbers (the tables: `to_dict`, the frames)."""
+        return (f"SimResult(network={self.network!r}, strategy={self.strategy!r}, "
+                f"topology={self.topology!r}, engine={self.engine!r}, "
+                f"accelerators={self.accelerators}, batch={self.batch}, "
+                f"latency_s={self.latency_s:.6g}, energy_j={self.energy_j:.6g}, "
+                f"traffic_bytes={self.traffic_bytes:.6g})")
+
+    def __str__(self) -> str:
+        return self.summary()
 
     def summary(self, busiest: int = 5) -> str:
         """A few lines a person reads at a glance."""

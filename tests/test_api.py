@@ -45,3 +45,14 @@ def test_frames_of_a_result():
     assert list(links.columns) == ["link", "bytes", "busy_fraction"]
     assert links.bytes.sum() == sum(link.bytes for link in result.per_link)
     assert len(result.per_layer_frame()) == len(result.per_layer)
+
+
+def test_a_result_prints_short():
+    """`print(result)` dumped 11,800 characters (every field of every layer and link): now
+    the summary a person reads, and `repr` one line."""
+    import hypar_sim
+
+    result = hypar_sim.simulate("resnet50", accelerators=4, batch=8, engine="analytic")
+    assert str(result) == result.summary() and len(str(result)) <= 2000
+    assert repr(result).startswith("SimResult(network='resnet50'") and len(repr(result)) <= 300
+    assert "\n" not in repr(result)
