@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import re
 
+import numpy as np
 import pytest
 
 from hypar_sim.errors import InputError
@@ -239,3 +240,79 @@ def test_a_tensor_read_alike_by_q_k_and_v_moves_once():
     assert sum(m.bytes for m in schedule.messages) == plan.traffic_bytes == 3840.0
     best = make_graph_plan(graph, "hypar", Hierarchy((2, 2)), 1, options=kinds)
     assert best.traffic_bytes <= plan.traffic_bytes  # the search counts the gather once too
+
+
+# --- replicated is a layout (issue "One graph", item 2) ------------------------------------
+
+def _qkv():
+    return parse_graph({"inputs": {"x": [8, 16]}, "nodes": [
+        {"name": "ln", "type": "layer_norm"},
+        {"name": "q", "type": "fc", "out_features": 16, "inputs": ["ln"]},
+        {"name": "k", "type": "fc", "out_features": 16, "inputs": ["ln"]},
+        {"name": "v", "type": "fc", "out_features": 16, "inputs": ["ln"]}]}, "qkv")
+
+
+def test_a_replicated_layer_norm_is_read_where_it_is():
+    """The layer norm computed whole on each of 4 members (`replicate` at both levels),
+    q, k and v split by output features, batch 1. By hand: forward, every member holds the
+    norm's output: 0 B; backward, the three readers' errors (partial sums over all 128
+    elements, added where they are) are all-reduced into the norm's copies: a reduce-scatter
+    and an all-gather, 4 x 96 elements each, 3,072 B; the norm's scale and shift gradients
+    are copies on its replicas: 0 B (768 B when the norm was split by tokens, 3,840 B in all)."""
+    kinds = PlanOptions(("batch", "in", "out", "spatial", "replicate"))
+    plan = make_graph_plan(_qkv(), "explicit", Hierarchy((2, 2)), 1,
+                           "ln: replicate replicate; *: out out", options=kinds)
+    assert dict(zip(plan.node_names, plan.node_bytes, strict=True)) == {
+        "ln": 1536.0, "q": 1536.0, "k": 0.0, "v": 0.0}
+    schedule = build_graph_schedule(_qkv(), plan, HW)
+    assert_sent_equals_received_equals(schedule, plan.traffic_bytes)
+    assert plan.traffic_bytes == 3072.0
+    mixed = make_graph_plan(_qkv(), "explicit", Hierarchy((2, 2)), 1,
+                            "ln: replicate replicate; q: replicate replicate; *: out out",
+                            options=kinds)
+    assert mixed.traffic_bytes == 3072.0  # k's and v's partial errors still all-reduced
+
+
+def test_replicas_hold_copies_not_partial_sums():
+    """The redistribution rule on copies: two replicas of a 16-element tensor and a third
+    member that needs it receive it once (16 elements); the replicas need nothing; the
+    batch-split members' weight gradients are partial sums across the batch and copies
+    across the replicas: one all-reduce among the batch halves."""
+    from hypar_sim.partition.redistribute import redistribute
+
+    whole = (((0, 16),),)
+    stages = redistribute((16,), [whole, whole, ()], [whole, whole, whole],
+                          np.array([0, 0, 2]))
+    assert stages.reduce.sum() == 0 and stages.gather.sum() == 16
+    assert stages.gather.dense()[:, 2].sum() == 16 and stages.gather.dense()[:, :2].sum() == 0
+    graph = parse_graph({"inputs": {"x": [32]}, "nodes": [
+        {"name": "fc", "type": "fc", "out_features": 32}]}, "fc")
+    kinds = PlanOptions(("batch", "replicate"))
+    plan = make_graph_plan(graph, "explicit", Hierarchy((2, 2)), 4, "fc: batch replicate",
+                           options=kinds)
+    # 32 x 32 = 1,024 weights (4,096 B), partial over the two batch halves, copies within
+    # each: the halves' first members 0 and 2 reduce-scatter (each sends the other 512: 4,096
+    # B in all), then 0 and 2 each receive the other's half and 1 and 3 all of it (512 +
+    # 512 + 1,024 + 1,024 elements: 12,288 B). Data parallelism's ring all-reduce over four
+    # partials: 2 x 4 x 3/4 x 4,096 B = 24,576 B.
+    assert plan.traffic_bytes == 4096 + 12288
+    data = make_graph_plan(graph, "data", Hierarchy((2, 2)), 4, options=kinds)
+    assert data.traffic_bytes == 24576
+
+
+def test_bert_base_offers_a_replicated_layer_norm():
+    """bert_base at batch 1 on 4 accelerators with the transformer kinds and replicate:
+    every layer norm may stay whole; the plan with them replicated and the rest as Megatron
+    splits it is planned and simulated, bytes sent = received = the plan's."""
+    graph = load_workload("bert_base")
+    kinds = PlanOptions(("batch", "in", "out", "heads", "replicate"))
+    norms = [node.name for node in graph.nodes if node.op == "layer_norm"]
+    assert norms
+    text = "*: replicate replicate; " + "; ".join(
+        f"{node.name}: out out" for node in graph.nodes
+        if node.op == "fc" and node.name.endswith(("_q", "_k", "_v", "fc1")))
+    plan = make_graph_plan(graph, "explicit", Hierarchy((2, 2)), 1, text, options=kinds)
+    for name in norms:
+        assert plan.columns[plan.node_names.index(name)] == ("replicate", "replicate")
+    schedule = build_graph_schedule(graph, plan, HW)
+    assert_sent_equals_received_equals(schedule, plan.traffic_bytes)

@@ -44,9 +44,10 @@ def loops(site: Site, batch: int) -> dict[Dim, int]:
     return {Dim.N: batch, **site.desc.loops}
 
 
-def dim_of(desc: Description, kind: str) -> Dim:
+def dim_of(desc: Description, kind: str) -> Dim | None:
     """The dimension `kind` splits in a node of description `desc` (its one channel
-    dimension for both in and out where it has no reduction: `Description.channel_alias`)."""
+    dimension for both in and out where it has no reduction: `Description.channel_alias`;
+    None for `replicate`, which splits none)."""
     dim = KINDS[kind].dim
     return Dim.K if desc.channel_alias and dim is Dim.C else dim
 
@@ -58,6 +59,8 @@ def offered(site: Site, batch: int, column: Column, hierarchy: Hierarchy) -> boo
     parts = dict.fromkeys(sizes, 1)
     for size, kind in zip(hierarchy.sizes, column, strict=True):
         dim = dim_of(op, kind)
+        if dim is None:  # replicate: every member computes the same
+            continue
         if dim not in sizes or sizes[dim] // parts[dim] < size:
             return False
         parts[dim] *= size
@@ -66,10 +69,13 @@ def offered(site: Site, batch: int, column: Column, hierarchy: Hierarchy) -> boo
 
 @dataclass(frozen=True)
 class NodeLayout:
-    """Every member's box of every loop dimension of one node."""
+    """Every member's box of every loop dimension of one node, and (where a level of its
+    column replicates it) every member's replica class: the first member of those that
+    differ from it only at replicating levels (they compute the same; None: no replicas)."""
 
     site: Site
     boxes: dict[Dim, np.ndarray]  # [members, 2]
+    replicas: np.ndarray | None = None
 
     @property
     def members(self) -> int:
@@ -99,7 +105,14 @@ def layout(site: Site, batch: int, column: Column, hierarchy: Hierarchy) -> Node
     for dim, extent in loops(site, batch).items():
         levels = tuple(h for h, kind in enumerate(column) if dim_of(op, kind) is dim)
         boxes[dim] = level_intervals(extent, levels, hierarchy)
-    return NodeLayout(site, boxes)
+    replicated = [h for h, kind in enumerate(column) if dim_of(op, kind) is None]
+    if not replicated:
+        return NodeLayout(site, boxes)
+    members = np.arange(hierarchy.members)
+    first = members.copy()
+    for h in replicated:  # the coordinate at a replicating level set to 0
+        first -= (members // hierarchy.strides[h]) % hierarchy.sizes[h] * hierarchy.strides[h]
+    return NodeLayout(site, boxes, first)
 
 
 def _extent(own: NodeLayout, dim: Dim) -> np.ndarray:
@@ -169,8 +182,8 @@ def edge_matrices(producer: NodeLayout, consumer: NodeLayout, index: int, batch:
         zero = Moved.none(len(made))
         return dict.fromkeys(("forward reduce", "forward gather", "backward reduce",
                               "backward gather"), zero)
-    forward = redistribute(shape, made, read)
-    backward = redistribute(shape, read, made)
+    forward = redistribute(shape, made, read, producer.replicas)
+    backward = redistribute(shape, read, made, consumer.replicas)
     return {"forward reduce": forward.reduce * word_bytes,
             "forward gather": forward.gather * word_bytes,
             "backward reduce": backward.reduce * word_bytes,
@@ -178,8 +191,8 @@ def edge_matrices(producer: NodeLayout, consumer: NodeLayout, index: int, batch:
 
 
 def _all_reduce(shape: tuple[int, ...], regions: list[Region], scale: float,
-                name: str) -> dict[str, Moved]:
-    stages = redistribute(shape, regions, regions)
+                name: str, replicas: np.ndarray | None) -> dict[str, Moved]:
+    stages = redistribute(shape, regions, regions, replicas)
     return {f"{name} reduce": stages.reduce * scale, f"{name} gather": stages.gather * scale}
 
 
@@ -199,14 +212,15 @@ def own_matrices(own: NodeLayout, batch: int, word_bytes: int,
         regions = [(((0, rows), b[Dim.K]),) if not desc.weights.by_channel else
                    tuple((made[channel], b[Dim.C]) for made in out)  # its channels' rows
                    for b, out in zip(boxes, outputs, strict=True)]
-        result.update(_all_reduce((rows, columns), regions, word_bytes * scale, "gradient"))
+        result.update(_all_reduce((rows, columns), regions, word_bytes * scale, "gradient",
+                                  own.replicas))
     vectors = desc.vectors
     if vectors:  # a bias or a norm's scale and shift: one value per output channel each
         regions = [tuple((made[channel],) for made in out) for out in outputs]
         result.update(_all_reduce((own.site.node.shape[channel - 1],), regions,
-                                  word_bytes * vectors, "vector"))
+                                  word_bytes * vectors, "vector", own.replicas))
     if is_output:
-        loss = redistribute(_tensor(own.site, batch), outputs, None)
+        loss = redistribute(_tensor(own.site, batch), outputs, None, own.replicas)
         result.update({"loss reduce": loss.reduce * word_bytes,
                        "loss gather": gather_stage(loss.holders, loss.contrib, loss.volume)
                        * word_bytes})
@@ -246,12 +260,13 @@ class Costs:
         return self._edges[key]
 
     def reads(self, consumer: Site, index: int, column: Column, hierarchy: Hierarchy) -> tuple:
-        """Every member's region of input `index` of the consumer (consumers that read a
-        tensor alike share its transfer)."""
+        """Every member's region of input `index` of the consumer and its replica classes
+        (consumers that read a tensor alike share its transfer: `plan_messages`)."""
         key = (geometry(consumer), index, column, hierarchy)
         if key not in self._reads:
             own = layout(consumer, self.batch, column, hierarchy)
-            self._reads[key] = tuple(own.reads(index))
+            replicas = None if own.replicas is None else tuple(own.replicas.tolist())
+            self._reads[key] = (tuple(own.reads(index)), replicas)
         return self._reads[key]
 
     def footprint(self, site: Site, column: Column, hierarchy: Hierarchy,

@@ -18,10 +18,11 @@ from hypar_sim.workload.dims import Dim  # the loops a kind splits (kinds.Dim, a
 
 @dataclass(frozen=True)
 class SplitKind:
-    """Split loop dimension `dim` into as many parts as the level has members."""
+    """Split loop dimension `dim` into as many parts as the level has members (`dim` None:
+    split none; every member of the level computes the same, its tensors replicated)."""
 
     name: str
-    dim: Dim
+    dim: Dim | None
     summary: str
     aliases: tuple[str, ...] = ()
     paper_label: str = ""  # HyPar's name for it (dp, mp), where it has one
@@ -57,6 +58,8 @@ for _kind in (
               "stream's positions (sequence parallelism)", ("seq",)),
     SplitKind("heads", Dim.H, "attention heads (graph networks; Megatron-LM's attention split)"),
     SplitKind("groups", Dim.G, "groups of a grouped or depthwise convolution (graph networks)"),
+    SplitKind("replicate", None, "no split: every member of the level computes the node whole, "
+              "its output replicated (graph networks; a layer norm kept whole)", ("rep",)),
 ):
     register_kind(_kind)
 

@@ -254,7 +254,8 @@ def gather_stage(holders: Cover, need: Cover, volume: np.ndarray) -> Moved:
 @dataclass(frozen=True)
 class Stages:
     """One redistribution: elements moved [src, dst] by the reduce and the gather stage,
-    the fraction of each cell every member holds after the reduce, and the grid."""
+    the fraction of each cell every member holds after the reduce, the contributions (those
+    whose cells were reduced, with copies: `_with_copies`) and the grid's cell volumes."""
 
     reduce: Moved
     gather: Moved
@@ -264,12 +265,45 @@ class Stages:
 
 
 def redistribute(extents: Sequence[int], contributions: Sequence[Region],
-                 needs: Sequence[Region] | None) -> Stages:
+                 needs: Sequence[Region] | None, replicas: np.ndarray | None = None) -> Stages:
     """Both stages for one tensor. `needs` None: nobody needs it in a given layout (the
-    loss takes the reduced values wherever the reduction leaves them)."""
+    loss takes the reduced values wherever the reduction leaves them). `replicas`: each
+    member's replica class (a member whose contribution is a copy of its class's first
+    member's, the node computed whole at a `replicate` level): see `_with_copies`."""
     grid = make_grid(extents, [contributions, needs or ()])
     contrib = masks(grid, contributions)
     need = masks(grid, needs) if needs is not None else Cover.of(
         contrib.members, contrib.cells, np.zeros(0, np.int64), np.zeros(0, np.int64))
+    if replicas is not None and len(np.unique(replicas)) < len(replicas):
+        return _with_copies(contrib, need, grid.volume, replicas)
     moved, holders = reduce_stage(contrib, need, grid.volume)
     return Stages(moved, gather_stage(holders, need, grid.volume), holders, contrib, grid.volume)
+
+
+def _with_copies(contrib: Cover, need: Cover, volume: np.ndarray,
+                 replicas: np.ndarray) -> Stages:
+    """The rule where members of a replica class hold copies, not partial sums: the classes'
+    first members alone are reduced (partials across classes); a cell one class alone
+    computed is held whole by each of its members, so they need nothing and others receive
+    it from them (an equal part from each, as from reduce-scatter owners)."""
+    first = replicas[contrib.member] == contrib.member
+    lead = Cover(contrib.members, contrib.cells, contrib.member[first], contrib.cell[first],
+                 contrib.weight[first])
+    moved, owners = reduce_stage(lead, need, volume)
+    classes = np.bincount(lead.cell, minlength=contrib.cells)
+    alone = classes[contrib.cell] == 1  # (member, cell) pairs of cells one class computed
+    copies = np.bincount(contrib.cell[alone], minlength=contrib.cells).astype(np.float64)
+    kept = classes[owners.cell] != 1
+    holders = Cover.of(contrib.members, contrib.cells,
+                       np.concatenate([owners.member[kept], contrib.member[alone]]),
+                       np.concatenate([owners.cell[kept], contrib.cell[alone]]),
+                       np.concatenate([owners.weight[kept],
+                                       1.0 / copies[contrib.cell[alone]]]))
+    whole = Cover(contrib.members, contrib.cells, contrib.member[alone], contrib.cell[alone],
+                  np.ones(int(alone.sum())))
+    lacking = ~_found(need.keys(), whole.keys())
+    missing = Cover(need.members, need.cells, need.member[lacking], need.cell[lacking],
+                    need.weight[lacking])
+    reduced = Cover(contrib.members, contrib.cells, contrib.member[~alone],
+                    contrib.cell[~alone], contrib.weight[~alone])  # need the sum back
+    return Stages(moved, gather_stage(holders, missing, volume), holders, reduced, volume)

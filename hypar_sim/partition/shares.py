@@ -123,7 +123,8 @@ class Columns:
 
     def __init__(self, columns: Sequence[Column], levels: int) -> None:
         self.columns = tuple(columns)
-        position = {name: DIMS.index(kind.dim) for name, kind in KINDS.items()}
+        position = {name: DIMS.index(kind.dim) if kind.dim in DIMS else -1  # chains: not offered
+                    for name, kind in KINDS.items()}
         self.dims = np.array([[position[kind] for kind in column] for column in self.columns],
                              dtype=np.int64).reshape(len(self.columns), levels)
         self._kept: dict[tuple, object] = {}  # see `kept`

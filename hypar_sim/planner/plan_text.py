@@ -41,10 +41,19 @@ def parse_plan_text(text: str, network: Network, levels: int, where: str = "--pl
     return tuple(plan)
 
 
+def _is_file(path: Path) -> bool:
+    """Whether a --plan value names a file (a plan's text can be longer than a file name
+    may be: then it is not one)."""
+    try:
+        return path.is_file()
+    except OSError:
+        return False
+
+
 def read_plan_argument(value: str, network: Network, levels: int) -> Choices:
     """A --plan value: a path to a file holding a plan, or the plan text itself."""
     path = Path(value)
-    if path.is_file():
+    if _is_file(path):
         try:
             text = path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
@@ -102,7 +111,7 @@ def read_node_plan(value: str, names: Sequence[str], levels: int) -> list[Column
     """A graph's --plan value: a file (its text, or `plan --json`'s JSON with 'nodes') or the
     text itself."""
     path = Path(value)
-    if not path.is_file():
+    if not _is_file(path):
         return parse_node_plan(value, names, levels)
     try:
         text = path.read_text(encoding="utf-8")
