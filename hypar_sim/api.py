@@ -8,7 +8,7 @@
     result.per_layer_frame()               # one row per layer (or graph node)
     result.per_link_frame()                # one row per directed link: bytes, busy share
     hypar_sim.plan("resnet50", accelerators=64, kinds=("batch", "in", "out"))
-    hypar_sim.compare("vgg_a")             # data, model, trick, hypar (graphs: data, model, hypar)
+    hypar_sim.compare("vgg_a")             # data, model, trick, hypar
     hypar_sim.simulate("vgg_a", strategy="optimal", objective="time")   # or "energy"
     hypar_sim.simulate("vgg_a", config="my_hw.yaml")   # its accelerators and batch too
 
@@ -35,9 +35,8 @@ from hypar_sim.runner import SimOptions, simulate_request
 from hypar_sim.workload.graph import Graph
 from hypar_sim.workload.network import Network
 
-#: What `compare` runs on a chain network, and on a graph network.
-CHAIN_STRATEGIES = ("data", "model", "trick", "hypar")
-GRAPH_COMPARED = ("data", "model", "hypar")
+#: What `compare` runs unless told otherwise (on any network).
+COMPARED = ("data", "model", "trick", "hypar")
 
 
 def hardware(config: str | None = None, **overrides: Any) -> HardwareConfig:
@@ -86,9 +85,6 @@ def compare(network: str | Network | Graph, strategies: Sequence[str] | None = N
             **kwargs: Any) -> list[SimResult]:
     """`simulate` for each strategy (default: every strategy `compare` runs on the command
     line), the same keyword arguments for all."""
-    base = request(network, "hypar", **kwargs)
-    workload = base.workload()
-    if strategies is None:
-        strategies = GRAPH_COMPARED if isinstance(workload, Graph) else CHAIN_STRATEGIES
+    workload = request(network, "hypar", **kwargs).workload()
     return [simulate_request(request(workload, strategy, **kwargs), workload)
-            for strategy in strategies]
+            for strategy in strategies or COMPARED]

@@ -138,7 +138,7 @@ def _compare_arguments(compare: argparse.ArgumentParser) -> None:
     _add_simulation_arguments(compare)
     compare.add_argument("--strategies", default=None, metavar="LIST",
                          help=f"comma-separated, from {', '.join(s for s in STRATEGIES if s != 'explicit')}"
-                              " (default data,model,trick,hypar; graphs data,model,hypar); the "
+                              " (default data,model,trick,hypar); the "
                               "baseline is added if missing; --objective applies to those that "
                               "take it, the others minimise their own cost")
     compare.add_argument("--baseline", default="data", metavar="STRATEGY",
@@ -155,12 +155,14 @@ def _sweep_arguments(sweep: argparse.ArgumentParser) -> None:
     from hypar_sim.partition.kinds import DEFAULT_KINDS
     from hypar_sim.planner.objectives import OBJECTIVES
     from hypar_sim.planner.search import SEARCHES
+    from hypar_sim.planner.strategies import STRATEGIES
     from hypar_sim.planner.traffic import DEFAULT_TRAFFIC_MODEL, TRAFFIC_MODELS
 
     sweep.add_argument("--networks", default="all",
                        help="comma-separated network names or .yaml paths, or all (default)")
     sweep.add_argument("--strategies", default="data,model,hypar",
-                       help="comma-separated, from data, model, trick, hypar, exhaustive "
+                       help="comma-separated, from "
+                            f"{', '.join(s for s, v in STRATEGIES.items() if not v.takes_plan)} "
                             "(default data,model,hypar)")
     sweep.add_argument("--topologies", default="htree", help="comma-separated (default htree)")
     sweep.add_argument("--accelerators", default=None,

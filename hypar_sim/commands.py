@@ -132,7 +132,7 @@ def cmd_run(args: argparse.Namespace) -> str:
 
 
 def cmd_compare(args: argparse.Namespace) -> str:
-    from hypar_sim.api import CHAIN_STRATEGIES, GRAPH_COMPARED
+    from hypar_sim.api import COMPARED
     from hypar_sim.executors import parallel_map
     from hypar_sim.planner.bound import layer_bounds
     from hypar_sim.planner.graph_plan import GRAPH_STRATEGIES
@@ -145,7 +145,7 @@ def cmd_compare(args: argparse.Namespace) -> str:
     allowed = tuple(GRAPH_STRATEGIES) if graph else tuple(s for s in STRATEGIES
                                                           if s != "explicit")
     strategies = _compared(args.strategies, args.baseline,
-                           GRAPH_COMPARED if graph else CHAIN_STRATEGIES, allowed)
+                           COMPARED, allowed)
     _check_baseline(request, network, args.baseline, allowed)
     objectives = [objective_for(s, request.plan.objective) for s in strategies]
     if args.workers is not None and args.workers < 1:
@@ -358,7 +358,8 @@ def cmd_networks(args: argparse.Namespace) -> str:
                             "macs_per_sample": n.macs_per_sample} for n in nets]
                           + [{"network": g.name, "nodes": len(g.nodes), "parameters": g.params,
                               "macs_per_sample": g.macs_per_sample} for g in graphs], indent=2)
-    return (f"Chain networks (HyPar's ten; plan, run, compare, sweep):\n{networks_table(nets)}"
+    return (f"Chain networks (HyPar's ten, and the standard AlexNet beside its half-width one; "
+            f"plan, run, compare, sweep):\n{networks_table(nets)}"
             "\n\nGraph networks (plan, run, compare, sweep; kinds batch, in, out, heads, "
             f"groups, seq):\n{graphs_table(graphs)}")
 
