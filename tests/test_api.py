@@ -27,7 +27,7 @@ def test_plan_and_compare_take_chains_and_graphs():
     runs = hypar_sim.compare("lenet_c", accelerators=4, batch=64, engine="analytic")
     assert [r.strategy for r in runs] == ["data", "model", "trick", "hypar"]
     graphs = hypar_sim.compare("resnet18", accelerators=4, batch=16, engine="analytic")
-    assert [r.strategy for r in graphs] == ["data", "model", "hypar"]
+    assert [r.strategy for r in graphs] == ["data", "model", "trick", "hypar"]  # one default
 
 
 def test_bad_input_raises_the_command_lines_message():
