@@ -167,11 +167,6 @@ class HardwareConfig:
         """One multiply-accumulate: a float multiplication and a float addition."""
         return self.energy_fp_add_pj + self.energy_fp_mult_pj
 
-    def with_overrides(self, overrides: Mapping[str, Any], where: str = "override") -> HardwareConfig:
-        """A copy with some parameters changed (validated like a file)."""
-        values = dataclasses.asdict(self)
-        values.update(coerce_overrides(overrides, where))
-        return _build(values, where)
 
 
 _FIELDS = {item.name: item for item in dataclasses.fields(HardwareConfig)}
@@ -318,8 +313,8 @@ def load_hardware(path: str | Path | None = None,
         where = str(path)
     config = _build(values, where)
     if overrides:
-        values.update(coerce_overrides(overrides, "command line"))
-        config = _build(values, "command line")
+        values.update(coerce_overrides(overrides, "hardware keys"))  # --set, the API's keywords
+        config = _build(values, "hardware keys")
     return config
 
 

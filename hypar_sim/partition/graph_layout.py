@@ -2,19 +2,20 @@
 
 Every node of a graph (`workload.graph`) is a unit of the plan, weightless
 ones included (Tofu's view: each operator states its loop dimensions and
-which of them index its tensors). A node's column splits its loop
-dimensions; every member holds a box of its output and reads boxes of its
-inputs, and every edge (a tensor from its producer to one consumer) is
-redistributed by the one rule of `redistribute`, forward (the producer's
-output, partial where it split a reduction, into the consumer's reads) and
-backward (the consumer's input errors, partial where it split one of their
-reductions, into the producer's output boxes). A tensor read by several
-consumers is redistributed once per consumer (a partial output read by two
-consumers is reduced for each: the first release counts it that way).
+which of them index its tensors: its description, `workload.tdl`). A node's
+column splits its loop dimensions (a `replicate` level splits none: its
+members compute the same, their tensors copies); every member holds a box of
+its output and reads boxes of its inputs, and every edge (a tensor from its
+producer to one consumer) is redistributed by the one rule of
+`redistribute`, forward (the producer's output, partial where it split a
+reduction, into the consumer's reads) and backward (the consumer's input
+errors, partial where it split one of their reductions, into the producer's
+output boxes). Consumers that read a tensor alike share one redistribution
+(`planner.plan_messages`).
 
-A node's loops are N, its output's axes (named by `graph_axes`: K, P, Q, H)
+A node's loops are N and its description's: its output's axes (K, P, Q, H)
 and, for a convolution, an fc layer or a product of two activations, the
-reduction C; what it reads for a box is `graph_ops`. Where a node has no
+reduction C; what it reads for a box is `graph_ops.region`. Where a node has no
 reduction (every weightless one), both `in` and `out` split its K, so
 HyPar's {batch, in} can keep a channel split through a batch norm and an
 activation. Batch norm statistics are per member (as frameworks compute them

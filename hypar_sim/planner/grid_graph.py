@@ -18,7 +18,7 @@ applies the same per-layer rule to the nodes of a graph.
   dimensions that do not index it, and halo rows); the weights each member holds beyond
   |Ker| (replication along b, h); Out's partial sums reduce-scattered among the P_c replicas,
   (1 - 1/P_c) of the members' Out blocks. What a member reads, holds and makes is the node's
-  real layout (`graph_layout.layout`, `graph_ops`: a grouped convolution reads its groups'
+  real layout (`graph_layout.layout`, `graph_ops.region`: a grouped convolution reads its groups'
   channels, a matmul reads A's rows and B's columns). Training moves it twice (the paper
   treats the forward pass; `grid.py` says why twice), less the input words of a graph input
   (no error is computed for it). Eq. 10's cost_D of the busiest member and Eq. 11's
@@ -44,7 +44,7 @@ applies the same per-layer rule to the nodes of a graph.
   for G, Ker: splitting them replicates nothing). By default the grid uses the paper's four
   dimensions, so a depthwise convolution (one channel per group, no K or C to split) gets a
   grid of b and h only. A weight tied to another (GPT-2's output projection) counts no Ker
-  words of its own (`graph_ops` adds its gradient into its owner's).
+  words of its own (`graph_layout` adds its gradient into its owner's).
 
 As on a chain: Case 1a's streamed tiles, extents other than products of level sizes, splits
 of w, and the topology (a word costs the same at every level) are out of reach. A graph plan

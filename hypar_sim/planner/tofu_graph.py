@@ -2,7 +2,7 @@
 
 Paper: M. Wang, C. Huang, J. Li, "Supporting Very Large Models using Automatic Dataflow
 Graph Partitioning", EuroSys 2019 ("Tofu" below). The chain version (`planner.tofu`) has
-the per-tensor cost; this module generalises it to any graph of `graph_ops` operators.
+the per-tensor cost; this module generalises it to any graph of described operators (`workload.tdl`).
 
 Coarsening (Tofu Sec 5.1, `coarsen`). A node of `workload.graph` is one forward operator
 whose backward-data and weight-gradient operators are grouped with it ("grouping forward
@@ -25,7 +25,7 @@ dW (read by the forward and backward-data operators, written partially under a b
 spatial split), every edge (its activation read by `input_reads` operators of the
 consumer, its error read by `error_reads` operators of the producer; a tensor read by
 two consumers is costed once per reading edge), and the loss. What a worker reads of
-an input for its box of loops is `graph_ops` (halo rows, a flatten's boxes, a product's
+an input for its box of loops is `graph_ops.region` (halo rows, a flatten's boxes, a product's
 operands); the regions are the simulator's integer boxes (`graph_layout.layout`).
 
 Recursion (Tofu Sec 5.2, `recursive_search`). Level i of the hierarchy, top first, is
