@@ -316,3 +316,34 @@ def test_bert_base_offers_a_replicated_layer_norm():
         assert plan.columns[plan.node_names.index(name)] == ("replicate", "replicate")
     schedule = build_graph_schedule(graph, plan, HW)
     assert_sent_equals_received_equals(schedule, plan.traffic_bytes)
+
+
+def test_a_product_broadcasts_its_leading_axes_and_an_fc_follows_a_transpose():
+    """A (4, 8, 16) x B (16, 32): B's missing leading axis is broadcast (it crashed the
+    redistribution); B reshaped to (1, 16, 32) reads its one index, not the output's four
+    (whose part a member's box would have read outside B). An fc after a transposed token
+    stream names its leading axis anew (the graph did not load)."""
+    def graph(b_nodes):
+        return parse_graph({"inputs": {"a": [4, 8, 16], "x": [16, 16]}, "nodes": [
+            {"name": "bn", "type": "fc", "out_features": 32, "inputs": ["x"]}, *b_nodes,
+            {"name": "an", "type": "act", "function": "relu", "inputs": ["a"]},
+            {"name": "mm", "type": "matmul", "inputs": ["an", b_nodes[-1]["name"]
+                                                         if b_nodes else "bn"]},
+            {"name": "out", "type": "fc", "out_features": 10}]}, "mm")
+    plain = graph([])
+    shaped = graph([{"name": "b3", "type": "reshape", "shape": [1, 16, 32]}])
+    columns = plain.node("mm").desc.output[-1]
+    assert plain.node("mm").desc.reads[1].axes == (Ix(Dim.C), Ix(columns))
+    assert shaped.node("mm").desc.reads[1].axes[0] == Whole(1)
+    for g in (plain, shaped):
+        assert g.node("mm").macs == 4 * 8 * 16 * 32
+        plan = make_graph_plan(g, "hypar", Hierarchy((2, 2)), 8,
+                               options=PlanOptions(("batch", "in", "out", "heads")))
+        schedule = build_graph_schedule(g, plan, HW)
+        assert_sent_equals_received_equals(schedule, plan.traffic_bytes)
+    transposed = parse_graph({"inputs": {"ids": [32]}, "nodes": [
+        {"name": "emb", "type": "embedding", "vocab": 100, "dim": 32},
+        {"name": "t", "type": "transpose", "perm": [1, 0]},
+        {"name": "fc", "type": "fc", "out_features": 16}]}, "t")
+    assert transposed.node("fc").desc.output == (Dim.Q, Dim.K)  # P is the stream's other axis
+    assert transposed.node("fc").macs == 32 * 32 * 16

@@ -27,7 +27,17 @@ from hypar_sim.workload.ops import (
     top_left,
     window,
 )
-from hypar_sim.workload.tdl import Access, Description, Flat, Grouped, Ix, Weights, Whole, Window
+from hypar_sim.workload.tdl import (
+    Access,
+    Description,
+    Expr,
+    Flat,
+    Grouped,
+    Ix,
+    Weights,
+    Whole,
+    Window,
+)
 
 
 def _conv(where: str, a: Attrs, shapes: list[Shape]) -> Counts:
@@ -95,10 +105,12 @@ def _describe_fc(a: Attrs, shapes: list[Shape], shape: Shape, dims: list[Dims]) 
         features = math.prod(source)
         output: Dims = (Dim.K,)
         read = Access((Flat((Dim.C,), (features,), tuple(source)),))
-    else:
+    else:  # a leading axis named K (a transposed stream) takes a spare loop's name
         features = source[-1]
-        output = (*dims[0][:-1], Dim.K)
-        read = Access((*(Ix(d) for d in dims[0][:-1]), Ix(Dim.C)))
+        spare = [d for d in (Dim.P, Dim.Q, Dim.H) if d not in dims[0]]
+        lead = tuple(spare.pop(0) if d is Dim.K and spare else d for d in dims[0][:-1])
+        output = (*lead, Dim.K)
+        read = Access((*(Ix(d) for d in lead), Ix(Dim.C)))
     loops = {**dict(zip(output, shape, strict=True)), Dim.C: features}
     return Description(output, loops, (read,), made(output), Dim.C, (), Dim.K,
                        Weights(out, features, 0 if a["tied_to"] else 1), int(a["bias"]))
@@ -122,20 +134,29 @@ def _matmul(where: str, a: Attrs, shapes: list[Shape]) -> Counts:
 
 def _describe_matmul(a: Attrs, shapes: list[Shape], shape: Shape,
                      dims: list[Dims]) -> Description:
-    """A (..., rows, C) x B (..., C, columns) (B as (..., columns, C) with `transpose_b`); the
-    columns take B's loop name, or K where A has it already (attention scores' key
-    positions)."""
+    """A (..., rows, C) x B (..., C, columns) (B as (..., columns, C) with `transpose_b`),
+    their leading axes broadcast (numpy's rule); the output's leading loops are A's (B's
+    where A has fewer axes), the columns take B's loop name, or K where that is taken
+    (attention scores' key positions)."""
     first, second = dims
-    lead = list(first[:-1])
+    count = len(shape) - 2  # leading axes of the output
+    extra = count - (len(first) - 2)
+    lead = [*second[:-2][:extra], *first[:-2]] if extra > 0 else list(first[:-2])
+    rows = first[-2]
     column = second[-2] if a["transpose_b"] else second[-1]
-    if column in lead:
-        column = next(d for d in (Dim.K, Dim.P, Dim.Q, Dim.H) if d not in lead)
-    output = (*lead, column)
+    if column in (*lead, rows):
+        column = next(d for d in (Dim.K, Dim.P, Dim.Q, Dim.H) if d not in (*lead, rows))
+    output = (*lead, rows, column)
     loops = {**dict(zip(output, shape, strict=True)), Dim.C: shapes[0][-1]}
-    batch = tuple(Ix(d) for d in output[:-2])
-    left = Access((*batch, Ix(output[-2]), Ix(Dim.C)))
-    right = Access((*batch, *((Ix(column), Ix(Dim.C)) if a["transpose_b"]
-                              else (Ix(Dim.C), Ix(column)))))
+
+    def leading(source: Shape) -> list[Expr]:
+        skip = count - (len(source) - 2)
+        return [Ix(output[axis + skip]) if size == shape[axis + skip] else Whole(size)
+                for axis, size in enumerate(source[:-2])]
+
+    left = Access((*leading(shapes[0]), Ix(rows), Ix(Dim.C)))
+    right = Access((*leading(shapes[1]), *((Ix(column), Ix(Dim.C)) if a["transpose_b"]
+                                           else (Ix(Dim.C), Ix(column)))))
     return Description(output, loops, (left, right), made(output), Dim.C, (), column)
 
 
