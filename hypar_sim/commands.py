@@ -175,7 +175,10 @@ def _simulate_job(job: tuple) -> Any:
     from hypar_sim.runner import simulate_request
 
     request, network = job
-    return simulate_request(request, network)
+    try:
+        return simulate_request(request, network)
+    except InputError as exc:  # which of the compared strategies failed
+        raise InputError(f"strategy {request.strategy}: {exc}") from None
 
 
 def _check_baseline(request: RunRequest, network: Network | Graph, baseline: str,
@@ -198,9 +201,10 @@ def _check_baseline(request: RunRequest, network: Network | Graph, baseline: str
                 continue
             working = other
             break
-        hint = f"; e.g. --baseline {working}" if working else ""
-        raise InputError(f"--baseline: {baseline} cannot plan {request.batch} samples on "
-                         f"{request.accelerators} accelerators ({exc}){hint}") from None
+        hint = f"; choose another with --baseline, e.g. {working}" if working else ""
+        raise InputError(f"compare: the baseline, {baseline}, cannot plan {request.batch} "
+                         f"samples on {request.accelerators} accelerators ({exc}){hint}") \
+            from None
 
 
 def _compared(text: str | None, baseline: str, default: tuple[str, ...],
@@ -213,6 +217,16 @@ def _compared(text: str | None, baseline: str, default: tuple[str, ...],
             raise InputError(f"{flag}: unknown or not comparable '{name}'"
                              f"{closest(name, allowed)}; allowed: {', '.join(allowed)}")
     return list(dict.fromkeys([baseline, *names]))
+
+
+def _counts_of(hierarchies: str) -> str:
+    """The accelerator counts of `sweep --hierarchies` ('' without them): given alone, they
+    set the counts (a config file's `accelerators` does not bind them)."""
+    from hypar_sim.partition.hierarchy import Hierarchy
+
+    texts = [h.strip() for h in hierarchies.split(",") if h.strip()]
+    return ",".join(dict.fromkeys(str(Hierarchy.parse(t, None, "--hierarchies").members)
+                                  for t in texts))
 
 
 def _topologies(names: tuple[str, ...]) -> tuple[str, ...]:
@@ -253,8 +267,8 @@ def cmd_sweep(args: argparse.Namespace) -> str:
         networks=networks,
         strategies=sweep.parse_list(args.strategies, None, "--strategies"),
         topologies=_topologies(sweep.parse_list(args.topologies, None, "--topologies")),
-        accelerators=sweep.parse_ints(args.accelerators or str(run["accelerators"]),
-                                      "--accelerators"),
+        accelerators=sweep.parse_ints(args.accelerators or _counts_of(args.hierarchies)
+                                      or str(run["accelerators"]), "--accelerators"),
         batches=sweep.parse_ints(args.batch or str(run["batch"]), "--batch"),
         overrides=parse_overrides(args.overrides),
         engines=sweep.parse_list(args.engine, ENGINES, "--engine"),

@@ -82,10 +82,15 @@ def _hierarchy(accelerators: int | None, levels: int | None,
                hierarchy: str | Sequence[int] | Hierarchy | None, file_count: int | None,
                default_count: int) -> Hierarchy:
     """The array from --levels, --hierarchy or the accelerator count (the flag's, the config
-    file's, or the default: its prime factors, largest first, 12 -> 3x2x2)."""
-    count = accelerators if accelerators is not None else file_count
-    if count is not None:
-        _count(count, "--accelerators", MAX_MEMBERS)
+    file's, or the default: its prime factors, largest first, 12 -> 3x2x2). A hierarchy
+    given by flag sets the count (the config file's does not bind it; the flag's must
+    match)."""
+    if accelerators is not None:
+        _count(accelerators, "--accelerators", MAX_MEMBERS)
+    if file_count is not None:
+        _count(file_count, "accelerators", MAX_MEMBERS)
+    count = accelerators if accelerators is not None or levels is not None \
+        or hierarchy is not None else file_count
     if levels is not None:
         if hierarchy is not None:
             raise InputError("--levels: give --levels or --hierarchy, not both")

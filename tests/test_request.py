@@ -54,8 +54,10 @@ def test_the_hierarchy_gives_the_count_and_a_config_file_the_rest(tmp_path):
     path.write_text("accelerators: 12\nbatch: 48\n")
     request = make_request("lenet_c", config=str(path))
     assert (request.hierarchy, request.batch) == (Hierarchy((3, 2, 2)), 48)
+    assert make_request("lenet_c", config=str(path), hierarchy="4x4").accelerators == 16
+    assert make_request("lenet_c", config=str(path), levels=3).accelerators == 8  # flags win
     with pytest.raises(InputError, match="4x4 has 16 members, but there are 12"):
-        make_request("lenet_c", config=str(path), hierarchy="4x4")
+        make_request("lenet_c", config=str(path), hierarchy="4x4", accelerators=12)
 
 
 def test_compare_names_a_baseline_that_plans(cli):
@@ -63,8 +65,13 @@ def test_compare_names_a_baseline_that_plans(cli):
     batch nor batch can split it" even when data was not asked for."""
     failed = cli("compare", "vgg_a", "--batch", "8", "--strategies", "hypar,model")
     assert failed.returncode == 2 and failed.stderr.count("\n") == 1
-    assert "--baseline: data cannot plan 8 samples on 16 accelerators" in failed.stderr
-    assert "batch cannot split it" in failed.stderr and "e.g. --baseline hypar" in failed.stderr
+    assert "compare: the baseline, data, cannot plan 8 samples on 16 accelerators" in \
+        failed.stderr
+    assert "batch cannot split it" in failed.stderr
+    assert "choose another with --baseline, e.g. hypar" in failed.stderr
+    other = cli("compare", "alexnet", "--batch", "8", "--baseline", "model", "--strategies",
+                "data", "--engine", "analytic")
+    assert other.returncode == 2 and "strategy data: layer conv1: batch cannot" in other.stderr
     done = cli("compare", "vgg_a", "--batch", "8", "--strategies", "hypar,model", "--baseline",
                "model", "--engine", "analytic", "--json")
     assert done.returncode == 0, done.stderr

@@ -147,5 +147,5 @@ def too_big(network: str, strategy: str, needed: float, least: float,
     return InputError(
         f"capacity: strategy {strategy}'s plan needs {needed / GIB:.3g} GiB per cube, more than "
         f"the cube's {capacity_bytes / GIB:.3g} GiB (it follows its own cost, not memory); "
-        f"{' or '.join(fitters)} find{'s' if len(fitters) == 1 else ''} a plan that fits (the "
-        f"leanest needs at least {least / GIB:.3g} GiB)")
+        f"{' or '.join(fitters)} search{'es' if len(fitters) == 1 else ''} for a plan that fits "
+        f"(none can need less than {least / GIB:.3g} GiB)")
