@@ -49,7 +49,8 @@ def _add_plan_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--kinds", default=None,
                         help=f"split kinds the planner may use, from {allowed_kind_names()} "
                              f"(default {','.join(DEFAULT_KINDS)}; optimal, soybean, tofu, grid "
-                             "and accpar: their paper's own)")
+                             "and accpar: their paper's own; replicate, graphs only, trades "
+                             "computation for bytes: a bytes search may replicate everything)")
     parser.add_argument("--search", default="greedy", choices=SEARCHES,
                         help="greedy: level by level, HyPar's Algorithm 2 (default); joint: "
                              "one DP over every level at once (exact)")
@@ -61,7 +62,7 @@ def _add_plan_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--phases", default="training", choices=PHASES,
                         help="training: a whole step, forward, backward, weight gradient, "
                              "update (default); forward: inference, the forward pass alone "
-                             "(plan and simulation; chain networks, --objective bytes)")
+                             "(plan and simulation; chains and graphs, --objective bytes)")
     parser.add_argument("--objective", default="bytes", choices=OBJECTIVES,
                         help="what a searching strategy minimises: bytes between accelerators "
                              "(default, HyPar's), or the step's time or energy as the planner "
@@ -103,8 +104,9 @@ def _plan_arguments(plan: argparse.ArgumentParser) -> None:
                            f"uses, one of {', '.join(TOPOLOGIES)} (default htree) or a "
                            "topology file (.yaml)")
     plan.add_argument("--config", default=None,
-                      help="a hardware YAML file (the estimate's hardware and the cube's memory "
-                           "every plan must fit)")
+                      help="a YAML file of hardware keys (the estimate's hardware and the "
+                           "cube's memory every plan must fit) and the run's accelerators and "
+                           "batch (flags override them)")
     plan.add_argument("--set", dest="overrides", action="append", default=[],
                       metavar="KEY=VALUE", help="set a hardware key, e.g. --set "
                       "cube_capacity_gib=0.5; repeatable")

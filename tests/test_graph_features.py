@@ -347,3 +347,22 @@ def test_a_product_broadcasts_its_leading_axes_and_an_fc_follows_a_transpose():
         {"name": "fc", "type": "fc", "out_features": 16}]}, "t")
     assert transposed.node("fc").desc.output == (Dim.Q, Dim.K)  # P is the stream's other axis
     assert transposed.node("fc").macs == 32 * 32 * 16
+
+
+@pytest.mark.parametrize(("text", "fragment"), [
+    ("*: batch batch; *: in in", "* is given twice"),
+    ("fc: in in; fc: out out; *: batch batch", "fc is given twice"),
+    ("nosuch.json", "nosuch.json: plan file not found"),
+])
+def test_node_plans_refuse_repeats_and_missing_files(text, fragment):
+    with pytest.raises(InputError, match=re.escape(fragment)):
+        make_graph_plan(load_workload("resnet18"), "explicit", Hierarchy((2, 2)), 8, text)
+
+
+@pytest.mark.parametrize("body", ['{"nodes": 3}', '{"nodes": [{"name": "conv1", "kinds": "in"}]}'])
+def test_a_malformed_node_plan_file_is_one_line(tmp_path, body):
+    path = tmp_path / "plan.json"
+    path.write_text(body)
+    with pytest.raises(InputError, match="not a graph plan file") as info:
+        make_graph_plan(load_workload("resnet18"), "explicit", Hierarchy((2, 2)), 8, str(path))
+    assert "\n" not in str(info.value)

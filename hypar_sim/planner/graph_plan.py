@@ -299,8 +299,8 @@ def plan_graph(graph: Graph, strategy: str, hierarchy: Hierarchy, batch: int,
 
 
 def _fitting(request: GraphRequest, strategy: str, columns: list[Column]) -> list[Column]:
-    """`columns`, if their plan fits a cube (`planner.memory`: every node's busiest member's
-    weights, gradients and kept output, and the largest receive); else, for a strategy that
+    """`columns`, if their plan fits a cube (`GraphPlan.footprint_parts`: the busiest cube's
+    weights, gradients, kept outputs and largest receive); else, for a strategy that
     searches on the planner's costs (hypar), its search again with a price on memory, the
     least price at which the plan fits; else one line with the need and the capacity."""
     capacity = request.capacity_bytes or math.inf

@@ -99,6 +99,8 @@ def parse_node_plan(text: str, names: Sequence[str], levels: int,
         if len(column) != levels:
             raise InputError(f"{where}: {name} has {len(column)} kind(s), expected {levels} "
                              "(one per level, top first)")
+        if name in given:
+            raise InputError(f"{where}: {name[:40]} is given twice")
         given[name] = column
     missing = [name for name in names if name not in given]
     if missing and "*" not in given:
@@ -112,17 +114,28 @@ def read_node_plan(value: str, names: Sequence[str], levels: int) -> list[Column
     text itself."""
     path = Path(value)
     if not _is_file(path):
+        if path.suffix in (".json", ".txt", ".plan") and ":" not in value:
+            raise InputError(f"{value}: plan file not found")
         return parse_node_plan(value, names, levels)
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise InputError(f"{path}: cannot read the plan file ({exc})") from None
     if text.lstrip().startswith("{"):
-        try:
-            nodes = json.loads(text)["nodes"]
-            text = ";".join(f"{node['name']}: {' '.join(map(str, node['kinds']))}"
-                            for node in nodes)
-        except (ValueError, KeyError, TypeError) as exc:
-            raise InputError(f"{path}: not a graph plan file (JSON of `plan --json` with "
-                             f"'nodes', each with 'name' and 'kinds'): {exc!r}") from None
+        text = _node_plan_json(text, str(path))
     return parse_node_plan(text, names, levels, str(path))
+
+
+def _node_plan_json(text: str, where: str) -> str:
+    """The entries of a graph's `plan --json` file, as plan text."""
+    problem = f"{where}: not a graph plan file (JSON of `plan --json` with 'nodes', a list of " \
+        "objects each with 'name' and a list of 'kinds')"
+    try:
+        nodes = json.loads(text)["nodes"]
+    except (ValueError, KeyError, TypeError):
+        raise InputError(problem) from None
+    if not isinstance(nodes, list) or not all(
+            isinstance(node, dict) and isinstance(node.get("name"), str)
+            and isinstance(node.get("kinds"), list) for node in nodes):
+        raise InputError(problem)
+    return ";".join(f"{node['name']}: {' '.join(map(str, node['kinds']))}" for node in nodes)

@@ -122,6 +122,7 @@ def small_external_values(model: Any, folder: Path) -> list[str]:
     from onnx.external_data_helper import uses_external_data
 
     missing, kept = [], []
+    listed = {i.name for i in model.graph.input}
     for tensor in model.graph.initializer:
         if not uses_external_data(tensor):
             kept.append(tensor)
@@ -140,8 +141,9 @@ def small_external_values(model: Any, folder: Path) -> list[str]:
                 raise OSError("shorter than its tensor")
         except (OSError, ValueError):
             missing.append(tensor.name)
-            model.graph.input.append(helper.make_tensor_value_info(
-                tensor.name, tensor.data_type, list(tensor.dims)))
+            if tensor.name not in listed:  # old exporters list initializers as inputs too
+                model.graph.input.append(helper.make_tensor_value_info(
+                    tensor.name, tensor.data_type, list(tensor.dims)))
             continue
         tensor.raw_data = data
         tensor.data_location = TensorProto.DEFAULT
