@@ -366,3 +366,16 @@ def test_a_malformed_node_plan_file_is_one_line(tmp_path, body):
     with pytest.raises(InputError, match="not a graph plan file") as info:
         make_graph_plan(load_workload("resnet18"), "explicit", Hierarchy((2, 2)), 8, str(path))
     assert "\n" not in str(info.value)
+
+
+def test_a_replica_above_a_batch_split_reduces_within_itself():
+    """`replicate` at the top level, `batch` below, on 2 x 2: each top half holds a copy of
+    the same two batch halves, so each reduces its fc's weight gradient within itself
+    (level 2), 2 x 2 x 2 x 1/2 x 262,144 B, and nothing crosses the top level (the first
+    replica reduced for both, and the second fetched the sum across the top)."""
+    graph = parse_graph({"inputs": {"x": [256]}, "nodes": [
+        {"name": "a", "type": "act", "function": "relu"},
+        {"name": "fc", "type": "fc", "out_features": 256}]}, "g")
+    plan = make_graph_plan(graph, "explicit", Hierarchy((2, 2)), 8, "*: rep batch",
+                           options=PlanOptions(("batch", "replicate")))
+    assert plan.traffic_bytes_per_level == (0.0, 1048576.0)

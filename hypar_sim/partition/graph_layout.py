@@ -35,7 +35,7 @@ from hypar_sim.partition.graph_axes import Site
 from hypar_sim.partition.graph_ops import Box, region, weight_shape
 from hypar_sim.partition.hierarchy import Hierarchy
 from hypar_sim.partition.kinds import KINDS, Dim
-from hypar_sim.partition.redistribute import Moved, Region, gather_stage, redistribute
+from hypar_sim.partition.redistribute import Moved, Region, redistribute
 from hypar_sim.partition.shares import Column, level_intervals
 from hypar_sim.workload.tdl import Description
 
@@ -223,7 +223,7 @@ def own_matrices(own: NodeLayout, batch: int, word_bytes: int,
     if is_output:
         loss = redistribute(_tensor(own.site, batch), outputs, None, own.replicas)
         result.update({"loss reduce": loss.reduce * word_bytes,
-                       "loss gather": gather_stage(loss.holders, loss.contrib, loss.volume)
+                       "loss gather": loss.returned()
                        * word_bytes})
     return result
 

@@ -49,7 +49,7 @@ import numpy as np
 from hypar_sim.partition.hierarchy import Hierarchy
 from hypar_sim.partition.kinds import Dim
 from hypar_sim.partition.operators import extents
-from hypar_sim.partition.redistribute import Moved, Region, gather_stage, redistribute
+from hypar_sim.partition.redistribute import Moved, Region, redistribute
 from hypar_sim.partition.shares import (
     Column,
     conv_spans,
@@ -155,7 +155,7 @@ def boundary_transfers(producer: Boxes, consumer: Boxes | None, word_bytes: int)
         loss = redistribute(shape, produced, None)
         return {(0, TransferKind.PARTIAL_SUM): loss.reduce * (word_bytes * pooled),
                 (0, TransferKind.ERROR_GATHER):
-                    gather_stage(loss.holders, loss.contrib, loss.volume) * word_bytes}
+                    loss.returned() * word_bytes}
     needed = consumer.input_regions(shape[1:])
     forward = redistribute(shape, produced, needed)
     backward = redistribute(shape, needed, produced)

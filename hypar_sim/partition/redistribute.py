@@ -254,14 +254,26 @@ def gather_stage(holders: Cover, need: Cover, volume: np.ndarray) -> Moved:
 @dataclass(frozen=True)
 class Stages:
     """One redistribution: elements moved [src, dst] by the reduce and the gather stage,
-    the fraction of each cell every member holds after the reduce, the contributions (those
-    whose cells were reduced, with copies: `_with_copies`) and the grid's cell volumes."""
+    the fraction of each cell every member holds after the reduce, the contributions, the
+    grid's cell volumes, and (with copies: `_with_copies`) each universe's holders and
+    contributions."""
 
     reduce: Moved
     gather: Moved
     holders: Cover
     contrib: Cover
     volume: np.ndarray  # [cells]
+    universes: tuple[tuple[Cover, Cover], ...] = ()
+
+    def returned(self) -> Moved:
+        """Elements [src, dst] of the reduced values' error sent back to the contributors
+        (the loss's: every contributor needs the error of what it computed)."""
+        if not self.universes:
+            return gather_stage(self.holders, self.contrib, self.volume)
+        total = Moved.none(self.contrib.members)
+        for holders, contrib in self.universes:
+            total = total + gather_stage(holders, contrib, self.volume)
+        return total
 
 
 def redistribute(extents: Sequence[int], contributions: Sequence[Region],
@@ -282,28 +294,25 @@ def redistribute(extents: Sequence[int], contributions: Sequence[Region],
 
 def _with_copies(contrib: Cover, need: Cover, volume: np.ndarray,
                  replicas: np.ndarray) -> Stages:
-    """The rule where members of a replica class hold copies, not partial sums: the classes'
-    first members alone are reduced (partials across classes); a cell one class alone
-    computed is held whole by each of its members, so they need nothing and others receive
-    it from them (an equal part from each, as from reduce-scatter owners)."""
-    first = replicas[contrib.member] == contrib.member
-    lead = Cover(contrib.members, contrib.cells, contrib.member[first], contrib.cell[first],
-                 contrib.weight[first])
-    moved, owners = reduce_stage(lead, need, volume)
-    classes = np.bincount(lead.cell, minlength=contrib.cells)
-    alone = classes[contrib.cell] == 1  # (member, cell) pairs of cells one class computed
-    copies = np.bincount(contrib.cell[alone], minlength=contrib.cells).astype(np.float64)
-    kept = classes[owners.cell] != 1
-    holders = Cover.of(contrib.members, contrib.cells,
-                       np.concatenate([owners.member[kept], contrib.member[alone]]),
-                       np.concatenate([owners.cell[kept], contrib.cell[alone]]),
-                       np.concatenate([owners.weight[kept],
-                                       1.0 / copies[contrib.cell[alone]]]))
-    whole = Cover(contrib.members, contrib.cells, contrib.member[alone], contrib.cell[alone],
-                  np.ones(int(alone.sum())))
-    lacking = ~_found(need.keys(), whole.keys())
-    missing = Cover(need.members, need.cells, need.member[lacking], need.cell[lacking],
-                    need.weight[lacking])
-    reduced = Cover(contrib.members, contrib.cells, contrib.member[~alone],
-                    contrib.cell[~alone], contrib.weight[~alone])  # need the sum back
-    return Stages(moved, gather_stage(holders, missing, volume), holders, reduced, volume)
+    """The rule where members of a replica class hold copies, not partial sums: the members
+    are cut into universes, a member's being its rank among its class's members (the n-th
+    replica of every class); each universe holds one copy of every class's contribution and
+    redistributes it to its own needers by the plain rule, side by side with the others (so
+    a tensor replicated above a batch split is reduced within each replica, not across)."""
+    order = np.argsort(replicas, kind="stable")
+    rank = np.empty(len(replicas), dtype=np.int64)
+    first_of = np.searchsorted(replicas[order], replicas[order])  # each class's first slot
+    rank[order] = np.arange(len(replicas)) - first_of
+    moved, gathered, universes = Moved.none(contrib.members), Moved.none(contrib.members), []
+    for universe in range(int(rank.max()) + 1):
+        take = rank[contrib.member] == universe
+        part = Cover(contrib.members, contrib.cells, contrib.member[take], contrib.cell[take],
+                     contrib.weight[take])
+        wanted = rank[need.member] == universe
+        needed = Cover(need.members, need.cells, need.member[wanted], need.cell[wanted],
+                       need.weight[wanted])
+        reduced, holders = reduce_stage(part, needed, volume)
+        moved = moved + reduced
+        gathered = gathered + gather_stage(holders, needed, volume)
+        universes.append((holders, part))
+    return Stages(moved, gathered, universes[0][0], contrib, volume, tuple(universes))
