@@ -166,7 +166,8 @@ def _solve(graph: Graph, sites: Sequence[Site], options: Sequence[Sequence[Colum
 
 
 def _no_option(node: Node, kinds: Sequence[str], hierarchy: Hierarchy) -> InputError:
-    return InputError(f"--kinds: no kind of {','.join(kinds)} can split node {node.name} "
+    return InputError(f"--kinds: no kind of {','.join(dict.fromkeys(kinds))} can split node "
+                      f"{node.name} "
                       f"({node.op}, output {list(node.shape)}) on hierarchy {hierarchy}; allowed: "
                       "kinds whose dimension has at least as many indices as a level has members")
 

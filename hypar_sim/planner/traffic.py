@@ -254,12 +254,18 @@ class LayoutTraffic(_Phased):
 
     @property
     def kinds(self) -> tuple[str, ...]:
-        """Every registered kind (a layer takes those whose dimension it has)."""
-        return tuple(KINDS)
+        """Every registered kind that splits a dimension (a layer takes those whose dimension
+        it has; `replicate` is for graphs)."""
+        return tuple(name for name, kind in KINDS.items() if kind.dim is not None)
 
     def check(self, hierarchy: Hierarchy, kinds: Sequence[str], batch: int,
               searches: bool) -> None:
-        """Any kind, any level size, any batch: nothing to refuse before planning."""
+        """Any kind that splits a dimension, any level size, any batch."""
+        chained = self.kinds
+        unsplit = [k for k in kinds if k not in chained]
+        if unsplit:
+            raise InputError(f"--kinds: {', '.join(unsplit)} takes graph networks only (a "
+                             f"chain's layers take {', '.join(chained)})")
 
     def check_plan(self, layers: Sequence[Layer], batch: int, columns: Sequence[Column],
                    hierarchy: Hierarchy) -> None:
