@@ -7,6 +7,8 @@ import subprocess
 import sys
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from hypar_sim.errors import InputError
 from hypar_sim.hardware.config import load_hardware
@@ -149,3 +151,26 @@ def test_graph_capacity_cli_is_one_line(cli):
     result = cli("plan", "resnet50", "--set", "cube_capacity_gib=0.01")
     assert result.returncode == 2 and result.stderr.count("\n") == 1
     assert "the cube has 0.01 GiB" in result.stderr and "needs at least" in result.stderr
+
+
+@settings(max_examples=30, deadline=None, derandomize=True)
+@given(graph_name=st.sampled_from(["residual", "inception", "attention"]),
+       strategy=st.sampled_from(["data", "model", "hypar", "trick", "tofu", "accpar"]),
+       fraction=st.floats(0.2, 1.5), sizes=st.sampled_from([(2,), (2, 2), (3,)]))
+def test_no_graph_plan_is_over_capacity(graph_name, strategy, fraction, sizes):
+    """Any capacity, any strategy: a graph plan fits the cube (its footprint, which the run
+    checks too) or the planner refuses it in one line naming the capacity."""
+    from tests import test_graph_plan
+
+    graph, hierarchy, batch = getattr(test_graph_plan, graph_name)(), Hierarchy(sizes), 12
+    capacity = make_graph_plan(graph, "data", hierarchy, batch).footprint_bytes * fraction
+    config = load_hardware(overrides={"cube_capacity_gib": capacity / 2**30})
+    try:
+        plan = make_graph_plan(graph, strategy, hierarchy, batch, options=PlanOptions(
+            ("batch", "in", "out", "heads")), config=config)
+    except InputError as exc:
+        assert str(exc).startswith("capacity:") or "--kinds" in str(exc)
+        assert "\n" not in str(exc)
+        return
+    assert plan.footprint_bytes <= config.cube_capacity_bytes
+    simulate(graph, plan, config, SimOptions(engine="analytic"))  # the run accepts it
