@@ -144,9 +144,7 @@ def cmd_compare(args: argparse.Namespace) -> str:
     graph = isinstance(network, Graph)
     allowed = tuple(GRAPH_STRATEGIES) if graph else tuple(s for s in STRATEGIES
                                                           if s != "explicit")
-    strategies = _compared(args.strategies, args.baseline,
-                           COMPARED, allowed)
-    _check_baseline(request, network, args.baseline, allowed)
+    strategies = _compared(args.strategies, args.baseline, COMPARED, allowed)
     objectives = [objective_for(s, request.plan.objective) for s in strategies]
     if args.workers is not None and args.workers < 1:
         raise InputError(f"--workers: must be a positive integer, got {args.workers}")
@@ -156,10 +154,15 @@ def cmd_compare(args: argparse.Namespace) -> str:
     jobs = [(with_strategy(quiet, strategy, objective), network)
             for strategy, objective in zip(strategies, objectives, strict=True)]
     results = parallel_map(_simulate_job, jobs, args.workers, progress=request.sim.progress)
+    for strategy, result in zip(strategies, results, strict=True):
+        if isinstance(result, InputError):
+            if strategy == args.baseline:
+                raise _baseline_error(request, network, strategy, result, allowed)
+            raise InputError(f"strategy {strategy}: {result}")
     bound = None
     if not graph and request.plan.phases == "training":  # the bound counts a training step
         bound = sum(layer_bounds(network.layers, request.batch, request.hierarchy,
-                                 request.plan.kinds, request.hardware().word_bytes))
+                                 request.plan.kinds, request.hardware.word_bytes))
     if args.json:
         return json.dumps([result.to_dict() | {"objective": objective,
                                                "baseline": args.baseline}
@@ -171,40 +174,36 @@ def cmd_compare(args: argparse.Namespace) -> str:
 
 
 def _simulate_job(job: tuple) -> Any:
-    """One strategy of `compare` (a process pool's unit of work)."""
+    """One strategy of `compare` (a process pool's unit of work): its result, or the
+    InputError it met (the caller says which strategy failed)."""
     from hypar_sim.runner import simulate_request
 
     request, network = job
     try:
         return simulate_request(request, network)
-    except InputError as exc:  # which of the compared strategies failed
-        raise InputError(f"strategy {request.strategy}: {exc}") from None
+    except InputError as exc:
+        return exc
 
 
-def _check_baseline(request: RunRequest, network: Network | Graph, baseline: str,
-                    allowed: tuple[str, ...]) -> None:
-    """The baseline must plan (the ratios divide by it): if it cannot, one line saying why
-    and naming a strategy that plans this case."""
+def _baseline_error(request: RunRequest, network: Network | Graph, baseline: str,
+                    error: InputError, allowed: tuple[str, ...]) -> InputError:
+    """The ratios divide by the baseline: where it cannot plan, one line saying why and
+    naming a strategy that plans this case."""
     from hypar_sim.request import plan_request, with_strategy
 
-    config = request.hardware()
-    try:
-        plan_request(with_strategy(request, baseline), network, config)
-    except InputError as exc:
-        working = None
-        for other in ("hypar", *allowed):
-            if other == baseline:
-                continue
-            try:
-                plan_request(with_strategy(request, other, "bytes"), network, config)
-            except InputError:
-                continue
-            working = other
-            break
-        hint = f"; choose another with --baseline, e.g. {working}" if working else ""
-        raise InputError(f"compare: the baseline, {baseline}, cannot plan {request.batch} "
-                         f"samples on {request.accelerators} accelerators ({exc}){hint}") \
-            from None
+    working = None
+    for other in ("hypar", *allowed):
+        if other == baseline:
+            continue
+        try:
+            plan_request(with_strategy(request, other, "bytes"), network)
+        except InputError:
+            continue
+        working = other
+        break
+    hint = f"; choose another with --baseline, e.g. {working}" if working else ""
+    return InputError(f"compare: the baseline, {baseline}, cannot plan {request.batch} "
+                      f"samples on {request.accelerators} accelerators ({error}){hint}")
 
 
 def _compared(text: str | None, baseline: str, default: tuple[str, ...],
@@ -393,11 +392,11 @@ def cmd_plan(args: argparse.Namespace) -> str:
     from hypar_sim.request import plan_request
 
     request = request_from_args(args)
-    workload, config = request.workload(), request.hardware()
+    workload, config = request.workload(), request.hardware
     if args.bound and request.plan.phases != "training":
         raise InputError("--bound: the lower bound counts a training step's transfers; it is "
                          "not defined for --phases forward yet")
-    plan = plan_request(request, workload, config)
+    plan = plan_request(request, workload)
     if isinstance(workload, Graph):
         return _graph_plan_text(args, request, plan, workload)
     bounds = None

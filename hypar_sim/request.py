@@ -43,27 +43,22 @@ Overrides = tuple[tuple[str, Any], ...]
 @dataclass(frozen=True)
 class RunRequest:
     """One run's inputs: the network, the array (`hierarchy`; its members are the
-    accelerators), the batch, the strategy and its options, how to simulate, and where the
-    hardware comes from (the config file and `--set` keys)."""
+    accelerators), the batch, the hardware (the defaults, the config file, then the `--set`
+    keys, loaded once), the strategy and its options, and how to simulate."""
 
     network: str | Network | Graph
     hierarchy: Hierarchy
     batch: int
+    hardware: HardwareConfig
     strategy: str = "hypar"
     seq: int | None = None
     plan_text: str | None = None
     plan: PlanOptions = field(default_factory=PlanOptions)
     sim: SimOptions = field(default_factory=SimOptions)
-    config_file: str | None = None
-    overrides: Overrides = ()
 
     @property
     def accelerators(self) -> int:
         return self.hierarchy.members
-
-    def hardware(self) -> HardwareConfig:
-        """The hardware: defaults, the config file, then the `--set` keys."""
-        return load_hardware(self.config_file, dict(self.overrides))
 
     def workload(self) -> Network | Graph:
         """The network (loaded from its name or path; a dynamic sequence takes `seq`)."""
@@ -87,8 +82,6 @@ def _hierarchy(accelerators: int | None, levels: int | None,
     match)."""
     if accelerators is not None:
         _count(accelerators, "--accelerators", MAX_MEMBERS)
-    if file_count is not None:
-        _count(file_count, "accelerators", MAX_MEMBERS)
     count = accelerators if accelerators is not None or levels is not None \
         or hierarchy is not None else file_count
     if levels is not None:
@@ -145,10 +138,9 @@ def make_request(network: str | Network | Graph, *, accelerators: int | None = N
     plan = PlanOptions(kinds, search, traffic_model, objective=objective, topology=sim.topology,
                        overlap_gradients=sim.overlap_gradients, progress=progress,
                        phases=phases)
-    request = RunRequest(network, array, batch, "explicit" if plan_text is not None else strategy,
-                         seq, plan_text, plan, sim, config, pairs)
-    request.hardware()  # a bad config file or key stops here, before any planning
-    return request
+    return RunRequest(network, array, batch, load_hardware(config, dict(pairs)),
+                      "explicit" if plan_text is not None else strategy, seq, plan_text, plan,
+                      sim)
 
 
 def with_strategy(request: RunRequest, strategy: str, objective: str | None = None
@@ -159,15 +151,14 @@ def with_strategy(request: RunRequest, strategy: str, objective: str | None = No
     return dataclasses.replace(request, strategy=strategy, plan_text=None, plan=plan)
 
 
-def plan_request(request: RunRequest, workload: Network | Graph | None = None,
-                 config: HardwareConfig | None = None) -> Plan | GraphPlan:
+def plan_request(request: RunRequest, workload: Network | Graph | None = None
+                 ) -> Plan | GraphPlan:
     """The plan of the request's strategy for its network and array, within a cube's memory
-    (`workload` and `config`: the request's, when the caller has them loaded already)."""
+    (`workload`: the request's, when the caller has it loaded already)."""
     from hypar_sim.planner.graph_plan import make_graph_plan
     from hypar_sim.planner.strategies import make_plan
 
     workload = workload if workload is not None else request.workload()
-    config = config if config is not None else request.hardware()
     make = make_graph_plan if isinstance(workload, Graph) else make_plan
     return make(workload, request.strategy, request.hierarchy, request.batch, request.plan_text,
-                config.word_bytes, request.plan, config)
+                request.hardware.word_bytes, request.plan, request.hardware)

@@ -42,8 +42,7 @@ def simulate_request(request: RunRequest, workload: Network | Graph | None = Non
     """Plan the request (`request.plan_request`), then simulate its plan (`workload`: the
     request's network, when the caller has it loaded already)."""
     workload = workload if workload is not None else request.workload()
-    config = request.hardware()
-    return simulate(workload, plan_request(request, workload, config), config, request.sim)
+    return simulate(workload, plan_request(request, workload), request.hardware, request.sim)
 
 
 def _run(schedule: Schedule, hierarchy: Hierarchy, config: HardwareConfig, options: SimOptions,
