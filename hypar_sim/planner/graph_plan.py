@@ -151,7 +151,7 @@ def _solve(graph: Graph, sites: Sequence[Site], options: Sequence[Sequence[Colum
     for edges in sharing_edges(graph):
         nodes = tuple(dict.fromkeys([edges[0][0], *(c for _, c, _ in edges)]))
         cells = math.prod(len(options[n]) for n in nodes)
-        if len(edges) > 1 and len(nodes) > 1 and cells <= _SHARED_CELLS:
+        if len(edges) > 1 and cells <= _SHARED_CELLS:
             nodes, table = shared_table(costs, sites, edges, options, hierarchy)
             factors.append(Factor(nodes, np.array(table).reshape(
                 [len(options[n]) for n in nodes])))
@@ -290,39 +290,37 @@ def plan_graph(graph: Graph, strategy: str, hierarchy: Hierarchy, batch: int,
                            word_bytes,
                            float(config.cube_capacity_bytes) if config else None, config,
                            plan_text=plan_text)
-    columns = _fitting(request, strategy, GRAPH_STRATEGIES[strategy](request))
+    plan = _fitting(request, strategy, GRAPH_STRATEGIES[strategy](request), phases)
     chain = STRATEGIES.get(strategy)
     search = search if chain is not None and chain.honours_search else ""
     if notes:
         search = f"{search} ({notes[0]})"
-    return evaluate_graph_plan(graph, strategy, search, batch, hierarchy, columns, word_bytes,
-                               phases)
+    return dataclasses.replace(plan, search=search)
 
 
-def _fitting(request: GraphRequest, strategy: str, columns: list[Column]) -> list[Column]:
-    """`columns`, if their plan fits a cube (`GraphPlan.footprint_parts`: the busiest cube's
-    weights, gradients, kept outputs and largest receive); else, for a strategy that
-    searches on the planner's costs (hypar), its search again with a price on memory, the
+def _fitting(request: GraphRequest, strategy: str, columns: list[Column],
+             phases: str) -> GraphPlan:
+    """The plan of `columns`, if it fits a cube (`GraphPlan.footprint_parts`: the busiest
+    cube's weights, gradients, kept outputs and largest receive); else, for a strategy that
+    searches on the planner's costs (hypar), of its search again with a price on memory, the
     least price at which the plan fits; else one line with the need and the capacity."""
     capacity = request.capacity_bytes or math.inf
     costs, sites, hierarchy = request.costs, request.sites, request.hierarchy
+    evaluated: dict[tuple[Column, ...], GraphPlan] = {}
 
-    def kept(found: Sequence[Column]) -> float:
-        return sum(costs.footprint(site, column, hierarchy)
-                   for site, column in zip(sites, found, strict=True))
+    def evaluate(found: Sequence[Column]) -> GraphPlan:
+        key = tuple(found)
+        if key not in evaluated:
+            evaluated[key] = evaluate_graph_plan(request.graph, strategy, "", request.batch,
+                                                 hierarchy, found, request.word_bytes, phases)
+        return evaluated[key]
 
     def footprint_of(found: Sequence[Column]) -> float:
-        plan = evaluate_graph_plan(request.graph, strategy, "", request.batch, hierarchy,
-                                   found, request.word_bytes,
-                                   "forward" if costs.forward_only else "training")
-        return plan.footprint_bytes
+        return evaluate(found).footprint_bytes
 
-    first = kept(columns)
-    if first + _plan_bytes(request, columns) <= capacity:  # no step moves more than the plan
-        return columns
     needed = footprint_of(columns)
     if needed <= capacity:
-        return columns
+        return evaluate(columns)
     spec = STRATEGIES.get(strategy)
     options = _offered_columns(sites, request.batch, hierarchy, request.kinds)
     least = sum(min(costs.footprint(site, column, hierarchy, member=0) for column in offered)
@@ -342,7 +340,7 @@ def _fitting(request: GraphRequest, strategy: str, columns: list[Column]) -> lis
     if fitted is None:  # the leanest footprints fit, not with the buffers of their plans
         raise memory.too_big(request.graph.name, strategy, needed, least, capacity,
                              request.kinds, fitters)
-    return list(fitted[1])
+    return evaluate(fitted[1])
 
 
 def _plan_bytes(request: GraphRequest, columns: Sequence[Column]) -> float:
