@@ -26,6 +26,7 @@ output projection into the token embedding) before the owner's all-reduce.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -99,6 +100,13 @@ class NodeLayout:
         read = self.site.desc.reads[index]
         return [region(read, self.box(m)) for m in range(self.members)]
 
+    def read_signature(self, index: int) -> tuple:
+        """What decides that consumers read a tensor alike (one transfer serves them:
+        `planner.plan_messages`): every member's region of input `index`, and which members
+        are replicas (whose errors are copies, not partial sums)."""
+        replicas = None if self.replicas is None else tuple(self.replicas.tolist())
+        return tuple(self.reads(index)), replicas
+
 
 def layout(site: Site, batch: int, column: Column, hierarchy: Hierarchy) -> NodeLayout:
     op = site.desc
@@ -152,6 +160,17 @@ def member_kept(own: NodeLayout) -> np.ndarray:
     for dim in own.site.output:
         kept = kept * (member_channels(own) if dim is Dim.K else _extent(own, dim))
     return kept
+
+
+def busiest_member(layouts: Sequence[NodeLayout], gradients: bool = True
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """[node] the parameters and the kept output elements of the member whose cube keeps
+    the most for the whole graph (weights, their gradients unless not `gradients`, kept
+    outputs): what the planner and the simulator check against a cube's capacity."""
+    params = np.stack([member_params(own) for own in layouts])  # [node, member]
+    kept = np.stack([member_kept(own) for own in layouts])
+    busiest = int(np.argmax(((1 + gradients) * params + kept).sum(axis=0)))
+    return params[:, busiest], kept[:, busiest]
 
 
 def member_footprint_bytes(own: NodeLayout, word_bytes: int,
@@ -261,13 +280,11 @@ class Costs:
         return self._edges[key]
 
     def reads(self, consumer: Site, index: int, column: Column, hierarchy: Hierarchy) -> tuple:
-        """Every member's region of input `index` of the consumer and its replica classes
-        (consumers that read a tensor alike share its transfer: `plan_messages`)."""
+        """The consumer's `NodeLayout.read_signature` of input `index` under `column`."""
         key = (geometry(consumer), index, column, hierarchy)
         if key not in self._reads:
             own = layout(consumer, self.batch, column, hierarchy)
-            replicas = None if own.replicas is None else tuple(own.replicas.tolist())
-            self._reads[key] = (tuple(own.reads(index)), replicas)
+            self._reads[key] = own.read_signature(index)
         return self._reads[key]
 
     def footprint(self, site: Site, column: Column, hierarchy: Hierarchy,

@@ -411,9 +411,7 @@ def footprint_parts(layouts: Sequence[graph_layout.NodeLayout], word_bytes: int,
     if not layouts:
         return (("weights", 0.0), ("gradients", 0.0), ("activations", 0.0),
                 ("buffers", buffers))
-    params = sum(graph_layout.member_params(own) for own in layouts) * word_bytes
-    kept = sum(graph_layout.member_kept(own) for own in layouts) * word_bytes
-    busiest = int(np.argmax((1 + gradients) * params + kept))
-    return (("weights", float(params[busiest])),
-            ("gradients", float(params[busiest]) * gradients),
-            ("activations", float(kept[busiest])), ("buffers", buffers))
+    params, kept = (float(part.sum()) * word_bytes
+                    for part in graph_layout.busiest_member(layouts, gradients))
+    return (("weights", params), ("gradients", params * gradients), ("activations", kept),
+            ("buffers", buffers))

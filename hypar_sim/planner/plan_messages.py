@@ -46,18 +46,11 @@ def sharing_edges(graph: Graph) -> list[list[Edge]]:
 
 def read_groups(graph: Graph, layouts: Sequence[graph_layout.NodeLayout]) -> list[list[Edge]]:
     """The edges of a plan grouped by producer and by how their consumers' members read it
-    (`read_signature`: alike, one transfer serves them all)."""
+    (`NodeLayout.read_signature`: alike, one transfer serves them all)."""
     groups: dict[tuple, list[Edge]] = {}
     for p, c, k in graph_edges(graph):
-        groups.setdefault((p, read_signature(layouts[c], k)), []).append((p, c, k))
+        groups.setdefault((p, layouts[c].read_signature(k)), []).append((p, c, k))
     return list(groups.values())
-
-
-def read_signature(consumer: graph_layout.NodeLayout, index: int) -> tuple:
-    """What decides that consumers read a tensor alike: every member's region of it, and
-    which of them are replicas (whose errors are copies, not partial sums)."""
-    replicas = consumer.replicas
-    return tuple(consumer.reads(index)), None if replicas is None else tuple(replicas.tolist())
 
 
 def shared_cost(costs: graph_layout.Costs, sites: Sequence[Site], edges: Sequence[Edge],

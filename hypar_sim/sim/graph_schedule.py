@@ -164,12 +164,9 @@ def _check_fits(graph: Graph, layouts: list[graph_layout.NodeLayout], plan: Grap
     if not layouts:
         return
     word = config.word_bytes
-    params = np.stack([graph_layout.member_params(own) for own in layouts])  # [node, member]
-    kept = np.stack([graph_layout.member_kept(own) for own in layouts])
-    busiest = int(np.argmax(((1 + gradients) * params + kept).sum(axis=0)))
-    footprints = [Footprint(own.site.node.name, float(params[i, busiest] * word),
-                            float(params[i, busiest] * word * gradients),
-                            float(kept[i, busiest] * word))
+    params, kept = graph_layout.busiest_member(layouts, gradients)
+    footprints = [Footprint(own.site.node.name, float(params[i] * word),
+                            float(params[i] * word * gradients), float(kept[i] * word))
                   for i, own in enumerate(layouts)]
     check_capacity(footprints, dict(plan.footprint_parts)["buffers"], config, graph.name)
 
