@@ -45,7 +45,7 @@ if TYPE_CHECKING:
 DEFAULT_LEVELS = 4
 
 
-def request_from_args(args: argparse.Namespace, strategy: str | None = None) -> RunRequest:
+def request_from_args(args: argparse.Namespace) -> RunRequest:
     """The run's request from the command line (`hypar_sim.request.make_request`: flags, then
     the config file's accelerators and batch, then the defaults)."""
     from hypar_sim.request import make_request
@@ -71,7 +71,7 @@ def request_from_args(args: argparse.Namespace, strategy: str | None = None) -> 
         args.network, accelerators=args.accelerators, batch=args.batch,
         levels=getattr(args, "levels", None), hierarchy=args.hierarchy, config=args.config,
         overrides=hardware_overrides(args), seq=args.seq,
-        strategy=strategy or getattr(args, "strategy", "hypar"),
+        strategy=getattr(args, "strategy", "hypar"),
         plan_text=getattr(args, "plan_text", None), kinds=args.kinds, search=args.search,
         traffic_model=args.traffic_model, objective=args.objective,
         phases=getattr(args, "phases", "training"), sim=sim, progress=sys.stderr.isatty())
@@ -79,9 +79,9 @@ def request_from_args(args: argparse.Namespace, strategy: str | None = None) -> 
 
 def _workload(args: argparse.Namespace) -> Network | Graph:
     """The network named by the command line (an ONNX model's sequence from --seq)."""
-    if args.seq is not None and args.seq < 1:
-        raise InputError(f"--seq: must be a positive number of tokens, got {args.seq}")
-    return load_workload(args.network, args.seq)
+    from hypar_sim.request import check_seq
+
+    return load_workload(args.network, check_seq(args.seq))
 
 
 #: From this many accelerators, `run` under the ring collectives suggests layout_levels.

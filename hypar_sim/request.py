@@ -67,6 +67,13 @@ class RunRequest:
         return self.network
 
 
+def check_seq(seq: Any) -> int | None:
+    """`--seq`: None (the model's own) or a positive number of tokens."""
+    if seq is not None and (isinstance(seq, bool) or not isinstance(seq, int) or seq < 1):
+        raise InputError(f"--seq: must be a positive number of tokens, got {seq!r}")
+    return seq
+
+
 def _count(value: Any, flag: str, most: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= most:
         raise InputError(f"{flag}: must be an integer from 1 to {most}, got {value!r}")
@@ -127,8 +134,7 @@ def make_request(network: str | Network | Graph, *, accelerators: int | None = N
     batch = batch if batch is not None else given.get("batch", defaults["batch"])
     if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
         raise InputError(f"--batch: must be a positive integer, got {batch!r}")
-    if seq is not None and (isinstance(seq, bool) or not isinstance(seq, int) or seq < 1):
-        raise InputError(f"--seq: must be a positive number of tokens, got {seq!r}")
+    check_seq(seq)
     pairs = tuple(overrides.items()) if isinstance(overrides, Mapping) else tuple(overrides or ())
     sim = sim or SimOptions()
     if isinstance(kinds, str):
