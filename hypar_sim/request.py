@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from hypar_sim.errors import InputError
-from hypar_sim.hardware.config import HardwareConfig, load_hardware, run_keys
+from hypar_sim.hardware.config import HardwareConfig, load_config, run_keys
 from hypar_sim.partition.hierarchy import MAX_MEMBERS, Hierarchy
 from hypar_sim.partition.kinds import parse_kinds
 from hypar_sim.planner.strategies import PlanOptions, as_hierarchy
@@ -127,7 +127,7 @@ def make_request(network: str | Network | Graph, *, accelerators: int | None = N
     `accelerators` and `batch` None: the config file's, else the defaults (16, 256);
     `kinds` None: HyPar's batch and in, or the strategy's paper's own; `plan_text` makes
     the strategy `explicit`; the plan's estimate sees the simulation's topology."""
-    given = run_keys(config) if config is not None else {}
+    given, hardware = load_config(config, dict(overrides or {}))
     defaults = run_keys()
     array = _hierarchy(accelerators, levels, hierarchy, given.get("accelerators"),
                        defaults["accelerators"])
@@ -135,7 +135,6 @@ def make_request(network: str | Network | Graph, *, accelerators: int | None = N
     if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
         raise InputError(f"--batch: must be a positive integer, got {batch!r}")
     check_seq(seq)
-    pairs = tuple(overrides.items()) if isinstance(overrides, Mapping) else tuple(overrides or ())
     sim = sim or SimOptions()
     if isinstance(kinds, str):
         kinds = parse_kinds(kinds)
@@ -144,7 +143,7 @@ def make_request(network: str | Network | Graph, *, accelerators: int | None = N
     plan = PlanOptions(kinds, search, traffic_model, objective=objective, topology=sim.topology,
                        overlap_gradients=sim.overlap_gradients, progress=progress,
                        phases=phases)
-    return RunRequest(network, array, batch, load_hardware(config, dict(pairs)),
+    return RunRequest(network, array, batch, hardware,
                       "explicit" if plan_text is not None else strategy, seq, plan_text, plan,
                       sim)
 

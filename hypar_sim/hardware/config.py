@@ -298,24 +298,33 @@ def check_run_keys(values: Mapping[str, Any], where: str) -> dict[str, int]:
 
 def load_hardware(path: str | Path | None = None,
                   overrides: Mapping[str, Any] | None = None) -> HardwareConfig:
-    """The default config, changed by a user YAML file, then by command-line overrides."""
+    """The default config, changed by a user YAML file, then by `--set` overrides."""
+    return load_config(path, overrides)[1]
+
+
+def load_config(path: str | Path | None = None, overrides: Mapping[str, Any] | None = None
+                ) -> tuple[dict[str, int], HardwareConfig]:
+    """The run's keys (`RUN_KEYS`) the user file `path` gives, and the hardware (defaults,
+    then the file, then `overrides`), each file read once."""
     values = coerce_overrides(_read_mapping(DEFAULT_CONFIG), str(DEFAULT_CONFIG))
     missing = set(_FIELDS) - set(values)
     if missing:
         raise InputError(f"{DEFAULT_CONFIG}: missing keys {', '.join(sorted(missing))}")
-    where = str(DEFAULT_CONFIG)
+    where, given = str(DEFAULT_CONFIG), {}
     if path is not None:
         path = Path(path)
         if not path.is_file():
             raise InputError(f"{path}: config file not found")
-        values.update(coerce_overrides(_read_mapping(path), str(path)))
-        run_keys(path)  # its accelerators and batch are the run's: checked here all the same
+        data = _read_file(path)
+        values.update(coerce_overrides({k: v for k, v in data.items() if k not in RUN_KEYS},
+                                       str(path)))
+        given = check_run_keys({k: v for k, v in data.items() if k in RUN_KEYS}, str(path))
         where = str(path)
     config = _build(values, where)
     if overrides:
         values.update(coerce_overrides(overrides, "hardware keys"))  # --set, the API's keywords
         config = _build(values, "hardware keys")
-    return config
+    return given, config
 
 
 def _build(values: Mapping[str, Any], where: str) -> HardwareConfig:
