@@ -158,6 +158,11 @@ class Cover:
     def keys(self) -> np.ndarray:
         return self.cell * self.members + self.member
 
+    def where(self, mask: np.ndarray) -> Cover:
+        """The pairs of `mask` (their order kept)."""
+        return Cover(self.members, self.cells, self.member[mask], self.cell[mask],
+                     self.weight[mask])
+
 
 def masks(grid: Grid, regions: Sequence[Region]) -> Cover:
     """The cells each member's region covers: every box's cells, enumerated."""
@@ -305,12 +310,8 @@ def _with_copies(contrib: Cover, need: Cover, volume: np.ndarray,
     rank[order] = np.arange(len(replicas)) - first_of
     moved, gathered, universes = Moved.none(contrib.members), Moved.none(contrib.members), []
     for universe in range(int(rank.max()) + 1):
-        take = rank[contrib.member] == universe
-        part = Cover(contrib.members, contrib.cells, contrib.member[take], contrib.cell[take],
-                     contrib.weight[take])
-        wanted = rank[need.member] == universe
-        needed = Cover(need.members, need.cells, need.member[wanted], need.cell[wanted],
-                       need.weight[wanted])
+        part = contrib.where(rank[contrib.member] == universe)
+        needed = need.where(rank[need.member] == universe)
         reduced, holders = reduce_stage(part, needed, volume)
         moved = moved + reduced
         gathered = gathered + gather_stage(holders, needed, volume)
