@@ -135,14 +135,18 @@ def cmd_compare(args: argparse.Namespace) -> str:
     from hypar_sim.api import COMPARED
     from hypar_sim.executors import parallel_map
     from hypar_sim.planner.bound import layer_bounds
-    from hypar_sim.planner.graph_plan import GRAPH_STRATEGIES
-    from hypar_sim.planner.strategies import STRATEGIES, minimised, objective_for
+    from hypar_sim.planner.strategies import (
+        STRATEGIES,
+        graph_strategies,
+        minimised,
+        objective_for,
+    )
     from hypar_sim.request import with_strategy
 
     request = request_from_args(args)
     network = request.workload()
     graph = isinstance(network, Graph)
-    allowed = tuple(GRAPH_STRATEGIES) if graph else tuple(s for s in STRATEGIES
+    allowed = tuple(graph_strategies()) if graph else tuple(s for s in STRATEGIES
                                                           if s != "explicit")
     strategies = _compared(args.strategies, args.baseline, COMPARED, allowed)
     objectives = [objective_for(s, request.plan.objective) for s in strategies]

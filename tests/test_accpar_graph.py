@@ -15,8 +15,8 @@ from hypar_sim.partition import graph_layout
 from hypar_sim.partition.graph_axes import sites as graph_sites
 from hypar_sim.partition.hierarchy import Hierarchy
 from hypar_sim.planner import accpar
-from hypar_sim.planner.graph_plan import GRAPH_STRATEGIES, make_graph_plan
-from hypar_sim.planner.strategies import PlanOptions
+from hypar_sim.planner.graph_plan import make_graph_plan
+from hypar_sim.planner.strategies import STRATEGIES, PlanOptions
 from hypar_sim.workload.graph import parse_graph
 from hypar_sim.workload.layers import FeatureShape, make_fc
 
@@ -53,7 +53,7 @@ def _options(graph, batch, hierarchy, fixed_top=None):
 
 
 def test_registered():
-    assert "accpar" in GRAPH_STRATEGIES
+    assert STRATEGIES["accpar"].graph is ag.accpar_graph_columns
 
 
 @pytest.mark.parametrize("k", [2, 3])

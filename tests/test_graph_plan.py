@@ -15,8 +15,9 @@ from hypar_sim.errors import InputError
 from hypar_sim.partition import graph_layout
 from hypar_sim.partition.graph_axes import sites as graph_sites
 from hypar_sim.partition.hierarchy import Hierarchy
-from hypar_sim.planner.graph_plan import evaluate_graph_plan, plan_graph
+from hypar_sim.planner.graph_plan import evaluate_graph_plan, make_graph_plan, plan_graph
 from hypar_sim.planner.plan_messages import shared_table, sharing_edges
+from hypar_sim.planner.strategies import PlanOptions
 from hypar_sim.planner.traffic import TRAFFIC_MODELS
 from hypar_sim.workload.graph import parse_graph
 from hypar_sim.workload.layers import FeatureShape, make_conv, make_fc
@@ -97,6 +98,29 @@ def test_residual_block_joint_search_is_exact(kinds):
     assert sum(plan.traffic_bytes_per_level) == pytest.approx(plan.traffic_bytes, rel=1e-12)
 
 
+def test_optimal_is_the_brute_force_minimum_over_every_split_kind():
+    """`optimal` on a graph searches every kind but replicate (unless named) over all
+    levels at once: the brute-force least total, never above hypar's or a fixed plan's."""
+    graph, hierarchy = residual(), Hierarchy.binary(2)
+    plan = make_graph_plan(graph, "optimal", hierarchy, 4)
+    kinds = ("batch", "in", "out", "spatial")  # the block has no heads, nor groups
+    best, _ = every_plan_total(graph, 4, hierarchy, kinds)
+    assert plan.traffic_bytes == pytest.approx(best, rel=1e-12)
+    assert "replicate" not in {k for column in plan.columns for k in column}
+    for other in ("hypar", "data", "model", "trick", "tofu", "accpar", "grid"):
+        assert plan.traffic_bytes <= make_graph_plan(graph, other, hierarchy, 4).traffic_bytes
+    named = make_graph_plan(graph, "optimal", Hierarchy((2,)), 4,
+                            options=PlanOptions(kinds=(*kinds, "replicate")))
+    assert named.traffic_bytes == 0  # every node computed whole everywhere: nothing moves
+
+
+def test_an_exact_search_too_large_is_refused_in_one_line():
+    with pytest.raises(InputError, match=r"optimal on resnet50 costs [\d,]+ pairs of columns "
+                       r"\(up to \d+ columns .* over 4 levels\), more than 131,072; use fewer "
+                       r"--kinds"):
+        make_graph_plan(load_workload("resnet50"), "optimal", Hierarchy.binary(4), 16)
+
+
 def test_the_skip_edge_changes_the_optimum():
     """Leaving the add's skip input out of the costs picks another plan, which costs more
     once the skip edge is counted."""
@@ -160,7 +184,7 @@ def test_cnn_graphs_plan_on_16_and_64_accelerators(name, accelerators):
 
 
 def test_graph_plan_errors_name_the_node_or_flag():
-    with pytest.raises(InputError, match="--strategy: graph networks take hypar, explicit"):
+    with pytest.raises(InputError, match="--strategy: graph networks take hypar, optimal, data"):
         plan_graph(residual(), "soybean", Hierarchy.binary(2), 8)
     with pytest.raises(InputError, match="no kind of spatial can split node"):
         plan_graph(residual(), "hypar", Hierarchy.binary(2), 8, ("spatial",))

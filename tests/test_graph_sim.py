@@ -123,7 +123,7 @@ def test_cli_runs_and_compares_a_graph(tmp_path):
                   "--engine", "analytic")
     assert compare.returncode == 0 and "hypar" in compare.stdout and "model" in compare.stdout
     bad = cli("run", "resnet18", "--strategy", "soybean")
-    assert bad.returncode == 2 and "graph networks take hypar, explicit, data, model, trick" \
+    assert bad.returncode == 2 and "graph networks take hypar, optimal, data, model, trick" \
         in bad.stderr
 
 

@@ -9,7 +9,6 @@ import sys
 def test_names_without_imports_and_every_lazy_module_registers_its_name():
     code = """
 import sys
-from hypar_sim.planner.graph_plan import GRAPH_STRATEGIES
 from hypar_sim.planner.strategies import STRATEGIES
 lazy = ("accpar", "grid", "soybean", "tofu")
 assert all(name in STRATEGIES for name in lazy) and "nothing" not in STRATEGIES
@@ -18,10 +17,10 @@ assert not any(f"hypar_sim.planner.{name}" in sys.modules for name in lazy)
 assert STRATEGIES.get("nothing") is None
 assert STRATEGIES["tofu"].own_cost == "its bytes"  # loads its module
 assert "hypar_sim.planner.tofu" in sys.modules and "hypar_sim.planner.grid" not in sys.modules
-assert "tofu" in GRAPH_STRATEGIES and "hypar_sim.planner.tofu_graph" not in sys.modules
-assert GRAPH_STRATEGIES["tofu"] and "hypar_sim.planner.tofu_graph" in sys.modules
+assert STRATEGIES["tofu"].graph and "hypar_sim.planner.tofu_graph" in sys.modules
+assert STRATEGIES["hypar"].graph and STRATEGIES["optimal"].graph  # the planner's own
 assert sorted(dict(STRATEGIES.items())) == sorted(STRATEGIES)  # each module registered its name
-assert sorted(dict(GRAPH_STRATEGIES.items())) == sorted(GRAPH_STRATEGIES)
+assert [n for n, s in STRATEGIES.items() if s.graph is None] == ["exhaustive", "soybean"]
 print("ok")
 """
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)

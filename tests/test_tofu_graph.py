@@ -16,12 +16,11 @@ from hypar_sim.partition.hierarchy import Hierarchy
 from hypar_sim.partition.shares import Column
 from hypar_sim.planner import tofu, tofu_graph
 from hypar_sim.planner.graph_plan import (
-    GRAPH_STRATEGIES,
     make_graph_plan,
     plan_graph,
 )
 from hypar_sim.planner.plan_messages import graph_edges
-from hypar_sim.planner.strategies import PlanOptions
+from hypar_sim.planner.strategies import STRATEGIES, PlanOptions
 from hypar_sim.runner import SimOptions, simulate
 from hypar_sim.workload.graph import Graph, parse_graph
 from hypar_sim.workload.layers import FeatureShape, make_conv, make_fc
@@ -53,7 +52,7 @@ def downsample_block() -> Graph:
 
 
 def test_registered() -> None:
-    assert GRAPH_STRATEGIES["tofu"] is tofu_graph._tofu
+    assert STRATEGIES["tofu"].graph is tofu_graph._tofu
 
 
 def test_coarsening_of_a_residual_block() -> None:

@@ -307,3 +307,7 @@ def accpar_columns(request: PlanRequest) -> list[Column]:
 @register_strategy("accpar", searches=True, default_kinds=tuple(TYPES), own_cost="its time")
 def _accpar(request: PlanRequest) -> list[Column]:
     return accpar_columns(request)
+
+
+# This strategy's implementation on graph networks registers itself on the entry above.
+from hypar_sim.planner import accpar_graph  # noqa: E402, F401

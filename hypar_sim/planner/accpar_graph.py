@@ -75,8 +75,9 @@ from hypar_sim.partition.redistribute import Region
 from hypar_sim.partition.shares import Column
 from hypar_sim.planner.accpar import TYPES, AccParPlan, Hardware, check_types, request_hardware
 from hypar_sim.planner.graph_dp import Factor, minimise_or_search
-from hypar_sim.planner.graph_plan import GraphRequest, register_graph_strategy
+from hypar_sim.planner.graph_plan import GraphRequest
 from hypar_sim.planner.plan_messages import graph_edges
+from hypar_sim.planner.strategies import register_graph_columns
 from hypar_sim.workload.graph import Graph
 
 __all__ = ["AccParPlan", "Shares", "accpar_graph_columns", "edge_fraction", "overlap",
@@ -286,7 +287,7 @@ def plan_cost(graph: Graph, batch: int, columns: Sequence[Column], hierarchy: Hi
                        fixed=columns)
 
 
-@register_graph_strategy("accpar")
+@register_graph_columns("accpar")
 def accpar_graph_columns(request: GraphRequest) -> list[Column]:
     """AccPar's plan of a graph over the allowed kinds it has types for."""
     kinds = [kind for kind in TYPES if kind in request.kinds]

@@ -27,12 +27,13 @@ from hypar_sim.partition.collectives import level_bytes
 from hypar_sim.partition.graph_axes import Site
 from hypar_sim.partition.graph_axes import sites as graph_sites
 from hypar_sim.partition.hierarchy import Hierarchy
-from hypar_sim.partition.kinds import BATCH, DEFAULT_KINDS, IN
+from hypar_sim.partition.kinds import BATCH, DEFAULT_KINDS, IN, KINDS
 from hypar_sim.partition.shares import Column
 from hypar_sim.planner import memory
 from hypar_sim.planner.graph_dp import Factor, minimise_or_search
 from hypar_sim.planner.objectives import OBJECTIVES
 from hypar_sim.planner.plan_messages import (
+    graph_edges,
     graph_layouts,
     graph_transfers,
     shared_cost,
@@ -40,8 +41,12 @@ from hypar_sim.planner.plan_messages import (
     sharing_edges,
 )
 from hypar_sim.planner.plan_text import read_node_plan
-from hypar_sim.planner.strategies import STRATEGIES, PlanOptions
-from hypar_sim.registry import LazyRegistry
+from hypar_sim.planner.strategies import (
+    STRATEGIES,
+    PlanOptions,
+    graph_strategies,
+    register_graph_columns,
+)
 from hypar_sim.workload.graph import Graph, Node
 
 
@@ -63,22 +68,6 @@ class GraphRequest:
     config: HardwareConfig | None = None  # the hardware (planners with a cost model read it)
     memory_price: float = 0.0  # added per byte of a node's footprint (planner.memory)
     plan_text: str | None = None  # the user's plan (explicit)
-
-
-GraphColumns = Callable[[GraphRequest], list[Column]]
-
-#: Graph strategies by name (the command line's choices for graphs come from it).
-GRAPH_STRATEGIES: LazyRegistry[GraphColumns] = LazyRegistry({
-    name: f"hypar_sim.planner.{name}_graph" for name in ("accpar", "grid", "tofu")})
-
-
-def register_graph_strategy(name: str) -> Callable[[GraphColumns], GraphColumns]:
-    """Add a strategy for graph networks (a chain strategy of the same name is in
-    `planner.strategies`)."""
-    def add(function: GraphColumns) -> GraphColumns:
-        GRAPH_STRATEGIES[name] = function
-        return function
-    return add
 
 
 @dataclass(frozen=True)
@@ -203,11 +192,27 @@ def _offered_columns(sites: Sequence[Site], batch: int, hierarchy: Hierarchy,
     return options
 
 
+#: Most cost-table cells an exact search over all levels at once may fill (each a costed
+#: redistribution between two columns, about 0.3 ms: resnet18's 79k on 4 accelerators take
+#: 25 s): beyond it the search is refused in one line rather than left running for hours.
+MAX_TABLE_CELLS = 2**17
+
+
 def _joint(graph: Graph, sites: Sequence[Site], batch: int, hierarchy: Hierarchy,
            kinds: Sequence[str], costs: graph_layout.Costs, notes: list[str],
-           price: float = 0.0) -> list[Column]:
-    return _solve(graph, sites, _offered_columns(sites, batch, hierarchy, kinds), hierarchy,
-                  costs, notes, approximate=False, price=price)
+           price: float = 0.0, strategy: str = "hypar --search joint") -> list[Column]:
+    """The exact plan over all levels at once (every node's columns of `kinds`)."""
+    options = _offered_columns(sites, batch, hierarchy, kinds)
+    cells = sum(len(options[p]) * len(options[c]) for p, c, _ in graph_edges(graph))
+    if cells > MAX_TABLE_CELLS:
+        widest = max(len(o) for o in options)
+        raise InputError(
+            f"--strategy: {strategy} on {graph.name} costs {cells:,} pairs of columns (up to "
+            f"{widest:,} columns of kinds {','.join(kinds)} per node over {hierarchy.levels} "
+            f"levels), more than {MAX_TABLE_CELLS:,}; use fewer --kinds, fewer levels "
+            "(--accelerators) or hypar (level by level)")
+    return _solve(graph, sites, options, hierarchy, costs, notes, approximate=False,
+                  price=price)
 
 
 def _fixed(sites: Sequence[Site], batch: int, hierarchy: Hierarchy,
@@ -229,14 +234,21 @@ def _fixed(sites: Sequence[Site], batch: int, hierarchy: Hierarchy,
     return columns
 
 
-@register_graph_strategy("hypar")
+@register_graph_columns("hypar")
 def _hypar(request: GraphRequest) -> list[Column]:
     find = _joint if request.search == "joint" else _greedy
     return find(request.graph, request.sites, request.batch, request.hierarchy, request.kinds,
                 request.costs, request.notes, request.memory_price)
 
 
-@register_graph_strategy("explicit")
+@register_graph_columns("optimal")
+def _optimal(request: GraphRequest) -> list[Column]:
+    """The exact least-bytes plan over all levels and every allowed kind (`_joint`)."""
+    return _joint(request.graph, request.sites, request.batch, request.hierarchy,
+                  request.kinds, request.costs, request.notes, request.memory_price, "optimal")
+
+
+@register_graph_columns("explicit")
 def _explicit(request: GraphRequest) -> list[Column]:
     names = [site.node.name for site in request.sites]
     columns = read_node_plan(request.plan_text or "", names, request.hierarchy.levels)
@@ -250,17 +262,17 @@ def _explicit(request: GraphRequest) -> list[Column]:
     return columns
 
 
-@register_graph_strategy("data")
+@register_graph_columns("data")
 def _data(request: GraphRequest) -> list[Column]:
     return _fixed(request.sites, request.batch, request.hierarchy, lambda node: BATCH)
 
 
-@register_graph_strategy("model")
+@register_graph_columns("model")
 def _model(request: GraphRequest) -> list[Column]:
     return _fixed(request.sites, request.batch, request.hierarchy, lambda node: IN)
 
 
-@register_graph_strategy("trick")
+@register_graph_columns("trick")
 def _trick(request: GraphRequest) -> list[Column]:
     """Krizhevsky's "one weird trick" (arXiv:1404.5997) on a graph: fully-connected nodes
     (weighted multiply-accumulates without a window) split their input channels (mp), every
@@ -279,9 +291,10 @@ def plan_graph(graph: Graph, strategy: str, hierarchy: Hierarchy, batch: int,
                plan_text: str | None = None, phases: str = "training") -> GraphPlan:
     """The plan of `strategy` for `graph` on `hierarchy`, with its traffic (of a training
     step, or with `phases` "forward" of an inference)."""
-    if strategy not in GRAPH_STRATEGIES:
-        raise InputError(f"--strategy: graph networks take {', '.join(GRAPH_STRATEGIES)} so far, "
-                         f"got {strategy}")
+    spec = STRATEGIES.get(strategy)
+    if spec is None or spec.graph is None:
+        raise InputError(f"--strategy: graph networks take {', '.join(graph_strategies())} so "
+                         f"far, got {strategy}")
     if (strategy == "explicit") != (plan_text is not None):
         raise InputError("plan: give --plan exactly when the strategy is 'explicit'")
     notes: list[str] = []
@@ -290,9 +303,8 @@ def plan_graph(graph: Graph, strategy: str, hierarchy: Hierarchy, batch: int,
                            word_bytes,
                            float(config.cube_capacity_bytes) if config else None, config,
                            plan_text=plan_text)
-    plan = _fitting(request, strategy, GRAPH_STRATEGIES[strategy](request), phases)
-    chain = STRATEGIES.get(strategy)
-    search = search if chain is not None and chain.honours_search else ""
+    plan = _fitting(request, strategy, spec.graph(request), phases)
+    search = search if spec.honours_search else ""
     if notes:
         search = f"{search} ({notes[0]})"
     return dataclasses.replace(plan, search=search)
@@ -321,18 +333,17 @@ def _fitting(request: GraphRequest, strategy: str, columns: list[Column],
     needed = footprint_of(columns)
     if needed <= capacity:
         return evaluate(columns)
-    spec = STRATEGIES.get(strategy)
+    spec = STRATEGIES[strategy]
     options = _offered_columns(sites, request.batch, hierarchy, request.kinds)
     least = sum(min(costs.footprint(site, column, hierarchy, member=0) for column in offered)
                 for site, offered in zip(sites, options, strict=True))  # member 0's least
-    fitters = [name for name in GRAPH_STRATEGIES if name in STRATEGIES
-                and STRATEGIES[name].objectives == OBJECTIVES]
-    if least > capacity or spec is None or spec.objectives != OBJECTIVES:
+    fitters = [name for name in graph_strategies() if STRATEGIES[name].objectives == OBJECTIVES]
+    if least > capacity or spec.objectives != OBJECTIVES:
         raise memory.too_big(request.graph.name, strategy, needed, least, capacity,
                              request.kinds, fitters)
 
     def solve(price: float) -> memory.Solution:
-        found = GRAPH_STRATEGIES[strategy](dataclasses.replace(request, memory_price=price))
+        found = spec.graph(dataclasses.replace(request, memory_price=price))
         return _plan_bytes(request, found), found
 
     scale = max(_plan_bytes(request, columns), 1.0) / capacity
@@ -370,12 +381,13 @@ def make_graph_plan(graph: Graph, strategy: str, hierarchy: Hierarchy, batch: in
     kinds = options.kinds
     chain = STRATEGIES.get(strategy)
     if options.phases == "forward" and chain is not None and chain.own_cost:
-        takers = [name for name in GRAPH_STRATEGIES
-                  if name not in STRATEGIES or not STRATEGIES[name].own_cost]
+        takers = [name for name in graph_strategies() if not STRATEGIES[name].own_cost]
         raise InputError(f"--phases: strategy '{strategy}' plans by its paper's cost of a "
                          f"training step; with --phases forward use one of {', '.join(takers)}")
     if not options.kinds_given and chain is not None and chain.default_kinds:
-        kinds = chain.default_kinds  # its paper's kinds, as on a chain
+        # its paper's kinds, as on a chain; not `replicate`, unless named: a replicated node
+        # moves no bytes, so a search for bytes would compute every node everywhere
+        kinds = tuple(k for k in chain.default_kinds if KINDS[k].dim is not None)
     if plan_text is not None:
         strategy = "explicit"
     return plan_graph(graph, strategy, hierarchy, batch, kinds, options.search, word_bytes,

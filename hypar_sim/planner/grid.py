@@ -298,3 +298,7 @@ def grid_strategy(request: PlanRequest) -> list[Column]:
             options.append(((-agreement(column, previous), -g.batch, -g.rows, -g.out), column))
         chosen.append(min(options)[1])
     return chosen
+
+
+# This strategy's implementation on graph networks registers itself on the entry above.
+from hypar_sim.planner import grid_graph  # noqa: E402, F401

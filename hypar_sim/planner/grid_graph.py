@@ -68,9 +68,10 @@ from hypar_sim.partition.hierarchy import Hierarchy
 from hypar_sim.partition.kinds import GRAPH_EXTRA_KINDS, Dim
 from hypar_sim.partition.redistribute import Region
 from hypar_sim.partition.shares import Column
-from hypar_sim.planner.graph_plan import GraphRequest, register_graph_strategy
+from hypar_sim.planner.graph_plan import GraphRequest
 from hypar_sim.planner.grid import GRID_KINDS, agreement, choose
 from hypar_sim.planner.plan_messages import graph_edges
+from hypar_sim.planner.strategies import register_graph_columns
 from hypar_sim.workload.graph import Node
 
 __all__ = ["NodeGrid", "NodeGridCost", "grid_graph_columns", "is_contraction",
@@ -277,6 +278,6 @@ def grid_graph_columns(request: GraphRequest, capacity_bytes: float | None = Non
     return planner.columns
 
 
-@register_graph_strategy("grid")
+@register_graph_columns("grid")
 def _grid(request: GraphRequest) -> list[Column]:
     return grid_graph_columns(request, request.capacity_bytes)

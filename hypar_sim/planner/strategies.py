@@ -44,6 +44,7 @@ from hypar_sim.workload.network import Network
 
 if TYPE_CHECKING:  # the estimate loads only for --objective time or energy
     from hypar_sim.planner.estimate import Estimator
+    from hypar_sim.planner.graph_plan import GraphRequest
 
 @dataclass(frozen=True)
 class PlanOptions:
@@ -112,6 +113,7 @@ class PlanRequest:
 
 
 Columns = Callable[[PlanRequest], Sequence[Column]]
+GraphColumns = Callable[["GraphRequest"], list[Column]]
 
 
 @dataclass(frozen=True)
@@ -125,6 +127,7 @@ class Strategy:
     objectives: tuple[str, ...] = ("bytes",)  # what its search can minimise (--objective)
     default_kinds: tuple[str, ...] = ()  # its paper's kinds, when the user gives none
     own_cost: str = ""  # what it minimises when that is its paper's own cost (for tables)
+    graph: GraphColumns | None = None  # its columns for a graph network (`graph_plan`)
 
 
 #: The seed papers' planners register themselves in their own modules, loaded when one
@@ -146,6 +149,21 @@ def register_strategy(name: str, searches: bool = False, honours_search: bool = 
                                     default_kinds, own_cost)
         return function
     return add
+
+
+def register_graph_columns(name: str) -> Callable[[GraphColumns], GraphColumns]:
+    """Add the graph networks' implementation to the strategy `name` (registered first,
+    by the module that imports the one holding this)."""
+    def add(function: GraphColumns) -> GraphColumns:
+        spec = dict.__getitem__(STRATEGIES, name)
+        STRATEGIES[name] = dataclasses.replace(spec, graph=function)
+        return function
+    return add
+
+
+def graph_strategies() -> list[str]:
+    """The strategies that plan graph networks."""
+    return [name for name, spec in STRATEGIES.items() if spec.graph is not None]
 
 
 def objective_for(strategy: str, objective: str) -> str:
@@ -393,3 +411,8 @@ def _estimator(request: PlanRequest, config: HardwareConfig) -> Estimator:
     first = request.network.layers[0].name if request.network.layers else ""
     return Estimator(options.objective, request.model, config, topology,
                      options.overlap_gradients, first)
+
+
+# The graph implementations of the strategies above (hypar, data, model, trick, explicit,
+# optimal) register themselves on these entries.
+from hypar_sim.planner import graph_plan  # noqa: E402, F401

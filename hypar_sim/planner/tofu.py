@@ -291,3 +291,7 @@ def _tofu(request: PlanRequest) -> Sequence[Column]:
     return recursive_search(request.network.layers, request.batch, request.hierarchy,
                             allowed_kinds(request.options.kinds), request.word_bytes,
                             request.model.offered)
+
+
+# This strategy's implementation on graph networks registers itself on the entry above.
+from hypar_sim.planner import tofu_graph  # noqa: E402, F401

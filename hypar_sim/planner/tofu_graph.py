@@ -64,8 +64,9 @@ from hypar_sim.partition.kinds import GRAPH_EXTRA_KINDS, Dim
 from hypar_sim.partition.redistribute import Region
 from hypar_sim.partition.shares import Column
 from hypar_sim.planner.graph_dp import Factor, minimise_or_search
-from hypar_sim.planner.graph_plan import GraphRequest, register_graph_strategy
+from hypar_sim.planner.graph_plan import GraphRequest
 from hypar_sim.planner.plan_messages import graph_edges
+from hypar_sim.planner.strategies import register_graph_columns
 from hypar_sim.planner.tofu import TOFU_KINDS, allowed_kinds
 from hypar_sim.planner.tofu_regions import near_equal_parts, relayout, tensor_cost
 from hypar_sim.workload.graph import Graph, Node
@@ -342,7 +343,7 @@ def plan_costs(graph: Graph, batch: int, columns: Sequence[Column], hierarchy: H
     return tuple(deltas)
 
 
-@register_graph_strategy("tofu")
+@register_graph_columns("tofu")
 def _tofu(request: GraphRequest) -> list[Column]:
     """Tofu's recursive search over the coarsened graph, `--kinds` & Tofu's loop dimensions,
     the levels as its steps (its own recursion: `--search` does not apply)."""
