@@ -430,7 +430,7 @@ def _graph_plan_text(args: argparse.Namespace, request: RunRequest, plan: Any,
         if bounds is not None:
             data |= {"bound_bytes": sum(bounds), "bound_bytes_per_node": bounds}
         return json.dumps(data, indent=2)
-    return graph_plan_summary(plan, graph) + (
+    return graph_plan_summary(plan, graph, request.hardware.clock_hz) + (
         bound_total(plan.traffic_bytes, sum(bounds)) if bounds is not None else "")
 
 

@@ -183,8 +183,9 @@ def plan_grid(plan: Plan) -> str:
     return grid + legend
 
 
-def graph_plan_summary(plan: GraphPlan, graph: Graph) -> str:
-    """A graph's plan: every node's kinds (top level first) and the bytes into it."""
+def graph_plan_summary(plan: GraphPlan, graph: Graph, clock_hz: float | None = None) -> str:
+    """A graph's plan: every node's kinds (top level first) and the bytes into it; for a
+    time or energy objective, the planner's estimate (`planner.timed_costs`)."""
     search = f", {plan.search} search" if plan.search else ""
     head = (f"{plan.network}: strategy {plan.strategy}{search}, hierarchy {plan.hierarchy} "
             f"({plural(plan.accelerators, 'accelerator')}), batch "
@@ -200,7 +201,17 @@ def graph_plan_summary(plan: GraphPlan, graph: Graph) -> str:
             f"{plan.traffic_bytes / GB:.4g} GB" + (f" ({levels})" if levels else "")
             + f"\nmemory of the busiest cube: {plan.footprint_bytes / 2**30:.4g} GiB ("
             + ", ".join(f"{name} {part / 2**30:.3g}" for name, part in plan.footprint_parts)
-            + " GiB)")
+            + " GiB)" + _estimated(plan, clock_hz))
+
+
+def _estimated(plan: Plan | GraphPlan, clock_hz: float | None) -> str:
+    """The line of the planner's estimate of a time or energy objective ('' for bytes)."""
+    if plan.objective == "time":
+        ms = f" = {plan.estimate / clock_hz * 1e3:.4g} ms" if clock_hz else ""
+        return f"\nestimated step time (minimised): {plan.estimate:.4g} cycles{ms}"
+    if plan.objective == "energy":
+        return f"\nestimated step energy (minimised): {plan.estimate * 1e-12:.4g} J"
+    return ""
 
 
 def bound_summary(plan: Plan, bounds: Sequence[float]) -> str:
@@ -232,10 +243,6 @@ def plan_summary(plan: Plan, clock_hz: float | None = None) -> str:
             f"{plan.batch}, traffic model {plan.traffic_model}"
             f"{', inference (forward pass only)' if plan.phases == 'forward' else ''}\n\n")
     step = "inference (forward pass)" if plan.phases == "forward" else "training step"
-    total = f"\n\ntotal traffic per {step}: {plan.traffic_bytes / GB:.4g} GB"
-    if plan.objective == "time":
-        ms = f" = {plan.estimate / clock_hz * 1e3:.4g} ms" if clock_hz else ""
-        total += f"\nestimated step time (minimised): {plan.estimate:.4g} cycles{ms}"
-    elif plan.objective == "energy":
-        total += f"\nestimated step energy (minimised): {plan.estimate * 1e-12:.4g} J"
+    total = f"\n\ntotal traffic per {step}: {plan.traffic_bytes / GB:.4g} GB" \
+        + _estimated(plan, clock_hz)
     return head + (plan_grid(plan) if plan.levels else "(one accelerator: nothing to split)") + total

@@ -86,6 +86,10 @@ class NodeLayout:
     def box(self, member: int) -> Box:
         return self._member_boxes[member]
 
+    def box_sizes(self) -> np.ndarray:
+        """[members, dimensions] the length of every member's interval of every loop."""
+        return np.stack([parts[:, 1] - parts[:, 0] for parts in self.boxes.values()], axis=1)
+
     @cached_property
     def _member_boxes(self) -> list[Box]:
         dims = list(self.boxes)

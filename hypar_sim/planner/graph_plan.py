@@ -44,6 +44,7 @@ from hypar_sim.planner.plan_text import read_node_plan
 from hypar_sim.planner.strategies import (
     STRATEGIES,
     PlanOptions,
+    check_objective_of,
     graph_strategies,
     register_graph_columns,
 )
@@ -89,6 +90,8 @@ class GraphPlan:
     #: The busiest cube's memory, bytes: weights, gradients, activations (kept outputs) and
     #: buffers (the most it receives in one step of the plan's messages).
     footprint_parts: tuple[tuple[str, float], ...] = ()
+    objective: str = "bytes"  # what the search minimised
+    estimate: float = 0.0  # its value for this plan: bytes, cycles or pJ (planner.timed_costs)
 
     @property
     def footprint_bytes(self) -> float:
@@ -107,6 +110,7 @@ class GraphPlan:
         return {"network": self.network, "strategy": self.strategy, "search": self.search,
                 "batch": self.batch, "hierarchy": list(self.hierarchy.sizes),
                 "accelerators": self.accelerators, "traffic_model": "layout",
+                "objective": self.objective, "estimate": self.estimate,
                 "traffic_bytes": self.traffic_bytes,
                 "traffic_bytes_per_level": list(self.traffic_bytes_per_level),
                 "footprint_bytes": self.footprint_bytes,
@@ -288,9 +292,11 @@ def _trick(request: GraphRequest) -> list[Column]:
 def plan_graph(graph: Graph, strategy: str, hierarchy: Hierarchy, batch: int,
                kinds: Sequence[str] = DEFAULT_KINDS, search: str = "greedy",
                word_bytes: int = 4, config: HardwareConfig | None = None,
-               plan_text: str | None = None, phases: str = "training") -> GraphPlan:
+               plan_text: str | None = None, phases: str = "training",
+               objective: str = "bytes", topology: str = "htree") -> GraphPlan:
     """The plan of `strategy` for `graph` on `hierarchy`, with its traffic (of a training
-    step, or with `phases` "forward" of an inference)."""
+    step, or with `phases` "forward" of an inference), searched for the least bytes, or
+    step time or energy on `topology` (`planner.timed_costs`)."""
     spec = STRATEGIES.get(strategy)
     if spec is None or spec.graph is None:
         raise InputError(f"--strategy: graph networks take {', '.join(graph_strategies())} so "
@@ -298,16 +304,35 @@ def plan_graph(graph: Graph, strategy: str, hierarchy: Hierarchy, batch: int,
     if (strategy == "explicit") != (plan_text is not None):
         raise InputError("plan: give --plan exactly when the strategy is 'explicit'")
     notes: list[str] = []
+    costs = graph_layout.Costs(batch, word_bytes, phases == "forward")
+    if objective != "bytes":
+        costs = _timed_costs(graph, batch, hierarchy, word_bytes, phases, objective, topology,
+                             config)
     request = GraphRequest(graph, graph_sites(graph), batch, hierarchy, tuple(kinds), search,
-                           graph_layout.Costs(batch, word_bytes, phases == "forward"), notes,
-                           word_bytes,
+                           costs, notes, word_bytes,
                            float(config.cube_capacity_bytes) if config else None, config,
                            plan_text=plan_text)
     plan = _fitting(request, strategy, spec.graph(request), phases)
     search = search if spec.honours_search else ""
     if notes:
         search = f"{search} ({notes[0]})"
-    return dataclasses.replace(plan, search=search)
+    estimate = plan.traffic_bytes if objective == "bytes" else \
+        _plan_cost(request, plan.columns)
+    return dataclasses.replace(plan, search=search, objective=objective, estimate=estimate)
+
+
+def _timed_costs(graph: Graph, batch: int, hierarchy: Hierarchy, word_bytes: int,
+                 phases: str, objective: str, topology: str,
+                 config: HardwareConfig | None) -> graph_layout.Costs:
+    """The cost tables in cycles or pJ on the topology (`planner.timed_costs`)."""
+    from hypar_sim.hardware.config import load_hardware
+    from hypar_sim.hardware.topology import make_topology
+    from hypar_sim.planner.timed_costs import TimedCosts, fed_nodes
+
+    config = config or load_hardware(overrides={"word_bytes": word_bytes})
+    return TimedCosts(batch, word_bytes, phases == "forward", objective, config,
+                      make_topology(topology, config, hierarchy),
+                      fed_nodes(graph.nodes, graph_edges(graph)))
 
 
 def _fitting(request: GraphRequest, strategy: str, columns: list[Column],
@@ -344,9 +369,9 @@ def _fitting(request: GraphRequest, strategy: str, columns: list[Column],
 
     def solve(price: float) -> memory.Solution:
         found = spec.graph(dataclasses.replace(request, memory_price=price))
-        return _plan_bytes(request, found), found
+        return _plan_cost(request, found), found
 
-    scale = max(_plan_bytes(request, columns), 1.0) / capacity
+    scale = max(_plan_cost(request, columns), 1.0) / capacity
     fitted, least = memory.fit(solve, footprint_of, capacity, scale)
     if fitted is None:  # the leanest footprints fit, not with the buffers of their plans
         raise memory.too_big(request.graph.name, strategy, needed, least, capacity,
@@ -354,9 +379,9 @@ def _fitting(request: GraphRequest, strategy: str, columns: list[Column],
     return evaluate(fitted[1])
 
 
-def _plan_bytes(request: GraphRequest, columns: Sequence[Column]) -> float:
-    """The bytes a plan moves, from the planner's cached costs (both passes, the loss and
-    the gradients)."""
+def _plan_cost(request: GraphRequest, columns: Sequence[Column]) -> float:
+    """What a plan costs as the search sees it (the planner's cached costs: bytes of both
+    passes, the loss and the gradients; or cycles or pJ)."""
     outputs = set(request.graph.outputs)
     costs, sites, hierarchy = request.costs, request.sites, request.hierarchy
     total = sum(costs.own(site, column, hierarchy, site.node.name in outputs)
@@ -375,11 +400,10 @@ def make_graph_plan(graph: Graph, strategy: str, hierarchy: Hierarchy, batch: in
     if options.traffic_model != "layout":
         raise InputError("--traffic-model: graph networks are planned with the layout model "
                          "only (paper's reading covers chains of conv and fc layers)")
-    if options.objective != "bytes":
-        raise InputError(f"--objective: {options.objective} takes chain networks so far; "
-                         "graph networks are planned for bytes (allowed: bytes)")
     kinds = options.kinds
     chain = STRATEGIES.get(strategy)
+    if chain is not None:
+        check_objective_of(strategy, options.objective, graph_strategies())
     if options.phases == "forward" and chain is not None and chain.own_cost:
         takers = [name for name in graph_strategies() if not STRATEGIES[name].own_cost]
         raise InputError(f"--phases: strategy '{strategy}' plans by its paper's cost of a "
@@ -391,7 +415,7 @@ def make_graph_plan(graph: Graph, strategy: str, hierarchy: Hierarchy, batch: in
     if plan_text is not None:
         strategy = "explicit"
     return plan_graph(graph, strategy, hierarchy, batch, kinds, options.search, word_bytes,
-                      config, plan_text, options.phases)
+                      config, plan_text, options.phases, options.objective, options.topology)
 
 
 def evaluate_graph_plan(graph: Graph, strategy: str, search: str, batch: int,

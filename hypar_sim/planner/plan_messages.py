@@ -85,11 +85,11 @@ def shared_table(costs: graph_layout.Costs, sites: Sequence[Site], edges: Sequen
 #: The step each stage of an edge, a gradient or the loss goes into, keyed like a chain's:
 #: an edge's forward reduce by its producer, its forward gather by its consumer, its
 #: backward reduce by the consumer, its backward gather by the producer.
-_EDGE_STAGES = {"forward reduce": (TransferKind.PARTIAL_SUM, True),
+EDGE_STAGES = {"forward reduce": (TransferKind.PARTIAL_SUM, True),
                 "forward gather": (TransferKind.RELAYOUT_FEATURE, False),
                 "backward reduce": (TransferKind.ERROR_REDUCE, False),
                 "backward gather": (TransferKind.ERROR_GATHER, True)}
-_OWN_STAGES = {"gradient reduce": TransferKind.GRADIENT, "vector reduce": TransferKind.GRADIENT,
+OWN_STAGES = {"gradient reduce": TransferKind.GRADIENT, "vector reduce": TransferKind.GRADIENT,
                "gradient gather": TransferKind.GRADIENT_GATHER,
                "vector gather": TransferKind.GRADIENT_GATHER,
                "loss reduce": TransferKind.PARTIAL_SUM, "loss gather": TransferKind.ERROR_GATHER}
@@ -146,7 +146,7 @@ def graph_transfers(graph: Graph, layouts: Sequence[graph_layout.NodeLayout], ba
         for stage, matrix in graph_layout.own_matrices(own, batch, word_bytes,
                                                        node.name in outputs).items():
             if not forward_only or stage in graph_layout.FORWARD_STAGES:
-                add((i, _OWN_STAGES[stage]), matrix)
+                add((i, OWN_STAGES[stage]), matrix)
     generation = graph.generation_of()
     for edges in read_groups(graph, layouts):
         p, c, k = edges[0]
@@ -155,7 +155,7 @@ def graph_transfers(graph: Graph, layouts: Sequence[graph_layout.NodeLayout], ba
                                                         word_bytes).items():
             if forward_only and stage not in graph_layout.FORWARD_STAGES:
                 continue
-            kind, by_producer = _EDGE_STAGES[stage]
+            kind, by_producer = EDGE_STAGES[stage]
             add((p if by_producer else reader, kind), matrix)
     for bucket in buckets:
         for kind in (TransferKind.GRADIENT, TransferKind.GRADIENT_GATHER):

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -166,6 +166,17 @@ def graph_strategies() -> list[str]:
     return [name for name, spec in STRATEGIES.items() if spec.graph is not None]
 
 
+def check_objective_of(strategy: str, objective: str, names: Iterable[str]) -> None:
+    """One line if `strategy` does not minimise `objective`, naming those of `names` that
+    do."""
+    spec = STRATEGIES[strategy]
+    if objective not in spec.objectives:
+        takers = [n for n in names if objective in STRATEGIES[n].objectives]
+        raise InputError(f"--objective: strategy '{strategy}' takes {', '.join(spec.objectives)}"
+                         f" (its own cost), not {objective}; strategies that minimise "
+                         f"{objective}: {', '.join(takers)}")
+
+
 def objective_for(strategy: str, objective: str) -> str:
     """`objective` if `strategy` takes it, else bytes (`compare` runs every strategy with
     the objective the user asked where it applies)."""
@@ -292,11 +303,7 @@ def make_plan(network: Network, strategy: str, hierarchy: int | Hierarchy, batch
     spec = STRATEGIES[strategy]
     if spec.takes_plan != (options.plan_text is not None):
         raise InputError("plan: give --plan exactly when the strategy is 'explicit'")
-    if options.objective not in spec.objectives:
-        takers = [n for n, s in STRATEGIES.items() if options.objective in s.objectives]
-        raise InputError(f"--objective: strategy '{strategy}' takes {', '.join(spec.objectives)}"
-                         f" (its own cost), not {options.objective}; strategies that minimise "
-                         f"{options.objective}: {', '.join(takers)}")
+    check_objective_of(strategy, options.objective, STRATEGIES)
     model = traffic_model(options.traffic_model, options.phases)
     if options.phases == "forward" and spec.own_cost:
         takers = [n for n, s in STRATEGIES.items() if not s.own_cost]

@@ -74,7 +74,7 @@ def build_graph_schedule(graph: Graph, plan: GraphPlan, config: HardwareConfig,
     for _, c, _ in graph_edges(graph):
         predecessors[c] = True
 
-    shapes = [_box_sizes(own) for own in layouts]
+    shapes = [own.box_sizes() for own in layouts]
 
     def compute(i: int, phase: Phase) -> Compute:
         """Members with boxes of the same sizes share one cost."""
@@ -169,8 +169,3 @@ def _check_fits(graph: Graph, layouts: list[graph_layout.NodeLayout], plan: Grap
                             float(params[i] * word * gradients), float(kept[i] * word))
                   for i, own in enumerate(layouts)]
     check_capacity(footprints, dict(plan.footprint_parts)["buffers"], config, graph.name)
-
-
-def _box_sizes(own: graph_layout.NodeLayout) -> np.ndarray:
-    """[members, dimensions] the length of every member's interval of every loop dimension."""
-    return np.stack([parts[:, 1] - parts[:, 0] for parts in own.boxes.values()], axis=1)

@@ -1,0 +1,140 @@
+"""The layout model's cost tables in cycles or pJ: what `--objective time|energy` minimises
+on a graph network.
+
+`graph_layout.Costs` gives the bytes of a node's own steps under a column and of an edge
+under a pair of columns; the searches of `planner.graph_plan` add them up. `TimedCosts`
+gives the same tables in step time or energy, from the simulator's own models:
+
+- a node's own cost: its compute, every phase (forward, backward, gradient, update) on its
+  slowest member (`hardware.graph_costs.node_cost`: the PE array and the vault DRAM, as the
+  schedule charges it; no backward pass for a node that reads only graph inputs), plus its
+  own steps (the gradient all-reduce, the loss);
+- an edge's: its steps (partial sums, the gather of the input, the error's reduction and
+  gather).
+
+A step is sent as the simulator sends it (`planner.plan_messages.graph_transfers`): the
+stages of one transfer kind summed, then the `ring` collective, timed as the analytic engine
+times a step (`hardware.transfer.step_cycles`: rounds one after another, each as long as its
+slowest message, its busiest link or its busiest cube's DRAM). Energy: the pJ of every
+compute action on every member (`hardware.energy`), DRAM at both ends of every message and
+its link and switch bits, plus the array's static power over the cost's cycles.
+
+On the top levels of the array (the greedy search's upper hierarchy) a group of `sub`
+members computes its share together (its cycles / `sub`), and what one group sends another
+goes between their members pairwise (member i of one to member i of the other, 1/`sub` each).
+
+The sum is a serial step: the simulator runs independent nodes side by side and overlaps
+the gradient all-reduces with the backward pass, which this estimate does not; where a plan
+overlaps much, the estimate is above the simulated step (`tests/test_timed_costs.py`
+measures it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from hypar_sim.hardware.config import HardwareConfig
+from hypar_sim.hardware.energy import Action, EnergyTable
+from hypar_sim.hardware.graph_costs import node_cost
+from hypar_sim.hardware.topology import Topology
+from hypar_sim.hardware.transfer import Routed, step_cycles
+from hypar_sim.partition import graph_layout
+from hypar_sim.partition.collectives import COLLECTIVES
+from hypar_sim.partition.graph_axes import Site
+from hypar_sim.partition.hierarchy import Hierarchy
+from hypar_sim.partition.redistribute import Moved
+from hypar_sim.partition.shares import Column
+from hypar_sim.partition.steps import Phase, StepMessages, TransferKind
+from hypar_sim.planner.plan_messages import EDGE_STAGES, OWN_STAGES
+from hypar_sim.sim.defaults import DEFAULT_CHUNK_BYTES, DEFAULT_MAX_CHUNKS
+
+_KIND_OF = {**{stage: kind for stage, (kind, _) in EDGE_STAGES.items()}, **OWN_STAGES}
+
+
+class TimedCosts(graph_layout.Costs):
+    """`graph_layout.Costs` in cycles (`objective` time) or pJ (energy) on `topology`;
+    `fed`: the names of the nodes that read another node's output (the others have no
+    backward pass)."""
+
+    def __init__(self, batch: int, word_bytes: int, forward_only: bool, objective: str,
+                 config: HardwareConfig, topology: Topology, fed: set[str]) -> None:
+        super().__init__(batch, word_bytes, forward_only)
+        self.objective, self.config, self.topology, self.fed = objective, config, topology, fed
+        table = EnergyTable.from_config(config)
+        self._pj = table
+        self._static_pj = table.pj_per_action[Action.STATIC_PU_CYCLE] * config.pus_per_cube \
+            * topology.hierarchy.members
+        self._dram_pj_per_byte = 2 * table.pj_per_action[Action.DRAM] / config.word_bytes
+        self._bits = 8 / config.packet_efficiency
+        self._compute: dict[tuple, float] = {}
+        self.phases = (Phase.FORWARD,) if forward_only else tuple(Phase)
+
+    def _value(self, cycles: float, dynamic_pj: float) -> float:
+        """The objective's value of a piece of work: its cycles, or its pJ with the array's
+        static power over its cycles."""
+        return cycles if self.objective == "time" else dynamic_pj + self._static_pj * cycles
+
+    def own(self, site: Site, column: Column, hierarchy: Hierarchy, is_output: bool) -> float:
+        """The node's own steps (`_total`) and its compute under `column`."""
+        return super().own(site, column, hierarchy, is_output) \
+            + self.compute(site, column, hierarchy)
+
+    def compute(self, site: Site, column: Column, hierarchy: Hierarchy) -> float:
+        """Every phase of the node on its slowest member (cycles), or on all its members
+        (pJ), as the schedule charges them (members with boxes of the same sizes cost
+        alike)."""
+        needs_error = site.node.name in self.fed
+        key = (graph_layout.geometry(site), column, hierarchy, needs_error)
+        if key not in self._compute:
+            own = graph_layout.layout(site, self.batch, column, hierarchy)
+            _, first, counts = np.unique(own.box_sizes(), axis=0, return_index=True,
+                                         return_counts=True)
+            cycles, pj = 0.0, 0.0
+            for phase in self.phases:
+                pieces = [node_cost(own, int(m), phase, self.config, needs_error)
+                          for m in first]
+                cycles += max(piece.cycles for piece in pieces)
+                pj += sum(self._pj.energy(piece.counts).total_pj * int(n)
+                          for piece, n in zip(pieces, counts, strict=True))
+            sub = self.topology.hierarchy.members // hierarchy.members
+            self._compute[key] = self._value(cycles / sub, pj)
+        return self._compute[key]
+
+    def _total(self, matrices: dict[str, Moved]) -> float:
+        """The steps of `matrices` (stages by name), one after another: each kind's stages
+        summed and sent by the ring collective, timed as the analytic engine times it."""
+        kinds: dict[TransferKind, Moved] = {}
+        for stage, matrix in matrices.items():
+            if self.forward_only and stage not in graph_layout.FORWARD_STAGES:
+                continue
+            if matrix.sum():
+                kind = _KIND_OF[stage]
+                kinds[kind] = kinds[kind] + matrix if kind in kinds else matrix
+        return sum((self._step(kind, matrix) for kind, matrix in kinds.items()), 0.0)
+
+    def _step(self, kind: TransferKind, matrix: Moved) -> float:
+        """The objective's value of one step: `matrix` sent by the ring collective."""
+        sent = COLLECTIVES["ring"](matrix)
+        src, dst, sizes, rounds = sent.src, sent.dst, sent.bytes, sent.round
+        sub = self.topology.hierarchy.members // matrix.members
+        if sub > 1:  # a group's messages go between its members and the other group's
+            offsets = np.tile(np.arange(sub), len(src))
+            src, dst = np.repeat(src * sub, sub) + offsets, np.repeat(dst * sub, sub) + offsets
+            sizes, rounds = np.repeat(sizes / sub, sub), np.repeat(rounds, sub)
+        spread = StepMessages(0, kind, src, dst, sizes, np.zeros_like(src), rounds)
+        routed = Routed.of(src, dst, self.topology)
+        cycles = step_cycles(spread, self.topology, self.config, DEFAULT_CHUNK_BYTES,
+                             DEFAULT_MAX_CHUNKS, routed)
+        if self.objective == "time":
+            return cycles
+        pj = self._pj.pj_per_action
+        per_byte = self._dram_pj_per_byte + self._bits * (
+            routed.energy_links * pj[Action.LINK_BIT] + routed.switches * pj[Action.SWITCH_BIT])
+        return self._value(cycles, float(np.dot(sizes, per_byte)))
+
+
+def fed_nodes(graph_nodes: Sequence, edges: Sequence[tuple[int, int, int]]) -> set[str]:
+    """Names of the nodes that read another node's output (`graph_edges`)."""
+    return {graph_nodes[c].name for _, c, _ in edges}

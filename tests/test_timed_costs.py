@@ -1,0 +1,76 @@
+"""--objective time and energy on graph networks (hypar_sim.planner.timed_costs): the
+planner's estimate against the analytic engine, and searches that trade bytes for time."""
+
+from __future__ import annotations
+
+import pytest
+
+from hypar_sim.errors import InputError
+from hypar_sim.hardware.config import load_hardware
+from hypar_sim.partition.graph_axes import sites
+from hypar_sim.partition.hierarchy import Hierarchy
+from hypar_sim.planner.graph_plan import GraphRequest, _plan_cost, _timed_costs, make_graph_plan
+from hypar_sim.planner.strategies import PlanOptions
+from hypar_sim.runner import SimOptions, simulate
+from hypar_sim.workload.network import load_workload
+
+CONFIG = load_hardware()
+ANALYTIC = SimOptions(engine="analytic")
+
+
+def _simulated(graph, plan, objective: str) -> float:
+    result = simulate(graph, plan, CONFIG, ANALYTIC)
+    return result.latency_s * CONFIG.clock_hz if objective == "time" else result.energy_j * 1e12
+
+
+def _estimated(graph, plan, objective: str) -> float:
+    costs = _timed_costs(graph, plan.batch, plan.hierarchy, 4, "training", objective, "htree",
+                         CONFIG)
+    request = GraphRequest(graph, sites(graph), plan.batch, plan.hierarchy, (), "", costs, [])
+    return _plan_cost(request, plan.columns)
+
+
+@pytest.mark.parametrize("objective", ["time", "energy"])
+def test_a_chain_of_blocks_is_estimated_as_the_analytic_engine_runs_it(objective):
+    """resnet18 runs its nodes one after another: the serial sum is the simulated step
+    (0.1%: the gradient all-reduces overlap the backward pass, the estimate adds them);
+    the plan's own estimate is the search's value of its columns."""
+    graph = load_workload("resnet18")
+    plan = make_graph_plan(graph, "hypar", Hierarchy.for_count(4), 16,
+                           options=PlanOptions(objective=objective), config=CONFIG)
+    assert plan.objective == objective
+    assert plan.estimate == pytest.approx(_estimated(graph, plan, objective), rel=1e-12)
+    assert plan.estimate == pytest.approx(_simulated(graph, plan, objective), rel=2e-3)
+
+
+def test_side_by_side_branches_make_the_estimate_an_upper_bound():
+    """inception_v1's branches run side by side in the simulator: the serial estimate of the
+    step is above it, by less than a tenth."""
+    graph = load_workload("inception_v1")
+    plan = make_graph_plan(graph, "hypar", Hierarchy.for_count(4), 8,
+                           options=PlanOptions(objective="time"), config=CONFIG)
+    ratio = plan.estimate / _simulated(graph, plan, "time")
+    assert 1.0 < ratio < 1.1
+
+
+def test_time_and_energy_weigh_what_replicating_costs():
+    """resnet18, batch 2, on 2 accelerators with `replicate` allowed: for bytes, optimal
+    computes every node whole on both cubes (nothing moves); for time and energy it splits
+    where that pays, and the simulator runs the plans faster and on less energy."""
+    graph, hierarchy = load_workload("resnet18"), Hierarchy.for_count(2)
+    kinds = ("batch", "in", "out", "replicate")
+    plans = {objective: make_graph_plan(graph, "optimal", hierarchy, 2, config=CONFIG,
+                                        options=PlanOptions(kinds=kinds, objective=objective))
+             for objective in ("bytes", "time", "energy")}
+    assert plans["bytes"].traffic_bytes == 0
+    assert all(column == ("replicate",) for column in plans["bytes"].columns)
+    assert _simulated(graph, plans["time"], "time") < _simulated(graph, plans["bytes"], "time")
+    assert _simulated(graph, plans["energy"], "energy") \
+        < 0.6 * _simulated(graph, plans["bytes"], "energy")
+
+
+def test_a_strategy_with_its_own_cost_refuses_another_objective():
+    with pytest.raises(InputError, match=r"^--objective: strategy 'tofu' takes bytes \(its own "
+                       r"cost\), not time; strategies that minimise time: hypar, optimal$"):
+        make_graph_plan(load_workload("resnet18"), "tofu", Hierarchy.for_count(4), 16,
+                        options=PlanOptions(objective="time"))
