@@ -114,6 +114,18 @@ def test_optimal_is_the_brute_force_minimum_over_every_split_kind():
     assert named.traffic_bytes == 0  # every node computed whole everywhere: nothing moves
 
 
+@pytest.mark.parametrize("kinds", [("batch", "in"), ("batch", "in", "out")])
+def test_exhaustive_tries_every_plan_and_finds_the_brute_force_minimum(kinds):
+    graph, hierarchy = residual(), Hierarchy.binary(2)
+    plan = make_graph_plan(graph, "exhaustive", hierarchy, 4, options=PlanOptions(kinds=kinds))
+    best, columns = every_plan_total(graph, 4, hierarchy, kinds)
+    assert plan.traffic_bytes == pytest.approx(best, rel=1e-12)
+    assert list(plan.columns) == columns  # ties: the first in enumeration order, as numpy's
+    with pytest.raises(InputError, match=r"^--strategy exhaustive: [\d,]+ plans of resnet18 "
+                       r"to try, more than 4,194,304; .* or optimal"):
+        make_graph_plan(load_workload("resnet18"), "exhaustive", Hierarchy((2,)), 4)
+
+
 def test_an_exact_search_too_large_is_refused_in_one_line():
     with pytest.raises(InputError, match=r"optimal on resnet50 costs [\d,]+ pairs of columns "
                        r"\(up to \d+ columns .* over 4 levels\), more than 131,072; use fewer "

@@ -14,6 +14,8 @@ residual block, five in an inception block). Ties go to the lowest option.
 
 from __future__ import annotations
 
+import itertools
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -120,6 +122,26 @@ def local_search(domains: Sequence[int], factors: Sequence[Factor],
             break
     cost = sum(float(f.table[tuple(assignment[u] for u in f.variables)]) for f in factors)
     return cost, assignment
+
+
+def every_assignment(domains: Sequence[int], factors: Sequence[Factor],
+                     progress: bool = False) -> tuple[float, list[int]]:
+    """(least total cost, the option of every variable) by trying every assignment (ties:
+    the first in enumeration order, the last variable varying fastest); with `progress`, a
+    bar on stderr that starts by saying how many it will try."""
+    assignments = itertools.product(*(range(size) for size in domains))
+    if progress:
+        from tqdm import tqdm
+
+        assignments = tqdm(assignments, total=math.prod(domains), unit="plan",
+                           desc="exhaustive", mininterval=0.5)
+    best: tuple[float, tuple[int, ...]] | None = None
+    for states in assignments:
+        cost = sum(float(f.table[tuple(states[v] for v in f.variables)]) for f in factors)
+        if best is None or cost < best[0]:
+            best = (cost, states)
+    assert best is not None
+    return best[0], list(best[1])
 
 
 def minimise_or_search(domains: Sequence[int], factors: Sequence[Factor], order: Sequence[int],

@@ -30,7 +30,7 @@ from hypar_sim.partition.hierarchy import Hierarchy
 from hypar_sim.partition.kinds import BATCH, DEFAULT_KINDS, IN, KINDS
 from hypar_sim.partition.shares import Column
 from hypar_sim.planner import memory
-from hypar_sim.planner.graph_dp import Factor, minimise_or_search
+from hypar_sim.planner.graph_dp import Factor, every_assignment, minimise_or_search
 from hypar_sim.planner.objectives import OBJECTIVES
 from hypar_sim.planner.plan_messages import (
     graph_edges,
@@ -41,6 +41,7 @@ from hypar_sim.planner.plan_messages import (
     sharing_edges,
 )
 from hypar_sim.planner.plan_text import read_node_plan
+from hypar_sim.planner.search import MAX_BRUTE_FORCE_PLANS
 from hypar_sim.planner.strategies import (
     STRATEGIES,
     PlanOptions,
@@ -69,6 +70,7 @@ class GraphRequest:
     config: HardwareConfig | None = None  # the hardware (planners with a cost model read it)
     memory_price: float = 0.0  # added per byte of a node's footprint (planner.memory)
     plan_text: str | None = None  # the user's plan (explicit)
+    progress: bool = False  # a bar on stderr for a long search (exhaustive)
 
 
 @dataclass(frozen=True)
@@ -130,8 +132,19 @@ def _solve(graph: Graph, sites: Sequence[Site], options: Sequence[Sequence[Colum
            hierarchy: Hierarchy, costs: graph_layout.Costs, notes: list[str],
            approximate: bool = True, price: float = 0.0, members: int = 1) -> list[Column]:
     """The cheapest option of every node: exact over the graph, or (`approximate`, where
-    the graph is too entangled for that) a local search, noted in `notes`. With a `price`
-    per byte, a node's own cost adds its footprint's (on the top levels of an array of
+    the graph is too entangled for that) a local search, noted in `notes` (`_factors`)."""
+    factors = _factors(graph, sites, options, hierarchy, costs, price, members)
+    choice = minimise_or_search([len(o) for o in options], factors, range(len(graph.nodes)),
+                                notes, approximate)
+    return [opts[i] for opts, i in zip(options, choice, strict=True)]
+
+
+def _factors(graph: Graph, sites: Sequence[Site], options: Sequence[Sequence[Column]],
+             hierarchy: Hierarchy, costs: graph_layout.Costs, price: float = 0.0,
+             members: int = 1) -> list[Factor]:
+    """The cost tables of a plan over every node's `options`: each node's own, each group
+    of consumers that may read a tensor alike (or each edge alone). With a `price` per
+    byte, a node's own cost adds its footprint's (on the top levels of an array of
     `members`, the greedy search's, a group's footprint spread over its members)."""
     outputs = set(graph.outputs)
     spread = max(members, hierarchy.members) / hierarchy.members
@@ -153,9 +166,7 @@ def _solve(graph: Graph, sites: Sequence[Site], options: Sequence[Sequence[Colum
             table = np.array([[costs.edge(sites[p], sites[c], k, a, b, hierarchy)
                                for b in options[c]] for a in options[p]])
             factors.append(Factor((p, c), table))
-    choice = minimise_or_search([len(o) for o in options], factors, range(len(graph.nodes)),
-                                notes, approximate)
-    return [opts[i] for opts, i in zip(options, choice, strict=True)]
+    return factors
 
 
 def _no_option(node: Node, kinds: Sequence[str], hierarchy: Hierarchy) -> InputError:
@@ -252,6 +263,21 @@ def _optimal(request: GraphRequest) -> list[Column]:
                   request.kinds, request.costs, request.notes, request.memory_price, "optimal")
 
 
+@register_graph_columns("exhaustive")
+def _exhaustive(request: GraphRequest) -> list[Column]:
+    """Every plan of the allowed kinds tried (`graph_dp.every_assignment`)."""
+    options = _offered_columns(request.sites, request.batch, request.hierarchy, request.kinds)
+    count = math.prod(len(o) for o in options)
+    if count > MAX_BRUTE_FORCE_PLANS:
+        raise InputError(f"--strategy exhaustive: {count:,} plans of {request.graph.name} to "
+                         f"try, more than {MAX_BRUTE_FORCE_PLANS:,}; use a smaller network, fewer "
+                         "levels or kinds, or optimal (the same minimum, by elimination)")
+    factors = _factors(request.graph, request.sites, options, request.hierarchy, request.costs,
+                       request.memory_price)
+    choice = every_assignment([len(o) for o in options], factors, request.progress)[1]
+    return [opts[i] for opts, i in zip(options, choice, strict=True)]
+
+
 @register_graph_columns("explicit")
 def _explicit(request: GraphRequest) -> list[Column]:
     names = [site.node.name for site in request.sites]
@@ -293,7 +319,8 @@ def plan_graph(graph: Graph, strategy: str, hierarchy: Hierarchy, batch: int,
                kinds: Sequence[str] = DEFAULT_KINDS, search: str = "greedy",
                word_bytes: int = 4, config: HardwareConfig | None = None,
                plan_text: str | None = None, phases: str = "training",
-               objective: str = "bytes", topology: str = "htree") -> GraphPlan:
+               objective: str = "bytes", topology: str = "htree",
+               progress: bool = False) -> GraphPlan:
     """The plan of `strategy` for `graph` on `hierarchy`, with its traffic (of a training
     step, or with `phases` "forward" of an inference), searched for the least bytes, or
     step time or energy on `topology` (`planner.timed_costs`)."""
@@ -311,7 +338,7 @@ def plan_graph(graph: Graph, strategy: str, hierarchy: Hierarchy, batch: int,
     request = GraphRequest(graph, graph_sites(graph), batch, hierarchy, tuple(kinds), search,
                            costs, notes, word_bytes,
                            float(config.cube_capacity_bytes) if config else None, config,
-                           plan_text=plan_text)
+                           plan_text=plan_text, progress=progress)
     plan = _fitting(request, strategy, spec.graph(request), phases)
     search = search if spec.honours_search else ""
     if notes:
@@ -415,7 +442,8 @@ def make_graph_plan(graph: Graph, strategy: str, hierarchy: Hierarchy, batch: in
     if plan_text is not None:
         strategy = "explicit"
     return plan_graph(graph, strategy, hierarchy, batch, kinds, options.search, word_bytes,
-                      config, plan_text, options.phases, options.objective, options.topology)
+                      config, plan_text, options.phases, options.objective, options.topology,
+                      options.progress)
 
 
 def evaluate_graph_plan(graph: Graph, strategy: str, search: str, batch: int,
