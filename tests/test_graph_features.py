@@ -14,7 +14,7 @@ from hypar_sim.errors import InputError
 from hypar_sim.hardware.config import load_hardware
 from hypar_sim.partition.hierarchy import Hierarchy
 from hypar_sim.partition.steps import Phase
-from hypar_sim.planner.graph_plan import make_graph_plan
+from hypar_sim.planner.graph_plan import evaluate_graph_plan, make_graph_plan
 from hypar_sim.planner.plan_text import parse_node_plan
 from hypar_sim.planner.strategies import PlanOptions
 from hypar_sim.runner import SimOptions, simulate
@@ -112,10 +112,16 @@ def test_forward_of_the_same_plan_is_its_training_steps_forward_part():
     assert inference.latency_cycles < step.latency_cycles / 2
 
 
-def test_seed_strategies_keep_their_training_cost(cli):
-    result = cli("plan", "resnet18", "--strategy", "tofu", "--phases", "forward")
-    assert result.returncode == 2 and "plans by its paper's cost of a training step" in \
-        result.stderr
+def test_seed_strategies_plan_by_their_training_cost_and_count_the_forward_pass():
+    """tofu on resnet18 with --phases forward: its plan of a training step (its paper's
+    cost), whose inference moves that plan's forward stages alone."""
+    graph, hierarchy = load_workload("resnet18"), Hierarchy((2, 2))
+    training = make_graph_plan(graph, "tofu", hierarchy, 16)
+    forward = make_graph_plan(graph, "tofu", hierarchy, 16, options=PlanOptions(phases="forward"))
+    assert forward.columns == training.columns and forward.search == "its paper's training-cost"
+    again = evaluate_graph_plan(graph, "tofu", "", 16, hierarchy, training.columns,
+                                phases="forward")
+    assert forward.traffic_bytes == again.traffic_bytes < training.traffic_bytes
 
 
 # --- operators are descriptions (issue "One graph", item 1) --------------------------------

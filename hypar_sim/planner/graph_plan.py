@@ -44,6 +44,7 @@ from hypar_sim.planner.plan_text import read_node_plan
 from hypar_sim.planner.search import MAX_BRUTE_FORCE_PLANS
 from hypar_sim.planner.strategies import (
     STRATEGIES,
+    TRAINING_PLAN,
     PlanOptions,
     check_objective_of,
     graph_strategies,
@@ -341,6 +342,8 @@ def plan_graph(graph: Graph, strategy: str, hierarchy: Hierarchy, batch: int,
                            plan_text=plan_text, progress=progress)
     plan = _fitting(request, strategy, spec.graph(request), phases)
     search = search if spec.honours_search else ""
+    if phases == "forward" and spec.own_cost:
+        search = TRAINING_PLAN  # its paper costs a training step: its plan, run forward
     if notes:
         search = f"{search} ({notes[0]})"
     estimate = plan.traffic_bytes if objective == "bytes" else \
@@ -431,10 +434,6 @@ def make_graph_plan(graph: Graph, strategy: str, hierarchy: Hierarchy, batch: in
     chain = STRATEGIES.get(strategy)
     if chain is not None:
         check_objective_of(strategy, options.objective, graph_strategies())
-    if options.phases == "forward" and chain is not None and chain.own_cost:
-        takers = [name for name in graph_strategies() if not STRATEGIES[name].own_cost]
-        raise InputError(f"--phases: strategy '{strategy}' plans by its paper's cost of a "
-                         f"training step; with --phases forward use one of {', '.join(takers)}")
     if not options.kinds_given and chain is not None and chain.default_kinds:
         # its paper's kinds, as on a chain; not `replicate`, unless named: a replicated node
         # moves no bytes, so a search for bytes would compute every node everywhere
