@@ -196,8 +196,9 @@ def test_cnn_graphs_plan_on_16_and_64_accelerators(name, accelerators):
 
 
 def test_graph_plan_errors_name_the_node_or_flag():
-    with pytest.raises(InputError, match="--strategy: graph networks take hypar, optimal, data"):
-        plan_graph(residual(), "soybean", Hierarchy.binary(2), 8)
+    with pytest.raises(InputError, match=r"strategy: unknown 'soybeans' \(did you mean "
+                                          r"'soybean'\?\); allowed: hypar, optimal, data, model, trick"):
+        plan_graph(residual(), "soybeans", Hierarchy.binary(2), 8)
     with pytest.raises(InputError, match="no kind of spatial can split node"):
         plan_graph(residual(), "hypar", Hierarchy.binary(2), 8, ("spatial",))
 

@@ -71,6 +71,7 @@ def test_time_and_energy_weigh_what_replicating_costs():
 
 def test_a_strategy_with_its_own_cost_refuses_another_objective():
     with pytest.raises(InputError, match=r"^--objective: strategy 'tofu' takes bytes \(its own "
-                       r"cost\), not time; strategies that minimise time: hypar, optimal$"):
+                       r"cost\), not time; strategies that minimise time: hypar, optimal, "
+                       r"exhaustive$"):
         make_graph_plan(load_workload("resnet18"), "tofu", Hierarchy.for_count(4), 16,
                         options=PlanOptions(objective="time"))

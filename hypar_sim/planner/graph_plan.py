@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from hypar_sim.errors import InputError
+from hypar_sim.errors import InputError, closest
 from hypar_sim.hardware.config import HardwareConfig
 from hypar_sim.partition import graph_layout
 from hypar_sim.partition.collectives import level_bytes
@@ -327,8 +327,8 @@ def plan_graph(graph: Graph, strategy: str, hierarchy: Hierarchy, batch: int,
     step time or energy on `topology` (`planner.timed_costs`)."""
     spec = STRATEGIES.get(strategy)
     if spec is None or spec.graph is None:
-        raise InputError(f"--strategy: graph networks take {', '.join(graph_strategies())} so "
-                         f"far, got {strategy}")
+        raise InputError(f"strategy: unknown '{strategy}'{closest(strategy, STRATEGIES)}; "
+                         f"allowed: {', '.join(graph_strategies())}")
     if (strategy == "explicit") != (plan_text is not None):
         raise InputError("plan: give --plan exactly when the strategy is 'explicit'")
     notes: list[str] = []

@@ -401,3 +401,7 @@ SOYBEAN_KINDS = tuple(kind_of(dim) for dim in (Dim.N, Dim.C, Dim.K))
 @register_strategy("soybean", searches=True, default_kinds=SOYBEAN_KINDS, own_cost="Eq. 3 bytes")
 def _soybean(request: PlanRequest) -> list[Column]:
     return soybean_columns(request)
+
+
+# This strategy's implementation on graph networks registers itself on the entry above.
+from hypar_sim.planner import soybean_graph  # noqa: E402, F401
