@@ -1,12 +1,9 @@
 """Plans of graph networks: a column of kinds for every node, and the bytes it moves.
 
-The costs are the `layout` model's on graphs (`partition.graph_layout`);
-the searches are HyPar's generalised to graphs: `greedy` decides level by
-level from the top, each level exactly over the whole graph (min-sum
-variable elimination in topological order, `graph_dp`); `joint` decides all
-levels at once, exactly, where the graph's state space allows. Fixed
-strategies: `data` (batch everywhere), `model` (in wherever a node can take
-it, else batch).
+The costs are the `layout` model's on graphs (`partition.graph_layout`), in bytes or, for
+time and energy, `planner.timed_costs`'; every strategy's graph columns (`Strategy.graph`:
+the planner's own in `planner.own_strategies`, the seeds' in their modules) are planned here
+within a cube's memory, and the plan evaluated on its messages.
 """
 
 from __future__ import annotations
@@ -14,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,28 +24,23 @@ from hypar_sim.partition.collectives import level_bytes
 from hypar_sim.partition.graph_axes import Site
 from hypar_sim.partition.graph_axes import sites as graph_sites
 from hypar_sim.partition.hierarchy import Hierarchy
-from hypar_sim.partition.kinds import BATCH, DEFAULT_KINDS, IN, KINDS
+from hypar_sim.partition.kinds import DEFAULT_KINDS, KINDS
 from hypar_sim.partition.shares import Column
 from hypar_sim.planner import memory
-from hypar_sim.planner.graph_dp import Factor, every_assignment, minimise_or_search
 from hypar_sim.planner.objectives import OBJECTIVES
 from hypar_sim.planner.plan_messages import (
     graph_edges,
     graph_layouts,
     graph_transfers,
     shared_cost,
-    shared_table,
     sharing_edges,
 )
-from hypar_sim.planner.plan_text import read_node_plan
-from hypar_sim.planner.search import MAX_BRUTE_FORCE_PLANS
 from hypar_sim.planner.strategies import (
     STRATEGIES,
     TRAINING_PLAN,
     PlanOptions,
     check_objective_of,
     graph_strategies,
-    register_graph_columns,
 )
 from hypar_sim.workload.graph import Graph, Node
 
@@ -123,79 +115,14 @@ class GraphPlan:
                                                          self.node_bytes, strict=True)]}
 
 
-#: Most cells of one table over a tensor's producer and its consumers (some may read it
-#: alike: one transfer serves them); beyond that, each edge is costed as if alone, and the
-#: plan's bytes, counted on its messages, may be less than the search thought.
-_SHARED_CELLS = 2**16
-
-
-def _solve(graph: Graph, sites: Sequence[Site], options: Sequence[Sequence[Column]],
-           hierarchy: Hierarchy, costs: graph_layout.Costs, notes: list[str],
-           approximate: bool = True, price: float = 0.0, members: int = 1) -> list[Column]:
-    """The cheapest option of every node: exact over the graph, or (`approximate`, where
-    the graph is too entangled for that) a local search, noted in `notes` (`_factors`)."""
-    factors = _factors(graph, sites, options, hierarchy, costs, price, members)
-    choice = minimise_or_search([len(o) for o in options], factors, range(len(graph.nodes)),
-                                notes, approximate)
-    return [opts[i] for opts, i in zip(options, choice, strict=True)]
-
-
-def _factors(graph: Graph, sites: Sequence[Site], options: Sequence[Sequence[Column]],
-             hierarchy: Hierarchy, costs: graph_layout.Costs, price: float = 0.0,
-             members: int = 1) -> list[Factor]:
-    """The cost tables of a plan over every node's `options`: each node's own, each group
-    of consumers that may read a tensor alike (or each edge alone). With a `price` per
-    byte, a node's own cost adds its footprint's (on the top levels of an array of
-    `members`, the greedy search's, a group's footprint spread over its members)."""
-    outputs = set(graph.outputs)
-    spread = max(members, hierarchy.members) / hierarchy.members
-    factors = [Factor((i,), np.array([costs.own(site, column, hierarchy,
-                                                site.node.name in outputs)
-                                      + (price * costs.footprint(site, column, hierarchy)
-                                         / spread if price else 0.0)
-                                      for column in options[i]]))
-               for i, site in enumerate(sites)]
-    for edges in sharing_edges(graph):
-        nodes = tuple(dict.fromkeys([edges[0][0], *(c for _, c, _ in edges)]))
-        cells = math.prod(len(options[n]) for n in nodes)
-        if len(edges) > 1 and cells <= _SHARED_CELLS:
-            nodes, table = shared_table(costs, sites, edges, options, hierarchy)
-            factors.append(Factor(nodes, np.array(table).reshape(
-                [len(options[n]) for n in nodes])))
-            continue
-        for p, c, k in edges:  # alone, or too many together: each edge as if alone
-            table = np.array([[costs.edge(sites[p], sites[c], k, a, b, hierarchy)
-                               for b in options[c]] for a in options[p]])
-            factors.append(Factor((p, c), table))
-    return factors
-
-
-def _no_option(node: Node, kinds: Sequence[str], hierarchy: Hierarchy) -> InputError:
+def no_option_error(node: Node, kinds: Sequence[str], hierarchy: Hierarchy) -> InputError:
     return InputError(f"--kinds: no kind of {','.join(dict.fromkeys(kinds))} can split node "
                       f"{node.name} "
                       f"({node.op}, output {list(node.shape)}) on hierarchy {hierarchy}; allowed: "
                       "kinds whose dimension has at least as many indices as a level has members")
 
 
-def _greedy(graph: Graph, sites: Sequence[Site], batch: int, hierarchy: Hierarchy,
-            kinds: Sequence[str], costs: graph_layout.Costs, notes: list[str],
-            price: float = 0.0) -> list[Column]:
-    columns: list[Column] = [() for _ in sites]
-    for level in range(hierarchy.levels):
-        upper = Hierarchy(hierarchy.sizes[:level + 1])
-        options = []
-        for site, prefix in zip(sites, columns, strict=True):
-            offered = [prefix + (k,) for k in kinds
-                       if graph_layout.offered(site, batch, prefix + (k,), upper)]
-            if not offered:
-                raise _no_option(site.node, kinds, upper)
-            options.append(offered)
-        columns = _solve(graph, sites, options, upper, costs, notes, price=price,
-                         members=hierarchy.members)
-    return columns
-
-
-def _offered_columns(sites: Sequence[Site], batch: int, hierarchy: Hierarchy,
+def offered_columns(sites: Sequence[Site], batch: int, hierarchy: Hierarchy,
                      kinds: Sequence[str]) -> list[list[Column]]:
     """Every node's columns of `kinds` over all levels (one line if a node has none)."""
     options = []
@@ -203,117 +130,9 @@ def _offered_columns(sites: Sequence[Site], batch: int, hierarchy: Hierarchy,
         offered = [c for c in itertools.product(kinds, repeat=hierarchy.levels)
                    if graph_layout.offered(site, batch, c, hierarchy)]
         if not offered:
-            raise _no_option(site.node, kinds, hierarchy)
+            raise no_option_error(site.node, kinds, hierarchy)
         options.append(offered)
     return options
-
-
-#: Most cost-table cells an exact search over all levels at once may fill (each a costed
-#: redistribution between two columns, about 0.3 ms: resnet18's 79k on 4 accelerators take
-#: 25 s): beyond it the search is refused in one line rather than left running for hours.
-MAX_TABLE_CELLS = 2**17
-
-
-def _joint(graph: Graph, sites: Sequence[Site], batch: int, hierarchy: Hierarchy,
-           kinds: Sequence[str], costs: graph_layout.Costs, notes: list[str],
-           price: float = 0.0, strategy: str = "hypar --search joint") -> list[Column]:
-    """The exact plan over all levels at once (every node's columns of `kinds`)."""
-    options = _offered_columns(sites, batch, hierarchy, kinds)
-    cells = sum(len(options[p]) * len(options[c]) for p, c, _ in graph_edges(graph))
-    if cells > MAX_TABLE_CELLS:
-        widest = max(len(o) for o in options)
-        raise InputError(
-            f"--strategy: {strategy} on {graph.name} costs {cells:,} pairs of columns (up to "
-            f"{widest:,} columns of kinds {','.join(kinds)} per node over {hierarchy.levels} "
-            f"levels), more than {MAX_TABLE_CELLS:,}; use fewer --kinds, fewer levels "
-            "(--accelerators) or hypar (level by level)")
-    return _solve(graph, sites, options, hierarchy, costs, notes, approximate=False,
-                  price=price)
-
-
-def _fixed(sites: Sequence[Site], batch: int, hierarchy: Hierarchy,
-           preferred: Callable[[Node], str]) -> list[Column]:
-    """Every node the kind `preferred` picks for it at every level, batch where it cannot
-    take that kind."""
-    columns = []
-    for site in sites:
-        column: Column = ()
-        for level in range(hierarchy.levels):
-            upper = Hierarchy(hierarchy.sizes[:level + 1])
-            for kind in (preferred(site.node), BATCH):
-                if graph_layout.offered(site, batch, column + (kind,), upper):
-                    column += (kind,)
-                    break
-            else:
-                raise _no_option(site.node, (preferred(site.node), BATCH), upper)
-        columns.append(column)
-    return columns
-
-
-@register_graph_columns("hypar")
-def _hypar(request: GraphRequest) -> list[Column]:
-    find = _joint if request.search == "joint" else _greedy
-    return find(request.graph, request.sites, request.batch, request.hierarchy, request.kinds,
-                request.costs, request.notes, request.memory_price)
-
-
-@register_graph_columns("optimal")
-def _optimal(request: GraphRequest) -> list[Column]:
-    """The exact least-bytes plan over all levels and every allowed kind (`_joint`)."""
-    return _joint(request.graph, request.sites, request.batch, request.hierarchy,
-                  request.kinds, request.costs, request.notes, request.memory_price, "optimal")
-
-
-@register_graph_columns("exhaustive")
-def _exhaustive(request: GraphRequest) -> list[Column]:
-    """Every plan of the allowed kinds tried (`graph_dp.every_assignment`)."""
-    options = _offered_columns(request.sites, request.batch, request.hierarchy, request.kinds)
-    count = math.prod(len(o) for o in options)
-    if count > MAX_BRUTE_FORCE_PLANS:
-        raise InputError(f"--strategy exhaustive: {count:,} plans of {request.graph.name} to "
-                         f"try, more than {MAX_BRUTE_FORCE_PLANS:,}; use a smaller network, fewer "
-                         "levels or kinds, or optimal (the same minimum, by elimination)")
-    factors = _factors(request.graph, request.sites, options, request.hierarchy, request.costs,
-                       request.memory_price)
-    choice = every_assignment([len(o) for o in options], factors, request.progress)[1]
-    return [opts[i] for opts, i in zip(options, choice, strict=True)]
-
-
-@register_graph_columns("explicit")
-def _explicit(request: GraphRequest) -> list[Column]:
-    names = [site.node.name for site in request.sites]
-    columns = read_node_plan(request.plan_text or "", names, request.hierarchy.levels)
-    for site, column in zip(request.sites, columns, strict=True):
-        if not graph_layout.offered(site, request.batch, column, request.hierarchy):
-            raise InputError(
-                f"--plan: node {site.node.name} ({site.node.op}, output {list(site.node.shape)}) "
-                f"cannot take ({' '.join(column)}) on hierarchy {request.hierarchy} with batch "
-                f"{request.batch}: a kind splits a dimension into more parts than it has, or "
-                "one the node does not have")
-    return columns
-
-
-@register_graph_columns("data")
-def _data(request: GraphRequest) -> list[Column]:
-    return _fixed(request.sites, request.batch, request.hierarchy, lambda node: BATCH)
-
-
-@register_graph_columns("model")
-def _model(request: GraphRequest) -> list[Column]:
-    return _fixed(request.sites, request.batch, request.hierarchy, lambda node: IN)
-
-
-@register_graph_columns("trick")
-def _trick(request: GraphRequest) -> list[Column]:
-    """Krizhevsky's "one weird trick" (arXiv:1404.5997) on a graph: fully-connected nodes
-    (weighted multiply-accumulates without a window) split their input channels (mp), every
-    other node the batch (dp)."""
-    def kind(node: Node) -> str:
-        desc = node.desc
-        fc = desc is not None and desc.weights is not None and desc.channel is not None \
-            and not desc.window
-        return IN if fc else BATCH
-    return _fixed(request.sites, request.batch, request.hierarchy, kind)
 
 
 def plan_graph(graph: Graph, strategy: str, hierarchy: Hierarchy, batch: int,
@@ -389,7 +208,7 @@ def _fitting(request: GraphRequest, strategy: str, columns: list[Column],
     if needed <= capacity:
         return evaluate(columns)
     spec = STRATEGIES[strategy]
-    options = _offered_columns(sites, request.batch, hierarchy, request.kinds)
+    options = offered_columns(sites, request.batch, hierarchy, request.kinds)
     least = sum(min(costs.footprint(site, column, hierarchy, member=0) for column in offered)
                 for site, offered in zip(sites, options, strict=True))  # member 0's least
     fitters = [name for name in graph_strategies() if STRATEGIES[name].objectives == OBJECTIVES]

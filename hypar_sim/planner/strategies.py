@@ -423,6 +423,6 @@ def _estimator(request: PlanRequest, config: HardwareConfig) -> Estimator:
                      options.overlap_gradients, first)
 
 
-# The graph implementations of the strategies above (hypar, data, model, trick, explicit,
-# optimal) register themselves on these entries.
-from hypar_sim.planner import graph_plan  # noqa: E402, F401
+# The graph implementations of the strategies above (hypar, optimal, exhaustive, data, model,
+# trick, explicit) register themselves on these entries.
+from hypar_sim.planner import own_strategies  # noqa: E402, F401

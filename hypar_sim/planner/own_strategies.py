@@ -1,0 +1,204 @@
+"""The planner's own strategies on a graph network: their columns over the layout model's
+cost tables (`graph_layout.Costs`, or `timed_costs.TimedCosts` for time and energy).
+
+- `hypar`: HyPar's search generalised to graphs: `greedy` decides level by level from the
+  top, each level exactly over the whole graph (min-sum variable elimination in topological
+  order, `graph_dp`); `joint` decides all levels at once, exactly, where the graph's state
+  space allows.
+- `optimal`: the joint search over every kind but replicate; `exhaustive`: every plan tried.
+- `data` (batch everywhere), `model` (in wherever a node can take it, else batch), `trick`
+  (fc nodes in, the rest batch), `explicit` (the user's `--plan`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from hypar_sim.errors import InputError
+from hypar_sim.partition import graph_layout
+from hypar_sim.partition.graph_axes import Site
+from hypar_sim.partition.hierarchy import Hierarchy
+from hypar_sim.partition.kinds import BATCH, IN
+from hypar_sim.partition.shares import Column
+from hypar_sim.planner.graph_dp import Factor, every_assignment, minimise_or_search
+from hypar_sim.planner.graph_plan import GraphRequest, no_option_error, offered_columns
+from hypar_sim.planner.plan_messages import graph_edges, shared_table, sharing_edges
+from hypar_sim.planner.plan_text import read_node_plan
+from hypar_sim.planner.search import MAX_BRUTE_FORCE_PLANS
+from hypar_sim.planner.strategies import register_graph_columns
+from hypar_sim.workload.graph import Graph, Node
+
+#: Most cells of one table over a tensor's producer and its consumers (some may read it
+#: alike: one transfer serves them); beyond that, each edge is costed as if alone, and the
+#: plan's bytes, counted on its messages, may be less than the search thought.
+_SHARED_CELLS = 2**16
+
+
+def _solve(graph: Graph, sites: Sequence[Site], options: Sequence[Sequence[Column]],
+           hierarchy: Hierarchy, costs: graph_layout.Costs, notes: list[str],
+           approximate: bool = True, price: float = 0.0, members: int = 1) -> list[Column]:
+    """The cheapest option of every node: exact over the graph, or (`approximate`, where
+    the graph is too entangled for that) a local search, noted in `notes` (`_factors`)."""
+    factors = _factors(graph, sites, options, hierarchy, costs, price, members)
+    choice = minimise_or_search([len(o) for o in options], factors, range(len(graph.nodes)),
+                                notes, approximate)
+    return [opts[i] for opts, i in zip(options, choice, strict=True)]
+
+
+def _factors(graph: Graph, sites: Sequence[Site], options: Sequence[Sequence[Column]],
+             hierarchy: Hierarchy, costs: graph_layout.Costs, price: float = 0.0,
+             members: int = 1) -> list[Factor]:
+    """The cost tables of a plan over every node's `options`: each node's own, each group
+    of consumers that may read a tensor alike (or each edge alone). With a `price` per
+    byte, a node's own cost adds its footprint's (on the top levels of an array of
+    `members`, the greedy search's, a group's footprint spread over its members)."""
+    outputs = set(graph.outputs)
+    spread = max(members, hierarchy.members) / hierarchy.members
+    factors = [Factor((i,), np.array([costs.own(site, column, hierarchy,
+                                                site.node.name in outputs)
+                                      + (price * costs.footprint(site, column, hierarchy)
+                                         / spread if price else 0.0)
+                                      for column in options[i]]))
+               for i, site in enumerate(sites)]
+    for edges in sharing_edges(graph):
+        nodes = tuple(dict.fromkeys([edges[0][0], *(c for _, c, _ in edges)]))
+        cells = math.prod(len(options[n]) for n in nodes)
+        if len(edges) > 1 and cells <= _SHARED_CELLS:
+            nodes, table = shared_table(costs, sites, edges, options, hierarchy)
+            factors.append(Factor(nodes, np.array(table).reshape(
+                [len(options[n]) for n in nodes])))
+            continue
+        for p, c, k in edges:  # alone, or too many together: each edge as if alone
+            table = np.array([[costs.edge(sites[p], sites[c], k, a, b, hierarchy)
+                               for b in options[c]] for a in options[p]])
+            factors.append(Factor((p, c), table))
+    return factors
+
+
+def _greedy(graph: Graph, sites: Sequence[Site], batch: int, hierarchy: Hierarchy,
+            kinds: Sequence[str], costs: graph_layout.Costs, notes: list[str],
+            price: float = 0.0) -> list[Column]:
+    columns: list[Column] = [() for _ in sites]
+    for level in range(hierarchy.levels):
+        upper = Hierarchy(hierarchy.sizes[:level + 1])
+        options = []
+        for site, prefix in zip(sites, columns, strict=True):
+            offered = [prefix + (k,) for k in kinds
+                       if graph_layout.offered(site, batch, prefix + (k,), upper)]
+            if not offered:
+                raise no_option_error(site.node, kinds, upper)
+            options.append(offered)
+        columns = _solve(graph, sites, options, upper, costs, notes, price=price,
+                         members=hierarchy.members)
+    return columns
+
+
+#: Most cost-table cells an exact search over all levels at once may fill (each a costed
+#: redistribution between two columns, about 0.3 ms: resnet18's 79k on 4 accelerators take
+#: 25 s): beyond it the search is refused in one line rather than left running for hours.
+MAX_TABLE_CELLS = 2**17
+
+
+def _joint(graph: Graph, sites: Sequence[Site], batch: int, hierarchy: Hierarchy,
+           kinds: Sequence[str], costs: graph_layout.Costs, notes: list[str],
+           price: float = 0.0, strategy: str = "hypar --search joint") -> list[Column]:
+    """The exact plan over all levels at once (every node's columns of `kinds`)."""
+    options = offered_columns(sites, batch, hierarchy, kinds)
+    cells = sum(len(options[p]) * len(options[c]) for p, c, _ in graph_edges(graph))
+    if cells > MAX_TABLE_CELLS:
+        widest = max(len(o) for o in options)
+        raise InputError(
+            f"--strategy: {strategy} on {graph.name} costs {cells:,} pairs of columns (up to "
+            f"{widest:,} columns of kinds {','.join(kinds)} per node over {hierarchy.levels} "
+            f"levels), more than {MAX_TABLE_CELLS:,}; use fewer --kinds, fewer levels "
+            "(--accelerators) or hypar (level by level)")
+    return _solve(graph, sites, options, hierarchy, costs, notes, approximate=False,
+                  price=price)
+
+
+def _fixed(sites: Sequence[Site], batch: int, hierarchy: Hierarchy,
+           preferred: Callable[[Node], str]) -> list[Column]:
+    """Every node the kind `preferred` picks for it at every level, batch where it cannot
+    take that kind."""
+    columns = []
+    for site in sites:
+        column: Column = ()
+        for level in range(hierarchy.levels):
+            upper = Hierarchy(hierarchy.sizes[:level + 1])
+            for kind in (preferred(site.node), BATCH):
+                if graph_layout.offered(site, batch, column + (kind,), upper):
+                    column += (kind,)
+                    break
+            else:
+                raise no_option_error(site.node, (preferred(site.node), BATCH), upper)
+        columns.append(column)
+    return columns
+
+
+@register_graph_columns("hypar")
+def _hypar(request: GraphRequest) -> list[Column]:
+    find = _joint if request.search == "joint" else _greedy
+    return find(request.graph, request.sites, request.batch, request.hierarchy, request.kinds,
+                request.costs, request.notes, request.memory_price)
+
+
+@register_graph_columns("optimal")
+def _optimal(request: GraphRequest) -> list[Column]:
+    """The exact least-bytes plan over all levels and every allowed kind (`_joint`)."""
+    return _joint(request.graph, request.sites, request.batch, request.hierarchy,
+                  request.kinds, request.costs, request.notes, request.memory_price, "optimal")
+
+
+@register_graph_columns("exhaustive")
+def _exhaustive(request: GraphRequest) -> list[Column]:
+    """Every plan of the allowed kinds tried (`graph_dp.every_assignment`)."""
+    options = offered_columns(request.sites, request.batch, request.hierarchy, request.kinds)
+    count = math.prod(len(o) for o in options)
+    if count > MAX_BRUTE_FORCE_PLANS:
+        raise InputError(f"--strategy exhaustive: {count:,} plans of {request.graph.name} to "
+                         f"try, more than {MAX_BRUTE_FORCE_PLANS:,}; use a smaller network, fewer "
+                         "levels or kinds, or optimal (the same minimum, by elimination)")
+    factors = _factors(request.graph, request.sites, options, request.hierarchy, request.costs,
+                       request.memory_price)
+    choice = every_assignment([len(o) for o in options], factors, request.progress)[1]
+    return [opts[i] for opts, i in zip(options, choice, strict=True)]
+
+
+@register_graph_columns("explicit")
+def _explicit(request: GraphRequest) -> list[Column]:
+    names = [site.node.name for site in request.sites]
+    columns = read_node_plan(request.plan_text or "", names, request.hierarchy.levels)
+    for site, column in zip(request.sites, columns, strict=True):
+        if not graph_layout.offered(site, request.batch, column, request.hierarchy):
+            raise InputError(
+                f"--plan: node {site.node.name} ({site.node.op}, output {list(site.node.shape)}) "
+                f"cannot take ({' '.join(column)}) on hierarchy {request.hierarchy} with batch "
+                f"{request.batch}: a kind splits a dimension into more parts than it has, or "
+                "one the node does not have")
+    return columns
+
+
+@register_graph_columns("data")
+def _data(request: GraphRequest) -> list[Column]:
+    return _fixed(request.sites, request.batch, request.hierarchy, lambda node: BATCH)
+
+
+@register_graph_columns("model")
+def _model(request: GraphRequest) -> list[Column]:
+    return _fixed(request.sites, request.batch, request.hierarchy, lambda node: IN)
+
+
+@register_graph_columns("trick")
+def _trick(request: GraphRequest) -> list[Column]:
+    """Krizhevsky's "one weird trick" (arXiv:1404.5997) on a graph: fully-connected nodes
+    (weighted multiply-accumulates without a window) split their input channels (mp), every
+    other node the batch (dp)."""
+    def kind(node: Node) -> str:
+        desc = node.desc
+        fc = desc is not None and desc.weights is not None and desc.channel is not None \
+            and not desc.window
+        return IN if fc else BATCH
+    return _fixed(request.sites, request.batch, request.hierarchy, kind)
