@@ -27,7 +27,8 @@ from hypar_sim.errors import InputError
 from hypar_sim.hardware.config import HardwareConfig, load_config, run_keys
 from hypar_sim.partition.hierarchy import MAX_MEMBERS, Hierarchy
 from hypar_sim.partition.kinds import parse_kinds
-from hypar_sim.planner.strategies import PlanOptions, as_hierarchy
+from hypar_sim.planner.options import PlanOptions
+from hypar_sim.planner.strategies import as_hierarchy
 from hypar_sim.planner.traffic import DEFAULT_TRAFFIC_MODEL
 from hypar_sim.sim.options import SimOptions
 from hypar_sim.workload.graph import Graph

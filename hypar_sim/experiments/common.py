@@ -20,7 +20,7 @@ from hypar_sim.errors import InputError
 from hypar_sim.figure_style import FORMATS, PALETTE, TINY, save_figure, style
 from hypar_sim.hardware.config import load_hardware, run_keys
 from hypar_sim.paper import DISPLAY_NAMES
-from hypar_sim.planner.strategies import PlanOptions
+from hypar_sim.planner.options import PlanOptions
 from hypar_sim.sweep import Case, run_cases
 
 RESULTS = Path(__file__).resolve().parents[2] / "results"

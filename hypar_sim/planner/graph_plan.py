@@ -28,6 +28,7 @@ from hypar_sim.partition.kinds import DEFAULT_KINDS, KINDS
 from hypar_sim.partition.shares import Column
 from hypar_sim.planner import memory
 from hypar_sim.planner.objectives import OBJECTIVES
+from hypar_sim.planner.options import PlanOptions
 from hypar_sim.planner.plan_messages import (
     graph_edges,
     graph_layouts,
@@ -38,7 +39,6 @@ from hypar_sim.planner.plan_messages import (
 from hypar_sim.planner.strategies import (
     STRATEGIES,
     TRAINING_PLAN,
-    PlanOptions,
     check_objective_of,
     graph_strategies,
 )
