@@ -47,13 +47,12 @@ def test_a_chain_as_a_graph_gets_the_chain_planners_plan(layers, shape, batch, s
 
 
 def test_one_cut_is_the_brute_force_minimum_of_its_tables():
-    """A skip connection's top cut (fc, relu, their sum, fc): the elimination's least cost
-    is every assignment's."""
+    """A skip connection's top cut (fc, relu, their sum): the elimination's least cost is
+    every assignment's."""
     graph = parse_graph({"inputs": {"x": [6]}, "nodes": [
         {"name": "a", "type": "fc", "out_features": 4},
         {"name": "r", "type": "act", "function": "relu"},
-        {"name": "s", "type": "add", "inputs": ["a", "r"]},
-        {"name": "o", "type": "fc", "out_features": 2}]}, "skip")
+        {"name": "s", "type": "add", "inputs": ["a", "r"]}]}, "skip")
     hierarchy = Hierarchy((2, 2))
     request = GraphRequest(graph, sites(graph), 4, hierarchy, SOYBEAN_KINDS, "",
                            graph_layout.Costs(4, 4), [])

@@ -43,6 +43,7 @@ def test_a_chain_of_blocks_is_estimated_as_the_analytic_engine_runs_it(objective
     assert plan.estimate == pytest.approx(_simulated(graph, plan, objective), rel=2e-3)
 
 
+@pytest.mark.slow
 def test_side_by_side_branches_make_the_estimate_an_upper_bound():
     """inception_v1's branches run side by side in the simulator: the serial estimate of the
     step is above it, by less than a tenth."""
@@ -53,6 +54,7 @@ def test_side_by_side_branches_make_the_estimate_an_upper_bound():
     assert 1.0 < ratio < 1.1
 
 
+@pytest.mark.slow
 def test_time_and_energy_weigh_what_replicating_costs():
     """resnet18, batch 2, on 2 accelerators with `replicate` allowed: for bytes, optimal
     computes every node whole on both cubes (nothing moves); for time and energy it splits
