@@ -43,7 +43,8 @@ def cmd_compare(args: argparse.Namespace) -> str:
         if isinstance(result, InputError):
             if strategy == args.baseline:
                 raise _baseline_error(request, network, strategy, result, allowed)
-            raise InputError(f"strategy {strategy}: {result}")
+            raise InputError(result if strategy in str(result) else
+                             f"strategy {strategy}: {result}")
     bound = None
     if not graph and request.plan.phases == "training":  # the bound counts a training step
         bound = sum(layer_bounds(network.layers, request.batch, request.hierarchy,

@@ -24,10 +24,10 @@ from hypar_sim.partition.collectives import level_bytes
 from hypar_sim.partition.graph_axes import Site
 from hypar_sim.partition.graph_axes import sites as graph_sites
 from hypar_sim.partition.hierarchy import Hierarchy
-from hypar_sim.partition.kinds import DEFAULT_KINDS, KINDS
+from hypar_sim.partition.kinds import BATCH, DEFAULT_KINDS, KINDS
 from hypar_sim.partition.shares import Column
 from hypar_sim.planner import memory
-from hypar_sim.planner.objectives import OBJECTIVES
+from hypar_sim.planner.objectives import ESTIMATE_UNITS, OBJECTIVES
 from hypar_sim.planner.options import PlanOptions
 from hypar_sim.planner.plan_messages import (
     graph_edges,
@@ -106,6 +106,7 @@ class GraphPlan:
                 "batch": self.batch, "hierarchy": list(self.hierarchy.sizes),
                 "accelerators": self.accelerators, "traffic_model": "layout",
                 "objective": self.objective, "estimate": self.estimate,
+                "estimate_unit": ESTIMATE_UNITS[self.objective],
                 "traffic_bytes": self.traffic_bytes,
                 "traffic_bytes_per_level": list(self.traffic_bytes_per_level),
                 "footprint_bytes": self.footprint_bytes,
@@ -115,11 +116,19 @@ class GraphPlan:
                                                          self.node_bytes, strict=True)]}
 
 
-def no_option_error(node: Node, kinds: Sequence[str], hierarchy: Hierarchy) -> InputError:
+def no_option_error(node: Node, kinds: Sequence[str], hierarchy: Hierarchy,
+                    batch: int | None = None) -> InputError:
+    """One line: no kind of `kinds` splits `node` on `hierarchy` (the levels decided so
+    far), with the batch to try where batch is among them."""
+    hint = ""
+    if BATCH in kinds and batch is not None and batch < hierarchy.members:
+        hint = (f"; with batch {batch}, fewer samples than the {hierarchy.members} groups of "
+                f"these levels: use a batch of at least {hierarchy.members}, fewer "
+                "accelerators, or more kinds")
     return InputError(f"--kinds: no kind of {','.join(dict.fromkeys(kinds))} can split node "
-                      f"{node.name} "
-                      f"({node.op}, output {list(node.shape)}) on hierarchy {hierarchy}; allowed: "
-                      "kinds whose dimension has at least as many indices as a level has members")
+                      f"{node.name} ({node.op}, output {list(node.shape)}) on the top "
+                      f"{hierarchy.levels} level(s) ({hierarchy}) of the array; allowed: kinds "
+                      f"whose dimension has at least as many indices as a level has members{hint}")
 
 
 def offered_columns(sites: Sequence[Site], batch: int, hierarchy: Hierarchy,
@@ -130,7 +139,7 @@ def offered_columns(sites: Sequence[Site], batch: int, hierarchy: Hierarchy,
         offered = [c for c in itertools.product(kinds, repeat=hierarchy.levels)
                    if graph_layout.offered(site, batch, c, hierarchy)]
         if not offered:
-            raise no_option_error(site.node, kinds, hierarchy)
+            raise no_option_error(site.node, kinds, hierarchy, batch)
         options.append(offered)
     return options
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 from hypar_sim.errors import InputError, closest
 
 OBJECTIVES = ("bytes", "time", "energy")
+#: The unit of a plan's `estimate` under each objective.
+ESTIMATE_UNITS = {"bytes": "bytes", "time": "cycles", "energy": "pJ"}
 
 
 def check_objective(objective: str) -> str:

@@ -89,7 +89,7 @@ def _greedy(graph: Graph, sites: Sequence[Site], batch: int, hierarchy: Hierarch
             offered = [prefix + (k,) for k in kinds
                        if graph_layout.offered(site, batch, prefix + (k,), upper)]
             if not offered:
-                raise no_option_error(site.node, kinds, upper)
+                raise no_option_error(site.node, kinds, upper, batch)
             options.append(offered)
         columns = _solve(graph, sites, options, upper, costs, notes, price=price,
                          members=hierarchy.members)
@@ -110,11 +110,14 @@ def _joint(graph: Graph, sites: Sequence[Site], batch: int, hierarchy: Hierarchy
     cells = sum(len(options[p]) * len(options[c]) for p, c, _ in graph_edges(graph))
     if cells > MAX_TABLE_CELLS:
         widest = max(len(o) for o in options)
+        used = [k for k in kinds if any(k in column for o in options for column in o)]
+        instead = "--search greedy (level by level)" if strategy.startswith("hypar") else \
+            "hypar (level by level)"
         raise InputError(
-            f"--strategy: {strategy} on {graph.name} costs {cells:,} pairs of columns (up to "
-            f"{widest:,} columns of kinds {','.join(kinds)} per node over {hierarchy.levels} "
-            f"levels), more than {MAX_TABLE_CELLS:,}; use fewer --kinds, fewer levels "
-            "(--accelerators) or hypar (level by level)")
+            f"--strategy {strategy}: the exact search on {graph.name} costs {cells:,} pairs of "
+            f"columns (up to {widest:,} columns of kinds {','.join(used)} per node over "
+            f"{hierarchy.levels} levels), more than {MAX_TABLE_CELLS:,}; use fewer --kinds, "
+            f"fewer levels (--accelerators) or {instead}")
     return _solve(graph, sites, options, hierarchy, costs, notes, approximate=False,
                   price=price)
 
@@ -133,7 +136,7 @@ def _fixed(sites: Sequence[Site], batch: int, hierarchy: Hierarchy,
                     column += (kind,)
                     break
             else:
-                raise no_option_error(site.node, (preferred(site.node), BATCH), upper)
+                raise no_option_error(site.node, (preferred(site.node), BATCH), upper, batch)
         columns.append(column)
     return columns
 
@@ -158,9 +161,11 @@ def _exhaustive(request: GraphRequest) -> list[Column]:
     options = offered_columns(request.sites, request.batch, request.hierarchy, request.kinds)
     count = math.prod(len(o) for o in options)
     if count > MAX_BRUTE_FORCE_PLANS:
-        raise InputError(f"--strategy exhaustive: {count:,} plans of {request.graph.name} to "
-                         f"try, more than {MAX_BRUTE_FORCE_PLANS:,}; use a smaller network, fewer "
-                         "levels or kinds, or optimal (the same minimum, by elimination)")
+        many = f"{count:,}" if count < 10**12 else f"about 10^{math.floor(math.log10(count))}"
+        raise InputError(f"--strategy exhaustive: {many} plans of {request.graph.name} to try, "
+                         f"more than {MAX_BRUTE_FORCE_PLANS:,}; use a smaller network, fewer "
+                         "levels or kinds, or optimal (the least of the same plans, by "
+                         "elimination)")
     factors = _factors(request.graph, request.sites, options, request.hierarchy, request.costs,
                        request.memory_price)
     choice = every_assignment([len(o) for o in options], factors, request.progress)[1]

@@ -16,6 +16,7 @@ from typing import Any
 from hypar_sim.errors import InputError
 from hypar_sim.partition.hierarchy import Hierarchy
 from hypar_sim.partition.shares import Column
+from hypar_sim.planner.objectives import ESTIMATE_UNITS
 from hypar_sim.planner.traffic import DEFAULT_TRAFFIC_MODEL, traffic_model
 from hypar_sim.workload.network import Network
 
@@ -88,6 +89,7 @@ class Plan:
             "search": self.search,
             "objective": self.objective,
             "estimate": self.estimate,
+            "estimate_unit": ESTIMATE_UNITS[self.objective],
             "layers": list(self.layer_names),
             "plan": [list(level) for level in self.choices],
             "traffic_bytes": self.traffic_bytes,
