@@ -47,6 +47,16 @@ def test_bad_requests_are_one_line(kwargs, fragment):
     assert "\n" not in str(info.value)
 
 
+def test_seq_on_a_yaml_network_is_refused_not_ignored(cli):
+    """A YAML graph's shapes are fixed: --seq, which sets an ONNX model's dynamic sequence
+    axis, used to be ignored there silently."""
+    with pytest.raises(InputError, match=r"^--seq: bert_base is a YAML network, whose shapes "
+                       r"are fixed in the file; --seq sets the tokens of an ONNX model's"):
+        make_request("bert_base", seq=64).workload()
+    result = cli("plan", "bert_base", "--seq", "64")
+    assert result.returncode == 2 and "--seq: bert_base is a YAML network" in result.stderr
+
+
 def test_the_hierarchy_gives_the_count_and_a_config_file_the_rest(tmp_path):
     assert make_request("lenet_c", hierarchy="4x3x2").accelerators == 24
     assert make_request("lenet_c", levels=3).hierarchy == Hierarchy.binary(3)

@@ -114,6 +114,10 @@ def load_workload(name_or_path: str, seq: int | None = None) -> Network | Graph:
         from hypar_sim.workload.onnx_import import load_onnx
 
         return load_onnx(path, seq)
+    if seq is not None:
+        raise InputError(f"--seq: {name_or_path} is a YAML network, whose shapes are fixed in "
+                         "the file; --seq sets the tokens of an ONNX model's dynamic sequence "
+                         "axis (edit the YAML's input shape instead)")
     data = read_yaml(path)
     if isinstance(data, Mapping) and "nodes" in data:
         return parse_graph(data, str(path), default_name=path.stem)
