@@ -259,13 +259,13 @@ def make_graph_plan(graph: Graph, strategy: str, hierarchy: Hierarchy, batch: in
         raise InputError("--traffic-model: graph networks are planned with the layout model "
                          "only (paper's reading covers chains of conv and fc layers)")
     kinds = options.kinds
-    chain = STRATEGIES.get(strategy)
-    if chain is not None:
+    spec = STRATEGIES.get(strategy)  # None: plan_graph names the allowed ones
+    if spec is not None:
         check_objective_of(strategy, options.objective, graph_strategies())
-    if not options.kinds_given and chain is not None and chain.default_kinds:
+    if not options.kinds_given and spec is not None and spec.default_kinds:
         # its paper's kinds, as on a chain; not `replicate`, unless named: a replicated node
         # moves no bytes, so a search for bytes would compute every node everywhere
-        kinds = tuple(k for k in chain.default_kinds if KINDS[k].dim is not None)
+        kinds = tuple(k for k in spec.default_kinds if KINDS[k].dim is not None)
     if plan_text is not None:
         strategy = "explicit"
     return plan_graph(graph, strategy, hierarchy, batch, kinds, options.search, word_bytes,

@@ -46,7 +46,8 @@ from hypar_sim.partition.kinds import KINDS, listed
 from hypar_sim.partition.shares import Column
 from hypar_sim.planner.graph_dp import Factor, minimise_or_search
 from hypar_sim.planner.graph_plan import GraphRequest
-from hypar_sim.planner.soybean import MATRIX_DIMS, SOYBEAN_KINDS, Tiling, conversion, volume
+from hypar_sim.planner.plan_messages import graph_edges
+from hypar_sim.planner.soybean import MATRIX_DIMS, SOYBEAN_KINDS, Tiling, volume
 from hypar_sim.planner.strategies import register_graph_columns
 from hypar_sim.workload.dims import Dim
 from hypar_sim.workload.tdl import Access, Flat, Grouped, Whole
@@ -96,7 +97,12 @@ class _Cut:
         self.parts = request.hierarchy.sizes[level]
         self.upper = Hierarchy(request.hierarchy.sizes[:level + 1])
         graph = request.graph
-        self.index = {node.name: i for i, node in enumerate(graph.nodes)}
+        #: every node's source of each input (None: a graph input), and its readers
+        self.sources: list[list[int | None]] = [[None] * len(n.inputs) for n in graph.nodes]
+        self.readers: list[list[tuple[int, int]]] = [[] for _ in graph.nodes]
+        for p, c, k in graph_edges(graph):
+            self.sources[c][k] = p
+            self.readers[p].append((c, k))
         self.options = []
         for i, site in enumerate(request.sites):
             offered = [k for k in kinds if KINDS[k].dim in MATRIX_DIMS and graph_layout.offered(
@@ -116,17 +122,12 @@ class _Cut:
         site = self.request.sites[producer]
         for kind in self.options[producer]:
             axes.add(_axis(site.desc.makes, graph_layout.dim_of(site.desc, kind)))
-        for c, k in self._readers(producer):
+        for c, k in self.readers[producer]:
             reader = self.request.sites[c]
             for kind in self.options[c]:
                 axes.add(_axis(reader.desc.reads[k], graph_layout.dim_of(reader.desc, kind)))
         ordered: list[Tile] = sorted(a for a in axes if a != REP) + [REP]
         return list(itertools.product(ordered, ordered))
-
-    def _readers(self, producer: int) -> list[tuple[int, int]]:
-        name = self.request.graph.nodes[producer].name
-        return [(c, k) for c, node in enumerate(self.request.graph.nodes)
-                for k, source in enumerate(node.inputs) if source == name]
 
     def _share(self, i: int, access: Access | None, elements: float) -> float:
         """Elements of a tensor of node i in its group's share after the cuts above."""
@@ -144,7 +145,7 @@ class _Cut:
         factors: list[Factor] = []
         for i, (site, node) in enumerate(zip(self.request.sites, graph.nodes, strict=True)):
             desc = site.desc
-            sources = [self.index.get(name) for name in node.inputs]
+            sources = self.sources[i]
             fed = [s is not None for s in sources]
             weighted = desc.weights is not None and desc.channel is not None
             mine = self._share(i, desc.makes, tensor[i])
@@ -164,16 +165,14 @@ class _Cut:
             else:
                 dz = int(any(fed))
             after = max((self._share(c, self.request.sites[c].desc.reads[k], tensor[i])
-                         for c, k in self._readers(i)), default=mine)
+                         for c, k in self.readers[i]), default=mine)
             factors.append(self._uses(i, desc.makes, i, dz, (after, mine), (mine, after),
                                       output=True))
             if weighted:
                 factors.append(Factor((2 * i,), self._weights(i, fed)))
             if node.name in graph.outputs:  # the loss: F's tiling converted to E's
                 factors.append(Factor((2 * i + 1,), np.array(
-                    [conversion(Tiling.REP if f == REP else Tiling.ROW,
-                                Tiling.REP if e == REP else Tiling.ROW if e == f else Tiling.COL,
-                                self.parts) * mine for f, e in self.tiles[i]])))
+                    [_moved(f, e, self.parts, mine, mine) for f, e in self.tiles[i]])))
         order = [v for i in range(len(graph.nodes)) for v in (2 * i, 2 * i + 1)]
         return factors, order
 
