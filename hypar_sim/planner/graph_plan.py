@@ -30,7 +30,7 @@ from hypar_sim.planner import memory
 from hypar_sim.planner.objectives import ESTIMATE_UNITS, OBJECTIVES
 from hypar_sim.planner.options import PlanOptions
 from hypar_sim.planner.plan_messages import (
-    graph_edges,
+    fed_nodes,
     graph_layouts,
     graph_transfers,
     shared_cost,
@@ -185,12 +185,12 @@ def _timed_costs(graph: Graph, batch: int, hierarchy: Hierarchy, word_bytes: int
     """The cost tables in cycles or pJ on the topology (`planner.timed_costs`)."""
     from hypar_sim.hardware.config import load_hardware
     from hypar_sim.hardware.topology import make_topology
-    from hypar_sim.planner.timed_costs import TimedCosts, fed_nodes
+    from hypar_sim.planner.timed_costs import TimedCosts
 
     config = config or load_hardware(overrides={"word_bytes": word_bytes})
     return TimedCosts(batch, word_bytes, phases == "forward", objective, config,
                       make_topology(topology, config, hierarchy),
-                      fed_nodes(graph.nodes, graph_edges(graph)))
+                      fed_nodes(graph))
 
 
 def _fitting(request: GraphRequest, strategy: str, columns: list[Column],

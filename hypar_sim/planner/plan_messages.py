@@ -35,6 +35,12 @@ def graph_edges(graph: Graph) -> list[tuple[int, int, int]]:
             for k, source in enumerate(node.inputs) if source in index]
 
 
+def fed_nodes(graph: Graph) -> set[str]:
+    """Names of the nodes that read another node's output: those with a backward pass (a
+    node that reads only graph inputs computes no error)."""
+    return {graph.nodes[c].name for _, c, _ in graph_edges(graph)}
+
+
 def sharing_edges(graph: Graph) -> list[list[Edge]]:
     """Edges grouped by producer: those of its consumers that read the same regions under
     their columns share one transfer (`shared_cost`)."""

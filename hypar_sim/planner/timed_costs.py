@@ -31,8 +31,6 @@ measures it).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import numpy as np
 
 from hypar_sim.hardware.config import HardwareConfig
@@ -133,8 +131,3 @@ class TimedCosts(graph_layout.Costs):
         per_byte = self._dram_pj_per_byte + self._bits * (
             routed.energy_links * pj[Action.LINK_BIT] + routed.switches * pj[Action.SWITCH_BIT])
         return self._value(cycles, float(np.dot(sizes, per_byte)))
-
-
-def fed_nodes(graph_nodes: Sequence, edges: Sequence[tuple[int, int, int]]) -> set[str]:
-    """Names of the nodes that read another node's output (`graph_edges`)."""
-    return {graph_nodes[c].name for _, c, _ in edges}

@@ -25,8 +25,6 @@ must fit its cube.
 
 from __future__ import annotations
 
-from collections import defaultdict
-
 import numpy as np
 
 from hypar_sim.hardware.capacity import Footprint, check_capacity
@@ -36,8 +34,8 @@ from hypar_sim.partition import graph_layout
 from hypar_sim.partition.steps import Phase, TransferKind
 from hypar_sim.planner.graph_plan import GraphPlan
 from hypar_sim.planner.plan_messages import (
+    fed_nodes,
     gradient_buckets,
-    graph_edges,
     graph_layouts,
     graph_steps,
 )
@@ -70,9 +68,7 @@ def build_graph_schedule(graph: Graph, plan: GraphPlan, config: HardwareConfig,
     steps = graph_steps(graph, layouts, batch, hierarchy, config.word_bytes, buckets,
                         forward_only)
     _check_fits(graph, layouts, plan, config, not forward_only)
-    predecessors = defaultdict(bool)
-    for _, c, _ in graph_edges(graph):
-        predecessors[c] = True
+    fed = fed_nodes(graph)
 
     shapes = [own.box_sizes() for own in layouts]
 
@@ -80,7 +76,7 @@ def build_graph_schedule(graph: Graph, plan: GraphPlan, config: HardwareConfig,
         """Members with boxes of the same sizes share one cost."""
         _, first, inverse = np.unique(shapes[i], axis=0, return_index=True,
                                       return_inverse=True)
-        distinct = [node_cost(layouts[i], int(m), phase, config, predecessors[i])
+        distinct = [node_cost(layouts[i], int(m), phase, config, graph.nodes[i].name in fed)
                     for m in first]
         return Compute(i, phase, tuple(distinct[j] for j in inverse.reshape(-1)))
 
