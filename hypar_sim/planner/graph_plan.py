@@ -260,8 +260,8 @@ def make_graph_plan(graph: Graph, strategy: str, hierarchy: Hierarchy, batch: in
                          "only (paper's reading covers chains of conv and fc layers)")
     kinds = options.kinds
     spec = STRATEGIES.get(strategy)  # None: plan_graph names the allowed ones
-    if spec is not None:
-        check_objective_of(strategy, options.objective, graph_strategies())
+    if spec is not None:  # the takers are listed (their modules loaded) only on refusal
+        check_objective_of(strategy, options.objective, STRATEGIES)
     if not options.kinds_given and spec is not None and spec.default_kinds:
         # its paper's kinds, as on a chain; not `replicate`, unless named: a replicated node
         # moves no bytes, so a search for bytes would compute every node everywhere
