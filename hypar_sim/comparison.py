@@ -43,7 +43,7 @@ def cmd_compare(args: argparse.Namespace) -> str:
         if isinstance(result, InputError):
             if strategy == args.baseline:
                 raise _baseline_error(request, network, strategy, result, allowed)
-            raise InputError(result if strategy in str(result) else
+            raise InputError(str(result) if strategy in str(result) else
                              f"strategy {strategy}: {result}")
     bound = None
     if not graph and request.plan.phases == "training":  # the bound counts a training step
