@@ -38,9 +38,11 @@ def _columns(site, batch, hierarchy, kinds=ALL):
 
 
 def _chain_graph():
-    """`tests/test_grid.py`'s chain as a graph: conv (pooled by a node of its own), conv, fc."""
+    """`tests/test_grid.py`'s chain as a graph: conv, an activation and a pooling (nodes of
+    their own: a pooling that reads a convolution directly is folded into it), conv, fc."""
     return parse_graph({"inputs": {"x": [4, 8, 8]}, "nodes": [
         {"name": "c1", "type": "conv", "out_channels": 8, "kernel": 3, "padding": 1},
+        {"name": "r1", "type": "act", "function": "relu"},
         {"name": "p1", "type": "pool", "kernel": 2},
         {"name": "c2", "type": "conv", "out_channels": 16, "kernel": 3, "padding": 1},
         {"name": "f3", "type": "fc", "out_features": 8}]}, "chain")
@@ -168,10 +170,11 @@ def test_two_branch_brute_force():
 
 
 def test_weightless_nodes_copy_a_free_producer_column():
-    """The pool after c1 takes c1's column (re-splitting nothing costs nothing)."""
+    """The activation and the pool after c1 take c1's column (re-splitting nothing costs
+    nothing)."""
     graph, hierarchy = _chain_graph(), Hierarchy((2, 2))
     columns = gg.grid_graph_columns(_request(graph, hierarchy, 6))
-    assert columns[1] == columns[0]
+    assert columns[2] == columns[1] == columns[0]
 
 
 def test_memory_limit_changes_the_grid():

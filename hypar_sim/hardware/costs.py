@@ -158,7 +158,7 @@ def pool_comparisons(share: Share) -> float:
 
 
 @lru_cache(maxsize=65536)
-def _forward_cost(work: ConvWork, comparisons: float, config: HardwareConfig) -> PieceCost:
+def forward_cost(work: ConvWork, comparisons: float, config: HardwareConfig) -> PieceCost:
     """`conv_cost` with the pooling after it: its comparisons count energy (`Action.POOL`);
     its time is left out (k x k - 1 comparisons an output against the convolution's
     C x R x S MACs an output: a few percent of the PEs' work at most)."""
@@ -183,5 +183,5 @@ def phase_cost(share: Share, phase: Phase, config: HardwareConfig,
         return ZERO_COST
     work = phase_work(forward_piece(share), phase)
     if phase is Phase.FORWARD:
-        return _forward_cost(work, pool_comparisons(share), config)
+        return forward_cost(work, pool_comparisons(share), config)
     return conv_cost(work, config)

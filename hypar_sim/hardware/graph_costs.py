@@ -46,12 +46,19 @@ from types import MappingProxyType
 
 from hypar_sim.hardware.config import HardwareConfig
 from hypar_sim.hardware.conv_work import ConvWork, backward_work, fc_work, gradient_work
-from hypar_sim.hardware.costs import ZERO_COST, PieceCost, conv_cost, cube_cost, update_piece_cost
+from hypar_sim.hardware.costs import (
+    ZERO_COST,
+    PieceCost,
+    conv_cost,
+    cube_cost,
+    forward_cost,
+    update_piece_cost,
+)
 from hypar_sim.hardware.energy import add_counts
 from hypar_sim.hardware.hmc import even_parts, pe_array_spec
 from hypar_sim.hardware.pe_array import elementwise_cost
 from hypar_sim.partition.graph_layout import NodeLayout, member_params
-from hypar_sim.partition.graph_ops import Box, region
+from hypar_sim.partition.graph_ops import Box, interval, region
 from hypar_sim.partition.kinds import Dim
 from hypar_sim.partition.steps import Phase
 from hypar_sim.workload.tdl import Description, Window
@@ -78,8 +85,8 @@ def _work(desc: Description, box: Box) -> ConvWork | None:
     windows = [expr for expr in desc.reads[0].axes if isinstance(expr, Window)]
     if windows:  # rows and columns (a one-dimensional window: one column)
         height, width = (*windows, None) if len(windows) == 1 else windows
-        rows = _extent(box, height.dim)
-        cols = _extent(box, width.dim) if width is not None else 1
+        rows = _computed(height, box)
+        cols = _computed(width, box) if width is not None else 1
         span_w, kernel_w = (width.span, width.kernel) if width is not None else (1, 1)
         stride = height.stride
         work = ConvWork(n, c, k, (rows - 1) * stride + height.span, (cols - 1) * stride + span_w,
@@ -88,6 +95,26 @@ def _work(desc: Description, box: Box) -> ConvWork | None:
                        / (height.span * span_w))
     lead = [_extent(box, d) for d in desc.output if d != desc.channel]
     return fc_work(n * math.prod(lead), c, k)
+
+
+def _computed(axis: Window, box: Box) -> int:
+    """Output rows (or columns) of the body a member's box computes: its box's, or with a
+    folded pooling the pre-pooling rows its pooled rows need (`partition.shares.conv_span`'s
+    rule, clipped to the map)."""
+    lo, hi = interval(axis.dim, box) if isinstance(axis.dim, Window) else box[axis.dim]
+    return hi - lo
+
+
+def pool_comparisons(desc: Description, box: Box) -> float:
+    """Comparisons of a folded max pooling in the forward pass: kernel rows x columns - 1 per
+    pooled output (a padded edge window counted whole, an upper bound); members that split
+    the reduction pool a share each of the reduced outputs, their fraction of the channels
+    (`hardware.costs.pool_comparisons`, the chain's count)."""
+    if not desc.pooling:
+        return 0.0
+    outputs = math.prod(_extent(box, d) for d in (Dim.N, *desc.output))
+    share = _extent(box, desc.reduction) / desc.loops[desc.reduction]
+    return outputs * (math.prod(w.kernel for w in desc.pooling) - 1) * share
 
 
 @lru_cache(maxsize=65536)
@@ -126,7 +153,7 @@ def node_cost(layout: NodeLayout, member: int, phase: Phase, config: HardwareCon
         if work is None:
             return ZERO_COST
         if phase is Phase.FORWARD:
-            return conv_cost(work, config)
+            return forward_cost(work, pool_comparisons(desc, box), config)
         activations = desc.weights is None  # a product of two activations: no weights
         if phase is Phase.BACKWARD:
             if not needs_input_error:

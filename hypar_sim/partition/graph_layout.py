@@ -26,7 +26,8 @@ output projection into the token embedding) before the owner's all-reduce.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -158,12 +159,30 @@ def member_params(own: NodeLayout) -> np.ndarray:
 
 
 def member_kept(own: NodeLayout) -> np.ndarray:
-    """[members] the elements of the node's output each member keeps for the backward pass
-    (its output box: what the node's backward reads)."""
+    """[members] the elements of the node each member keeps for its backward pass: a
+    multiply-accumulate body keeps what it reads of its inputs (its weight gradient, or the
+    other operand's error, needs them: HyPar's F_l, `hardware.capacity.footprint`, halo and
+    copies included), an operator with element operations its output box (an activation's,
+    a norm's, a pooling's), a copy (reshape, concatenation, lookup) nothing. A tensor that
+    several bodies read is counted by each (an overstatement where they share a cube)."""
+    desc = own.site.desc
+    if desc.channel is not None:
+        return _read_volumes(own)
+    if not desc.ops_per_element:
+        return np.zeros(own.members, dtype=np.int64)
     kept = _extent(own, Dim.N)
     for dim in own.site.output:
         kept = kept * (member_channels(own) if dim is Dim.K else _extent(own, dim))
     return kept
+
+
+def _read_volumes(own: NodeLayout) -> np.ndarray:
+    """[members] the elements each member reads of all the node's inputs."""
+    total = np.zeros(own.members, dtype=np.int64)
+    for index in range(len(own.site.desc.reads)):
+        total += np.array([sum(math.prod(hi - lo for lo, hi in box) for box in boxes)
+                           for boxes in own.reads(index)], dtype=np.int64)
+    return total
 
 
 def busiest_member(layouts: Sequence[NodeLayout], gradients: bool = True
@@ -208,7 +227,9 @@ def edge_matrices(producer: NodeLayout, consumer: NodeLayout, index: int, batch:
                               "backward gather"), zero)
     forward = redistribute(shape, made, read, producer.replicas)
     backward = redistribute(shape, read, made, consumer.replicas)
-    return {"forward reduce": forward.reduce * word_bytes,
+    # a partial output is reduced before its folded pooling: pre-pooling elements
+    pooled = producer.site.desc.pooled_ratio
+    return {"forward reduce": forward.reduce * (word_bytes * pooled),
             "forward gather": forward.gather * word_bytes,
             "backward reduce": backward.reduce * word_bytes,
             "backward gather": backward.gather * word_bytes}
@@ -245,7 +266,7 @@ def own_matrices(own: NodeLayout, batch: int, word_bytes: int,
                                   word_bytes * vectors, "vector", own.replicas))
     if is_output:
         loss = redistribute(_tensor(own.site, batch), outputs, None, own.replicas)
-        result.update({"loss reduce": loss.reduce * word_bytes,
+        result.update({"loss reduce": loss.reduce * (word_bytes * desc.pooled_ratio),
                        "loss gather": loss.returned()
                        * word_bytes})
     return result
@@ -254,6 +275,8 @@ def own_matrices(own: NodeLayout, batch: int, word_bytes: int,
 def geometry(site: Site) -> tuple:
     """What a node's costs depend on (not its name nor its inputs' names)."""
     def frozen(value: object) -> object:
+        if isinstance(value, Mapping):
+            return tuple(sorted((k, frozen(v)) for k, v in value.items()))
         return tuple(frozen(v) for v in value) if isinstance(value, list | tuple) else value
     node = site.node
     return (node.op, node.input_shapes, node.shape, site.inputs, site.output,

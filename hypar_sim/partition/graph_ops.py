@@ -41,13 +41,18 @@ def region(access: Access, box: Box) -> Region:
                  for combo in itertools.product(*parts))
 
 
+def interval(expr: Ix | Window, box: Box) -> Interval:
+    """The one interval of an axis indexed by a loop or a window (of a window)."""
+    return _expr(expr, box)[0][0]
+
+
 def _expr(expr: Expr, box: Box) -> list[tuple[Interval, ...]]:
     """The intervals of the axes of one expression: a list of alternatives (several where
     the part is not one box), each a tuple with one interval per axis."""
     if isinstance(expr, Ix):
         return [(box[expr.dim],)]
     if isinstance(expr, Window):
-        lo, hi = box[expr.dim]
+        lo, hi = interval(expr.dim, box) if isinstance(expr.dim, Window) else box[expr.dim]
         if hi <= lo:
             return [((0, 0),)]
         return [((max(0, lo * expr.stride - expr.before),

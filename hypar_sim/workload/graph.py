@@ -169,7 +169,8 @@ def parse_graph(data: Any, source: str, default_name: str = "graph") -> Graph:
     raw_nodes = data["nodes"]
     if not isinstance(raw_nodes, list) or not raw_nodes:
         raise InputError(f"{source}: nodes: must be a non-empty list")
-    raw, previous, names = [], None, set(inputs)
+    raw: Raw = []
+    previous, names = None, set(inputs)
     for index, entry in enumerate(raw_nodes):
         where = f"{source}: nodes[{index}]"
         op = entry.get("type") if isinstance(entry, Mapping) else None
@@ -192,6 +193,10 @@ def parse_graph(data: Any, source: str, default_name: str = "graph") -> Graph:
             raise InputError(f"{where}.inputs: must be a list of node or input names")
         raw.append((name, entry, tuple(str(s) for s in sources)))
         previous = name
+    outputs = data.get("outputs")
+    raw, renamed = fold_pools(raw, outputs if isinstance(outputs, list) else [])
+    if isinstance(outputs, list):
+        outputs = [renamed.get(o, o) for o in outputs]
     shapes: dict[str, Shape] = dict(inputs)
     ordered = _ordered(source, raw, inputs)
     dims = {name: _input_dims(name, shape, [entry["type"] for _, entry, sources in ordered
@@ -222,7 +227,6 @@ def parse_graph(data: Any, source: str, default_name: str = "graph") -> Graph:
                           counts.params, desc.macs if desc is not None else 0, attrs, desc,
                           tuple(dims[s] for s in sources), why))
     _check_ties(source, nodes)
-    outputs = data.get("outputs")
     if outputs is None:
         read = {s for node in nodes for s in node.inputs}
         outputs = [node.name for node in nodes if node.name not in read]
@@ -231,6 +235,40 @@ def parse_graph(data: Any, source: str, default_name: str = "graph") -> Graph:
     return Graph(str(data.get("name", default_name)), inputs, tuple(nodes),
                  tuple(str(o) for o in outputs), str(data.get("source", "")),
                  str(data.get("description", "")))
+
+
+Raw = list[tuple[str, Mapping[str, Any], tuple[str, ...]]]
+
+
+def fold_pools(raw: Raw, outputs: list) -> tuple[Raw, dict[str, str]]:
+    """The nodes with every pooling that is the one reader of a convolution (and reads
+    nothing else) folded into it, as its `pool` field (HyPar's chains: a convolution and its
+    pooling are one layer, `workload.network`), and the folded pools' names -> their
+    convolution's (their readers read the convolution)."""
+    readers: dict[str, list[str]] = {}
+    for name, _, sources in raw:
+        for s in sources:
+            readers.setdefault(s, []).append(name)
+    entries = {name: entry for name, entry, _ in raw}
+    folded: dict[str, str] = {}  # pool -> conv
+    for name, entry, sources in raw:
+        conv = entries.get(sources[0]) if len(sources) == 1 else None
+        if entry.get("type") == "pool" and conv is not None and conv.get("type") == "conv" \
+                and conv.get("pool") is None and readers[sources[0]] == [name] \
+                and sources[0] not in outputs:
+            folded[name] = sources[0]
+    if not folded:
+        return raw, {}
+    pools = {conv: {k: v for k, v in entries[pool].items() if k not in _NODE_KEYS}
+             for pool, conv in folded.items()}
+    result = []
+    for name, entry, sources in raw:
+        if name in folded:
+            continue
+        if name in pools:
+            entry = {**entry, "pool": pools[name]}
+        result.append((name, entry, tuple(folded.get(s, s) for s in sources)))
+    return result, folded
 
 
 def _input_dims(name: str, shape: Shape, readers: list[str]) -> Dims | None:

@@ -59,7 +59,29 @@ def _conv(where: str, a: Attrs, shapes: list[Shape]) -> Counts:
         raise InputError(f"{where}: {exc} (input {list(shapes[0])})") from None
     weights = out * (channels // groups) * kh * kw
     bias = out if flag(f"{where}.bias", a["bias"]) else 0
+    if a["pool"] is not None:
+        return Counts(_pool(f"{where}.pool", _pool_attrs(f"{where}.pool", a["pool"]),
+                            [(out, height, width)]).shape, weights + bias)
     return Counts((out, height, width), weights + bias)
+
+
+_POOL_DEFAULTS = {"mode": "max", "stride": None, "padding": 0, "ceil_mode": False}
+
+
+def _pool_attrs(where: str, given: object) -> Attrs:
+    """A folded pooling's fields (a pool node's: kernel, and mode, stride, padding,
+    ceil_mode) with their defaults; unknown or missing: InputError."""
+    if not isinstance(given, dict):
+        raise InputError(f"{where}: must be a mapping such as {{kernel: 2, stride: 2}}, "
+                         f"got {given!r}")
+    unknown = sorted(set(given) - {"kernel", "type", *_POOL_DEFAULTS})
+    if unknown:
+        raise InputError(f"{where}: unknown field '{unknown[0]}'; allowed: kernel, mode, "
+                         "stride, padding, ceil_mode")
+    if "kernel" not in given:
+        raise InputError(f"{where}: missing field 'kernel'")
+    mode = given.get("mode", given.get("type", "max"))  # a chain's pool names it `type`
+    return {**_POOL_DEFAULTS, **{k: v for k, v in given.items() if k != "type"}, "mode": mode}
 
 
 def _describe_conv(a: Attrs, shapes: list[Shape], shape: Shape, dims: list[Dims]) -> Description:
@@ -70,7 +92,8 @@ def _describe_conv(a: Attrs, shapes: list[Shape], shape: Shape, dims: list[Dims]
         pair("", a["dilation"])
     top, left = top_left("", a["padding"])
     output = (Dim.K, Dim.P, Dim.Q)
-    spatial = (Window(Dim.P, kh, sh, top, dh, rows), Window(Dim.Q, kw, sw, left, dw, cols))
+    rows_of, cols_of = _pooled_rows(a["pool"], shape, _conv_rows(a, shapes[0]))
+    spatial = (Window(rows_of, kh, sh, top, dh, rows), Window(cols_of, kw, sw, left, dw, cols))
     if groups == 1:
         loops = {Dim.K: out, Dim.P: height, Dim.Q: width, Dim.C: channels}
         read = Access((Ix(Dim.C), *spatial), needs=(Dim.K, Dim.C))
@@ -82,6 +105,28 @@ def _describe_conv(a: Attrs, shapes: list[Shape], shape: Shape, dims: list[Dims]
         makes = Access((Grouped(Dim.G, Dim.K, out // groups), Ix(Dim.P), Ix(Dim.Q)))
     return Description(output, loops, (read,), makes, Dim.C, (kh, kw), Dim.K,
                        Weights(out, channels // groups, kh * kw), int(a["bias"]))
+
+
+def _conv_rows(a: Attrs, source: Shape) -> tuple[int, int]:
+    """A convolution's output rows and columns before any pooling."""
+    (kh, kw), (sh, sw), (dh, dw) = pair("", a["kernel"]), pair("", a["stride"]), \
+        pair("", a["dilation"])
+    top, left, bottom, right = pads("", a["padding"])
+    return window(source[1], kh, sh, top, bottom, dh), window(source[2], kw, sw, left, right, dw)
+
+
+def _pooled_rows(pool: Attrs | None, shape: Shape, before: tuple[int, int]
+                 ) -> tuple[Dim | Window, Dim | Window]:
+    """The rows and columns a convolution computes for its output loops P and Q: the loops
+    themselves, or with a folded pooling the pooling windows over the pre-pooling rows
+    (`before`) that each pooled row needs."""
+    if pool is None:
+        return Dim.P, Dim.Q
+    pool = _pool_attrs("", pool)
+    (kh, kw) = pair("", pool["kernel"])
+    (sh, sw) = pair("", pool["stride"] if pool["stride"] is not None else pool["kernel"])
+    top, left = top_left("", pool["padding"])
+    return (Window(Dim.P, kh, sh, top, 1, before[0]), Window(Dim.Q, kw, sw, left, 1, before[1]))
 
 
 def _fc(where: str, a: Attrs, shapes: list[Shape]) -> Counts:
@@ -222,7 +267,8 @@ def _describe_embedding(a: Attrs, shapes: list[Shape], shape: Shape,
 for _spec in (
     OpSpec("conv", "convolution (groups, depthwise, rectangular kernels, strides, padding, "
            "dilation)", ("out_channels", "kernel"),
-           {"stride": 1, "padding": 0, "dilation": 1, "groups": 1, "bias": False}, _conv,
+           {"stride": 1, "padding": 0, "dilation": 1, "groups": 1, "bias": False, "pool": None},
+           _conv,
            _describe_conv, weighted=True),
     OpSpec("fc", "fully connected (gemm); flattens a feature map, acts on a token stream's "
            "last axis", ("out_features",), {"bias": False, "tied_to": ""}, _fc, _describe_fc,

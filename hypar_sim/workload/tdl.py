@@ -16,7 +16,9 @@ Expressions of one axis (or, `Flat`, of several):
 
 - `Ix(d)`: the loop d itself;
 - `Window(d, kernel, stride, before, dilation, size)`: stride * d + dilation * r - before for
-  r < kernel, clipped to the axis (a convolution's or a pooling's input rows);
+  r < kernel, clipped to the axis (a convolution's or a pooling's input rows); d may itself
+  be a window (a convolution with its pooling folded in: the input rows of the pre-pooling
+  rows a pooled row needs);
 - `Whole(size)`: the whole axis whatever the part (a normalised axis, a broadcast axis of 1);
 - `Shift(d, offset, size, clip)`: d - offset (a concatenation's inputs, clipped to the
   input, a part outside it reading nothing; a slice's input);
@@ -41,7 +43,7 @@ class Ix:
 
 @dataclass(frozen=True)
 class Window:
-    dim: Dim
+    dim: Dim | Window  # a window of a window: a pooling folded into its convolution
     kernel: int
     stride: int
     before: int
@@ -130,7 +132,23 @@ class Description:
         operator with a multiply-accumulate body; 0 for the others."""
         if self.channel is None:
             return 0
-        return math.prod(self.loops.values()) * math.prod(self.window)
+        body = {**self.loops, **{w.dim: w.size for w in self.pooling}}  # before pooling
+        return math.prod(body.values()) * math.prod(self.window)
+
+    @property
+    def pooling(self) -> tuple[Window, ...]:
+        """The windows of a pooling folded into the body (one per pooled axis, each over its
+        loop; its `size` the pre-pooling extent): the body computes the pre-pooling rows and
+        columns and pools them (HyPar's chains: a convolution and its pooling are one layer)."""
+        return tuple(axis.dim for axis in self.reads[0].axes
+                     if isinstance(axis, Window) and isinstance(axis.dim, Window))
+
+    @property
+    def pooled_ratio(self) -> float:
+        """Pre-pooling elements per pooled output element (1 without a pooling): a partial
+        output is reduced before it is pooled."""
+        pooling = self.pooling  # one exact division: the chain's conv_output / output sizes
+        return math.prod(w.size for w in pooling) / math.prod(self.loops[w.dim] for w in pooling)
 
     @property
     def elementwise(self) -> bool:

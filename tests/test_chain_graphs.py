@@ -1,0 +1,103 @@
+"""A chain written as a graph (`nodes:`: a conv, its pool as a node of its own, fc) is the
+chain: the loader folds the pool into its convolution, and the graph path gives the chain
+path's plans, bytes, step time and energy."""
+
+from __future__ import annotations
+
+import pytest
+
+from hypar_sim.errors import InputError
+from hypar_sim.partition.graph_ops import region
+from hypar_sim.request import make_request
+from hypar_sim.runner import simulate_request
+from hypar_sim.sim.options import SimOptions
+from hypar_sim.workload.dims import Dim
+from hypar_sim.workload.graph import parse_graph
+from hypar_sim.workload.network import Network, available_networks, load_network
+
+
+def nodes_of(network: Network) -> dict:
+    """`network` written as a `nodes:` graph, each pooling a node of its own."""
+    nodes = []
+    for layer in network.layers:
+        if layer.kind == "fc":
+            nodes.append({"name": layer.name, "type": "fc",
+                          "out_features": layer.output.channels})
+            continue
+        nodes.append({"name": layer.name, "type": "conv",
+                      "out_channels": layer.conv_output.channels, "kernel": layer.kernel,
+                      "stride": layer.stride, "padding": layer.padding})
+        if layer.pool is not None:
+            nodes.append({"name": f"{layer.name}_pool", "type": "pool",
+                          "kernel": layer.pool.kernel, "stride": layer.pool.stride,
+                          "padding": layer.pool.padding, "ceil_mode": layer.pool.ceil_mode})
+    shape = network.input
+    return {"name": network.name, "inputs": {"image": [shape.channels, shape.height,
+                                                        shape.width]}, "nodes": nodes}
+
+
+def test_a_pool_that_reads_a_conv_alone_is_folded_into_it():
+    network = load_network("alexnet")
+    graph = parse_graph(nodes_of(network), "alexnet")
+    assert [node.name for node in graph.nodes] == list(network.layer_names)
+    for node, layer in zip(graph.nodes, network.layers, strict=True):
+        assert node.shape[-3:] == tuple(layer.output) or node.shape == (layer.output.channels,)
+        assert node.macs == layer.macs_per_sample  # before pooling
+        assert node.desc.pooled_ratio == layer.conv_output.size / layer.output.size
+
+
+def test_a_pool_is_not_folded_where_the_conv_has_other_readers_or_is_an_output():
+    def graph(extra: list, outputs: list | None = None):
+        data = {"inputs": {"x": [3, 8, 8]}, "nodes": [
+            {"name": "c", "type": "conv", "out_channels": 4, "kernel": 3, "padding": 1},
+            {"name": "p", "type": "pool", "kernel": 2}, *extra]}
+        if outputs:
+            data["outputs"] = outputs
+        return [node.name for node in parse_graph(data, "g").nodes]
+
+    assert graph([]) == ["c"]
+    assert graph([], ["p"]) == ["c"]  # an output named by its pool is the folded node
+    assert graph([{"name": "b", "type": "conv", "out_channels": 2, "kernel": 1,
+                   "inputs": ["c"]}]) == ["c", "p", "b"]
+    assert graph([], ["c", "p"]) == ["c", "p"]
+
+
+def test_a_folded_pool_reads_the_input_rows_of_the_pre_pooling_rows():
+    """conv 3x3 pad 1 then pool 3x3 stride 2 (AlexNet's overlapping pooling) on 16 rows: pooled
+    rows [2, 4) need pre-pooling rows [4, 9), which read input rows [3, 10)."""
+    graph = parse_graph({"inputs": {"x": [2, 16, 16]}, "nodes": [
+        {"name": "c", "type": "conv", "out_channels": 4, "kernel": 3, "padding": 1},
+        {"name": "p", "type": "pool", "kernel": 3, "stride": 2}]}, "g")
+    desc = graph.nodes[0].desc
+    box = {Dim.N: (0, 1), Dim.K: (0, 4), Dim.C: (0, 2), Dim.P: (2, 4), Dim.Q: (0, 7)}
+    ((_, channels, rows, cols),) = region(desc.reads[0], box)
+    assert channels == (0, 2) and rows == (3, 10) and cols == (0, 16)
+
+
+def test_a_bad_folded_pool_is_one_line():
+    with pytest.raises(InputError, match=r"node c.pool: unknown field 'size'"):
+        parse_graph({"inputs": {"x": [3, 8, 8]}, "nodes": [
+            {"name": "c", "type": "conv", "out_channels": 4, "kernel": 3,
+             "pool": {"kernel": 2, "size": 2}}]}, "g")
+
+
+def _outcome(workload, strategy: str):
+    """The plan's columns and bytes, the step's time and energy (each gradient exchanged on
+    its own, as HyPar's chains do: no buckets)."""
+    result = simulate_request(make_request(workload, strategy=strategy, accelerators=16,
+                                           batch=256, sim=SimOptions(engine="analytic",
+                                                                     bucket_mb=0)))
+    return (result.plan, result.traffic_bytes, result.latency_cycles,
+            result.energy_pj)
+
+
+FAST = ("lenet_c", "cifar_c", "alexnet", "sfc")
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=() if n in FAST else pytest.mark.slow)
+                                  for n in available_networks()])
+@pytest.mark.parametrize("strategy", ["data", "model", "trick", "hypar"])
+def test_the_chain_and_its_graph_give_the_same_step(name, strategy):
+    network = load_network(name)
+    graph = parse_graph(nodes_of(network), name)
+    assert _outcome(graph, strategy) == _outcome(network, strategy)
