@@ -21,7 +21,7 @@ from hypar_sim.planner.graph_plan import (
 from hypar_sim.planner.plan_messages import graph_edges
 from hypar_sim.planner.strategies import STRATEGIES, PlanOptions
 from hypar_sim.workload.graph import parse_graph
-from hypar_sim.workload.layers import FeatureShape, make_conv, make_fc
+from hypar_sim.workload.layers import FeatureShape, Pool, make_conv, make_fc
 
 ALL = ("batch", "spatial", "out", "in")
 MIB = 2 ** 20
@@ -88,6 +88,28 @@ def test_contractions_cost_what_the_chain_grid_says(sizes):
                 (chain.in_words, chain.weight_words, chain.out_words)), column
             assert (mine.eq10_words, mine.footprint_words, mine.training_words) == \
                 pytest.approx((chain.eq10_words, chain.footprint_words, chain.training_words))
+
+
+@pytest.mark.parametrize("sizes", [(2, 2), (2, 2, 2)])
+def test_a_folded_pooling_costs_what_the_chain_grid_says(sizes):
+    """A conv with its pooling folded in (overlapping 3x3 stride 2, ceil mode, as cifar_c's):
+    every column's words, Eq. 10 and footprint are `grid.grid_cost`'s, whose Out block (the
+    partial sums P_c replicas reduce, and memory) is the pre-pooling one, rows split by the
+    pooled rows with the pre-pooling rows they need."""
+    hierarchy, batch = Hierarchy(sizes), 4
+    layer = make_conv("c", FeatureShape(3, 16, 16), 8, 5, padding=2,
+                      pool=Pool(3, 2, ceil_mode=True))
+    graph = parse_graph({"inputs": {"x": [3, 16, 16]}, "nodes": [
+        {"name": "c", "type": "conv", "out_channels": 8, "kernel": 5, "padding": 2,
+         "pool": {"kernel": 3, "stride": 2, "ceil_mode": True}}]}, "pooled")
+    (site,) = graph_sites(graph)
+    for column in _columns(site, batch, hierarchy):
+        mine = gg.node_grid_cost(site, batch, column, hierarchy, (False,))
+        chain = grid.grid_cost(layer, batch, column, hierarchy, True)
+        assert (sum(mine.in_words), mine.weight_words, mine.out_words, mine.eq10_words,
+                mine.footprint_words, mine.training_words) == pytest.approx(
+            (chain.in_words, chain.weight_words, chain.out_words, chain.eq10_words,
+             chain.footprint_words, chain.training_words)), column
 
 
 def test_hand_worked_fc_node():

@@ -23,7 +23,7 @@ from hypar_sim.planner.plan_messages import graph_edges
 from hypar_sim.planner.strategies import STRATEGIES, PlanOptions
 from hypar_sim.runner import SimOptions, simulate
 from hypar_sim.workload.graph import Graph, parse_graph
-from hypar_sim.workload.layers import FeatureShape, make_conv, make_fc
+from hypar_sim.workload.layers import FeatureShape, Pool, make_conv, make_fc
 from hypar_sim.workload.network import load_workload
 
 ONE = Hierarchy((2,))
@@ -113,16 +113,20 @@ def test_hand_worked_costs_and_a_tensor_read_twice() -> None:
                                                                    ("in",)) == 512.0
 
 
-def test_one_step_costs_match_the_chain_version() -> None:
+@pytest.mark.parametrize("pooled", [False, True])
+def test_one_step_costs_match_the_chain_version(pooled: bool) -> None:
     """conv 3 -> 4 then conv 4 -> 8 (3x3, pad 1, 8x8, batch 8) as a graph: at one step on two
     workers the graph costs equal `planner.tofu`'s for all 16 plans of Tofu's kinds
-    (halo rows, partial sums, weights, the loss)."""
+    (halo rows, partial sums, weights, the loss), also with each conv's 2x2 pooling folded
+    in (an in split reduces the pre-pooling output: 4x the elements)."""
+    pool = {"pool": {"kernel": 2, "stride": 2}} if pooled else {}
     graph = parse_graph({"inputs": {"x": [3, 8, 8]}, "nodes": [
-        {"name": "conv1", "type": "conv", "out_channels": 4, "kernel": 3, "padding": 1},
-        {"name": "conv2", "type": "conv", "out_channels": 8, "kernel": 3, "padding": 1}]},
-        "two_conv")
-    conv1 = make_conv("conv1", FeatureShape(3, 8, 8), 4, 3, 1, 1)
-    chain = [conv1, make_conv("conv2", conv1.output, 8, 3, 1, 1)]
+        {"name": "conv1", "type": "conv", "out_channels": 4, "kernel": 3, "padding": 1, **pool},
+        {"name": "conv2", "type": "conv", "out_channels": 8, "kernel": 3, "padding": 1,
+         **pool}]}, "two_conv")
+    stage = Pool(2, 2) if pooled else None
+    conv1 = make_conv("conv1", FeatureShape(3, 8, 8), 4, 3, 1, 1, stage)
+    chain = [conv1, make_conv("conv2", conv1.output, 8, 3, 1, 1, stage)]
     for plan in itertools.product([(k,) for k in tofu.TOFU_KINDS], repeat=2):
         assert tofu_graph.plan_costs(graph, 8, plan, ONE, 1) == tofu.plan_costs(
             chain, 8, plan, ONE, 1), plan

@@ -48,10 +48,12 @@ any other. Levels are decided from the top down on the shares the levels above l
 `h_partition`, greedy across levels, as on a chain; `--search joint` does not change it). A
 graph too entangled for the exact elimination falls back to `graph_dp.local_search` (noted).
 
-Where this differs from the chain module: a graph input gets no error, so a Type-III first
-node is not charged its input error's all-reduce (the authors' chain code charges it); pooling
-is a node of its own, so a Type-II convolution all-reduces its unpooled output; the loss is not
-costed (AccPar has none). As in `accpar.py`: k-way levels, integer shares, one link's
+Where this differs from the chain module: nothing on a chain (a graph input's error is charged
+where a split leaves it partial, as the authors' code charges the first layer's E_l, though no
+one computes it; a lookup's token ids have none; a pooling folded into its convolution leaves
+the pooled output, as the chain's layer); a pooling that is a node of its own (not folded)
+makes a Type-II convolution all-reduce its unpooled output; the loss is not costed (AccPar has
+none). As in `accpar.py`: k-way levels, integer shares, one link's
 bandwidth, the cube's peak throughput (the default hardware unless the request carries a
 `config`).
 """
@@ -167,9 +169,10 @@ class _Model:
         site = self.sites[i]
         output, inputs, weights = self.partial(site, kind, k)
         whole = group.output * output + group.weights * weights
-        whole += sum(share for share, partial, source in zip(
-            group.inputs, inputs, site.node.inputs, strict=True)
-            if partial and source not in self.graph.inputs)  # a graph input has no error
+        # as the authors' code, the first layer's input error too (E_l of every layer);
+        # a lookup's token ids have none
+        whole += sum(share for share, partial in zip(group.inputs, inputs, strict=True)
+                     if partial and not site.desc.lookup)
         return 2 * (k - 1) / k * whole
 
     def compute_seconds(self, i: int, column: Column, hierarchy: Hierarchy,

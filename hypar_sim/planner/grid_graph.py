@@ -17,8 +17,9 @@ applies the same per-layer rule to the nodes of a graph.
   loads): per input, what the members read beyond its size (replication along the
   dimensions that do not index it, and halo rows); the weights each member holds beyond
   |Ker| (replication along b, h); Out's partial sums reduce-scattered among the P_c replicas,
-  (1 - 1/P_c) of the members' Out blocks. What a member reads, holds and makes is the node's
-  real layout (`graph_layout.layout`, `graph_ops.region`: a grouped convolution reads its groups'
+  (1 - 1/P_c) of the members' Out blocks (before a folded pooling, as the chain's: the
+  reduction acts on the convolution's own rows). What a member reads, holds and makes is
+  the node's real layout (`graph_layout.layout`, `graph_ops.region`: a grouped convolution reads its groups'
   channels, a matmul reads A's rows and B's columns). Training moves it twice (the paper
   treats the forward pass; `grid.py` says why twice), less the input words of a graph input
   (no error is computed for it). Eq. 10's cost_D of the busiest member and Eq. 11's
@@ -63,7 +64,7 @@ import numpy as np
 from hypar_sim.errors import InputError
 from hypar_sim.partition import graph_layout
 from hypar_sim.partition.graph_axes import Site
-from hypar_sim.partition.graph_ops import weight_shape
+from hypar_sim.partition.graph_ops import interval, weight_shape
 from hypar_sim.partition.hierarchy import Hierarchy
 from hypar_sim.partition.kinds import GRAPH_EXTRA_KINDS, Dim
 from hypar_sim.partition.redistribute import Region
@@ -147,6 +148,24 @@ def _volumes(regions: Sequence[Region]) -> np.ndarray:
                      for region in regions], dtype=np.float64)
 
 
+def _pre_pooling(own: graph_layout.NodeLayout, outputs: np.ndarray) -> np.ndarray:
+    """[members] the Out block before a folded pooling (what the reduction acts on: `grid.py`
+    counts the pre-pooling output): each pooled axis's interval widened to the pre-pooling
+    rows (or columns) it needs (`graph_ops.interval` of the pooling's window, halo included)."""
+    pooling = own.site.desc.pooling
+    if not pooling:
+        return outputs
+    scaled = outputs.copy()
+    for m in range(own.members):
+        box = own.box(m)
+        for window in pooling:
+            lo, hi = box[window.dim]
+            if hi > lo:
+                pre_lo, pre_hi = interval(window, box)
+                scaled[m] = scaled[m] * (pre_hi - pre_lo) / (hi - lo)
+    return scaled
+
+
 def node_grid_cost(site: Site, batch: int, column: Column, hierarchy: Hierarchy,
                    errors: Sequence[bool] | None = None) -> NodeGridCost:
     """A contraction node on the grid of `column`: every member's real region (uneven where a
@@ -164,7 +183,7 @@ def node_grid_cost(site: Site, batch: int, column: Column, hierarchy: Hierarchy,
     for dim in _WEIGHT_DIMS:
         if dim in own.boxes:
             weights = weights * (own.boxes[dim][:, 1] - own.boxes[dim][:, 0]) / sizes[dim]
-    outputs = _volumes(own.outputs())
+    outputs = _pre_pooling(own, _volumes(own.outputs()))
     replicas = math.prod(size for size, kind in zip(hierarchy.sizes, column, strict=True)
                          if graph_layout.dim_of(op, kind) is Dim.C)
     read = np.sum(reads, axis=0)

@@ -126,7 +126,8 @@ class _Cut:
             reader = self.request.sites[c]
             for kind in self.options[c]:
                 axes.add(_axis(reader.desc.reads[k], graph_layout.dim_of(reader.desc, kind)))
-        ordered: list[Tile] = sorted(a for a in axes if a != REP) + [REP]
+        # the chain's order of stored tilings (`soybean.STORED`: R, C, r): channels, samples, r
+        ordered: list[Tile] = sorted(a for a in axes if a not in (REP, SAMPLES)) + [SAMPLES, REP]
         return list(itertools.product(ordered, ordered))
 
     def _share(self, i: int, access: Access | None, elements: float) -> float:
@@ -166,7 +167,9 @@ class _Cut:
                 dz = int(any(fed))
             after = max((self._share(c, self.request.sites[c].desc.reads[k], tensor[i])
                          for c, k in self.readers[i]), default=mine)
-            factors.append(self._uses(i, desc.makes, i, dz, (after, mine), (mine, after),
+            # the products write F' and read E' before a folded pooling (`soybean.Areas`)
+            own, far = mine * desc.pooled_ratio, after * desc.pooled_ratio
+            factors.append(self._uses(i, desc.makes, i, dz, (far, own), (own, far),
                                       output=True))
             if weighted:
                 factors.append(Factor((2 * i,), self._weights(i, fed)))

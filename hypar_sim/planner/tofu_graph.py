@@ -160,11 +160,20 @@ def _weight_regions(site: Site, box: Box) -> tuple[Region, Region | None]:
     return tuple((m[channel], box[Dim.C]) for m in made), vectors
 
 
+def _pooled(site: Site, kind: str) -> float:
+    """What one partial output element weighs when `kind` splits the node's reduction:
+    its pre-pooling elements per pooled one (a partial sum is reduced before the folded
+    pooling, as `planner.tofu` and the layout model charge it); 1 otherwise."""
+    desc = site.desc
+    partial = desc.reduction is not None and graph_layout.dim_of(desc, kind) is desc.reduction
+    return desc.pooled_ratio if partial else 1.0
+
+
 def node_cost(site: Site, fed: Sequence[bool], is_output: bool, team: Workers,
-              parts: int) -> float:
+              parts: int, pooled: float = 1.0) -> float:
     """Elements G_0 moves at one step for a node's weights and dW, its vectors (a bias, a
-    norm's scale and shift) and, for an output, the loss (its partial sums reduced, its
-    error read by the node's backward operators)."""
+    norm's scale and shift) and, for an output, the loss (its partial sums reduced, `pooled`
+    x each, its error read by the node's backward operators)."""
     node, op = site.node, site.desc
     whole, whole_vectors = _weight_regions(site, team.group)
     mine = [_weight_regions(site, box) for box in team.boxes]
@@ -182,24 +191,25 @@ def node_cost(site: Site, fed: Sequence[bool], is_output: bool, team: Workers,
     if is_output:
         made = region(op.makes, team.group)
         outs = [region(op.makes, box) for box in team.boxes]
-        cost += relayout(made, outs, None, 0, parts, near_equal_parts)
+        cost += relayout(made, outs, None, 0, parts, near_equal_parts, pooled)
         cost += relayout(made, None, outs, error_reads(node, fed), parts,
                          near_equal_parts)
     return cost
 
 
 def edge_cost(producer: Site, consumer: Site, index: int, producer_fed: Sequence[bool],
-              sender: Workers, receiver: Workers, parts: int) -> float:
+              sender: Workers, receiver: Workers, parts: int, pooled: float = 1.0) -> float:
     """Elements G_0 moves at one step for the tensor on one edge: forward, the producer's
-    output into the consumer's reads of input `index`; backward, the consumer's error
-    contributions (partial where its reads overlap) into the producer's output parts."""
+    output into the consumer's reads of input `index` (its writes `pooled` x: partial sums
+    before a folded pooling); backward, the consumer's error contributions (partial where
+    its reads overlap) into the producer's output parts."""
     made_by, read_by = producer.desc.makes, consumer.desc.reads[index]
     made = region(made_by, sender.group)
     needed = region(read_by, receiver.group)
     writes = [region(made_by, box) for box in sender.boxes]
     reads = [region(read_by, box) for box in receiver.boxes]
     forward = tensor_cost(made, needed, writes, reads, input_reads(consumer.node), parts,
-                          near_equal_parts)
+                          near_equal_parts, pooled)
     backward = tensor_cost(needed, made, reads, writes,
                            error_reads(producer.node, producer_fed), parts, near_equal_parts)
     return forward + backward
@@ -234,7 +244,8 @@ class TofuCosts:
         if key not in self._nodes:
             parts = self.sizes[len(column) - 1]
             self._nodes[key] = self.word_bytes * node_cost(
-                site, self.fed[i], self.is_output[i], self._team(i, column), parts)
+                site, self.fed[i], self.is_output[i], self._team(i, column), parts,
+                _pooled(site, column[-1]))
         return self._nodes[key]
 
     def edge(self, p: int, c: int, index: int, producer: Column, consumer: Column) -> float:
@@ -245,7 +256,7 @@ class TofuCosts:
             parts = self.sizes[len(producer) - 1]
             self._edges[key] = self.word_bytes * edge_cost(
                 self.sites[p], self.sites[c], index, self.fed[p], self._team(p, producer),
-                self._team(c, consumer), parts)
+                self._team(c, consumer), parts, _pooled(self.sites[p], producer[-1]))
         return self._edges[key]
 
 
