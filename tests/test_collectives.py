@@ -16,9 +16,12 @@ from hypar_sim.hardware.transfer import rounds_cycles
 from hypar_sim.partition.collectives import COLLECTIVES, levels
 from hypar_sim.partition.hierarchy import Hierarchy
 from hypar_sim.partition.redistribute import Moved, member_products
+from hypar_sim.planner.graph_plan import make_graph_plan
 from hypar_sim.planner.strategies import PlanOptions, make_plan
 from hypar_sim.runner import SimOptions, simulate
+from hypar_sim.workload.graph import parse_graph
 from hypar_sim.workload.network import load_network
+from tests.test_chain_graphs import nodes_of
 
 
 def _all_to_all(members: int, block, size: float) -> Moved:
@@ -99,18 +102,23 @@ def test_rounds_follow_each_other():
 
 @pytest.mark.parametrize("sizes", [(2, 2, 2, 2), (3, 2, 2)])
 @pytest.mark.parametrize("strategy", ["data", "hypar"])
-def test_levels_model_keeps_the_plans_and_bytes_and_the_engines_agree(sizes, strategy):
+@pytest.mark.parametrize("as_graph", [False, True])
+def test_levels_model_keeps_the_plans_and_bytes_and_the_engines_agree(sizes, strategy,
+                                                                       as_graph):
     """`layout_levels` plans as `layout` (same bytes) and sends them in fewer rounds (fewer
     events); every member sends what the planner counts. Where only collectives move bytes
     (data parallelism) the engines agree within 0.1% on the H-tree; hypar's relayouts on a
-    3-way level differ by 8%, as under `layout` (the analytic engine's contention)."""
+    3-way level differ by 8%, as under `layout` (the analytic engine's contention). The same
+    on the chain written as a graph."""
     hierarchy = Hierarchy(sizes)
     net = load_network("cifar_c")
+    if as_graph:
+        net = parse_graph(nodes_of(net), "cifar_c")
     config = load_hardware()
-    plans = {model: make_plan(net, strategy, hierarchy, 96,
-                              options=PlanOptions(traffic_model=model))
+    plan = make_graph_plan if as_graph else make_plan
+    plans = {model: plan(net, strategy, hierarchy, 96, options=PlanOptions(traffic_model=model))
              for model in ("layout", "layout_levels")}
-    assert plans["layout"].choices == plans["layout_levels"].choices
+    assert plans["layout"].columns == plans["layout_levels"].columns
     assert plans["layout"].traffic_bytes == \
         pytest.approx(plans["layout_levels"].traffic_bytes, rel=1e-12)
     results = {engine: simulate(net, plans["layout_levels"], config, SimOptions(engine=engine))

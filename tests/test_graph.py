@@ -175,7 +175,7 @@ def test_cli_lists_graphs_and_refuses_the_paper_model_for_them(tmp_path):
     one = json.loads(cli("networks", "bert_base", "--json").stdout)
     assert one["parameters"] == 109_482_240 and one["nodes"][0]["op"] == "embedding"
     refused = cli("run", "bert_base", "--traffic-model", "paper")
-    assert refused.returncode == 2 and "layout model only" in refused.stderr
+    assert refused.returncode == 2 and "of conv and fc layers" in refused.stderr
     assert refused.stderr.count("\n") == 1 and not list(tmp_path.iterdir())
     bad = tmp_path / "bad.yaml"
     bad.write_text(yaml.safe_dump({"inputs": {"x": [3, 8, 8]},

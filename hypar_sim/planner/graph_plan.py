@@ -30,6 +30,8 @@ from hypar_sim.planner import memory
 from hypar_sim.planner.objectives import ESTIMATE_UNITS, OBJECTIVES
 from hypar_sim.planner.options import PlanOptions
 from hypar_sim.planner.plan_messages import (
+    GRAPH_TRAFFIC_MODELS,
+    collective_of,
     fed_nodes,
     graph_layouts,
     graph_transfers,
@@ -64,6 +66,7 @@ class GraphRequest:
     memory_price: float = 0.0  # added per byte of a node's footprint (planner.memory)
     plan_text: str | None = None  # the user's plan (explicit)
     progress: bool = False  # a bar on stderr for a long search (exhaustive)
+    traffic_model: str = "layout"  # or layout_levels: the same bytes, sent level by level
 
 
 @dataclass(frozen=True)
@@ -87,6 +90,7 @@ class GraphPlan:
     footprint_parts: tuple[tuple[str, float], ...] = ()
     objective: str = "bytes"  # what the search minimised
     estimate: float = 0.0  # its value for this plan: bytes, cycles or pJ (planner.timed_costs)
+    traffic_model: str = "layout"  # how its messages are sent (`planner.traffic` collective)
 
     @property
     def footprint_bytes(self) -> float:
@@ -104,7 +108,7 @@ class GraphPlan:
     def to_dict(self) -> dict[str, Any]:
         return {"network": self.network, "strategy": self.strategy, "search": self.search,
                 "batch": self.batch, "hierarchy": list(self.hierarchy.sizes),
-                "accelerators": self.accelerators, "traffic_model": "layout",
+                "accelerators": self.accelerators, "traffic_model": self.traffic_model,
                 "objective": self.objective, "estimate": self.estimate,
                 "estimate_unit": ESTIMATE_UNITS[self.objective],
                 "traffic_bytes": self.traffic_bytes,
@@ -149,7 +153,7 @@ def plan_graph(graph: Graph, strategy: str, hierarchy: Hierarchy, batch: int,
                word_bytes: int = 4, config: HardwareConfig | None = None,
                plan_text: str | None = None, phases: str = "training",
                objective: str = "bytes", topology: str = "htree",
-               progress: bool = False) -> GraphPlan:
+               progress: bool = False, traffic_model: str = "layout") -> GraphPlan:
     """The plan of `strategy` for `graph` on `hierarchy`, with its traffic (of a training
     step, or with `phases` "forward" of an inference), searched for the least bytes, or
     step time or energy on `topology` (`planner.timed_costs`)."""
@@ -167,7 +171,7 @@ def plan_graph(graph: Graph, strategy: str, hierarchy: Hierarchy, batch: int,
     request = GraphRequest(graph, graph_sites(graph), batch, hierarchy, tuple(kinds), search,
                            costs, notes, word_bytes,
                            float(config.cube_capacity_bytes) if config else None, config,
-                           plan_text=plan_text, progress=progress)
+                           plan_text=plan_text, progress=progress, traffic_model=traffic_model)
     plan = _fitting(request, strategy, spec.graph(request), phases)
     search = search if spec.honours_search else ""
     if phases == "forward" and spec.own_cost:
@@ -207,7 +211,8 @@ def _fitting(request: GraphRequest, strategy: str, columns: list[Column],
         key = tuple(found)
         if key not in evaluated:
             evaluated[key] = evaluate_graph_plan(request.graph, strategy, "", request.batch,
-                                                 hierarchy, found, request.word_bytes, phases)
+                                                 hierarchy, found, request.word_bytes, phases,
+                                                 request.traffic_model)
         return evaluated[key]
 
     def footprint_of(found: Sequence[Column]) -> float:
@@ -255,9 +260,9 @@ def make_graph_plan(graph: Graph, strategy: str, hierarchy: Hierarchy, batch: in
     """`make_plan` for a graph: the same options (kinds, search; the layout model only);
     `config` gives the strategies with a cost model or a memory limit their hardware."""
     options = options or PlanOptions()
-    if options.traffic_model != "layout":
-        raise InputError("--traffic-model: graph networks are planned with the layout model "
-                         "only (paper's reading covers chains of conv and fc layers)")
+    if options.traffic_model not in GRAPH_TRAFFIC_MODELS:
+        raise InputError(f"--traffic-model: {options.traffic_model} reads chains of conv and fc "
+                         f"layers only; graph networks take {', '.join(GRAPH_TRAFFIC_MODELS)}")
     kinds = options.kinds
     spec = STRATEGIES.get(strategy)  # None: plan_graph names the allowed ones
     if spec is not None:  # the takers are listed (their modules loaded) only on refusal
@@ -270,18 +275,20 @@ def make_graph_plan(graph: Graph, strategy: str, hierarchy: Hierarchy, batch: in
         strategy = "explicit"
     return plan_graph(graph, strategy, hierarchy, batch, kinds, options.search, word_bytes,
                       config, plan_text, options.phases, options.objective, options.topology,
-                      options.progress)
+                      options.progress, options.traffic_model)
 
 
 def evaluate_graph_plan(graph: Graph, strategy: str, search: str, batch: int,
                         hierarchy: Hierarchy, columns: Sequence[Column],
-                        word_bytes: int = 4, phases: str = "training") -> GraphPlan:
+                        word_bytes: int = 4, phases: str = "training",
+                        traffic_model: str = "layout") -> GraphPlan:
     """Bytes per node (the steps keyed to it) and per level (the top-most level at which
     sender and receiver differ) of a fixed plan, from its messages (`phases` "forward": an
-    inference's)."""
+    inference's; sent by `traffic_model`'s collective)."""
     forward_only = phases == "forward"
     layouts = graph_layouts(graph, batch, hierarchy, columns)
-    steps = graph_transfers(graph, layouts, batch, word_bytes, forward_only=forward_only)
+    steps = graph_transfers(graph, layouts, batch, word_bytes, forward_only=forward_only,
+                            collective=collective_of(traffic_model), hierarchy=hierarchy)
     per_node = [0.0] * len(graph.nodes)
     per_level = np.zeros(hierarchy.levels)
     receive = 0.0
@@ -292,7 +299,8 @@ def evaluate_graph_plan(graph: Graph, strategy: str, search: str, batch: int,
     return GraphPlan(graph.name, strategy, search, batch, hierarchy,
                      tuple(n.name for n in graph.nodes), tuple(columns), tuple(per_node),
                      tuple(float(b) for b in per_level), word_bytes, phases,
-                     footprint_parts(layouts, word_bytes, not forward_only, receive))
+                     footprint_parts(layouts, word_bytes, not forward_only, receive),
+                     traffic_model=traffic_model)
 
 
 def footprint_parts(layouts: Sequence[graph_layout.NodeLayout], word_bytes: int,

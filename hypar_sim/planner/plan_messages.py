@@ -105,10 +105,21 @@ StepKey = tuple[int, TransferKind]
 
 def graph_steps(graph: Graph, layouts: Sequence[graph_layout.NodeLayout], batch: int,
                 hierarchy: Hierarchy, word_bytes: int, buckets: Sequence[Sequence[int]] = (),
-                forward_only: bool = False) -> dict[StepKey, StepMessages]:
+                forward_only: bool = False, collective: str = "ring"
+                ) -> dict[StepKey, StepMessages]:
     """Every message of a plan, by step (see `graph_transfers`)."""
     return {key: transfers.messages(key[0], key[1], hierarchy) for key, transfers in
-            graph_transfers(graph, layouts, batch, word_bytes, buckets, forward_only).items()}
+            graph_transfers(graph, layouts, batch, word_bytes, buckets, forward_only,
+                            collective, hierarchy).items()}
+
+
+#: The traffic models a graph plan takes, and the collective each sends its steps by.
+GRAPH_TRAFFIC_MODELS = {"layout": "ring", "layout_levels": "levels"}
+
+
+def collective_of(traffic_model: str) -> str:
+    """The collective (`partition.collectives`) that sends a graph plan's steps."""
+    return GRAPH_TRAFFIC_MODELS[traffic_model]
 
 
 def gradient_buckets(graph: Graph, order: Sequence[int], word_bytes: int,
@@ -133,15 +144,16 @@ def gradient_buckets(graph: Graph, order: Sequence[int], word_bytes: int,
 
 def graph_transfers(graph: Graph, layouts: Sequence[graph_layout.NodeLayout], batch: int,
                     word_bytes: int, buckets: Sequence[Sequence[int]] = (),
-                    forward_only: bool = False) -> dict[StepKey, Transfers]:
+                    forward_only: bool = False, collective: str = "ring",
+                    hierarchy: Hierarchy | None = None) -> dict[StepKey, Transfers]:
     """Every transfer of a plan, by step (node index, why): the stages' matrices summed per
-    step and sent by the `ring` collective (the planner's and the simulator's bytes); a
-    tensor several consumers read alike moves once (`read_groups`: its gather keyed by the
-    earliest of them, its error's reduction by the same one, the last in the backward
-    pass). The
-    gradient steps of the nodes of each of `buckets` are fused into one, keyed by the
-    bucket's last node: the same bytes in fewer, larger messages. An inference
-    (`forward_only`) sends the forward stages alone (`graph_layout.FORWARD_STAGES`)."""
+    step and sent by the `collective` (a ring by default; `levels` needs the `hierarchy`):
+    the planner's and the simulator's bytes. A tensor several consumers read alike moves
+    once (`read_groups`: its gather keyed by the earliest of them, its error's reduction by
+    the same one, the last in the backward pass). The gradient steps of the nodes of each
+    of `buckets` are fused into one, keyed by the bucket's last node: the same bytes in
+    fewer, larger messages. An inference (`forward_only`) sends the forward stages alone
+    (`graph_layout.FORWARD_STAGES`)."""
     matrices: dict[StepKey, Moved] = {}
 
     def add(key: StepKey, matrix: Moved) -> None:
@@ -172,7 +184,7 @@ def graph_transfers(graph: Graph, layouts: Sequence[graph_layout.NodeLayout], ba
     steps = {}
     for key, matrix in sorted(matrices.items(),
                               key=lambda item: (item[0][0], order.index(item[0][1]))):
-        transfers = COLLECTIVES["ring"](matrix)
+        transfers = COLLECTIVES[collective](matrix, hierarchy, key[1].reduces)
         if len(transfers):
             steps[key] = transfers
     return steps

@@ -354,6 +354,8 @@ TrafficModel = PaperTraffic | LayoutTraffic
 TRAFFIC_MODELS: dict[str, TrafficModel] = {
     m.name: m for m in (LayoutTraffic(), LevelsLayoutTraffic(), PaperTraffic())}
 DEFAULT_TRAFFIC_MODEL = "layout"
+#: The models that read a network as HyPar's chain of layers (the rest read any graph).
+CHAIN_TRAFFIC_MODELS = ("paper",)
 
 
 def traffic_model(name: str, phases: str = "training") -> TrafficModel:

@@ -15,7 +15,8 @@ PU counts fit the cube's PUs together run side by side (`Parallel`: as long
 as the longest; each PU streams from its own vault), the rest one after
 another. A node's inputs are gathered before its generation runs and its
 partial outputs reduced after it; its output error gathered before its
-backward pass, its input errors reduced after it. Gradients are fused in
+backward pass, its input errors reduced while its generation computes its
+gradients (waited after them, as a chain's). Gradients are fused in
 buckets (`planner.plan_messages.gradient_buckets`); a bucket's all-reduce is sent
 once its last gradient is computed and overlaps the rest of the backward
 pass (waited before the first update of its nodes) unless
@@ -34,6 +35,7 @@ from hypar_sim.partition import graph_layout
 from hypar_sim.partition.steps import Phase, TransferKind
 from hypar_sim.planner.graph_plan import GraphPlan
 from hypar_sim.planner.plan_messages import (
+    collective_of,
     fed_nodes,
     gradient_buckets,
     graph_layouts,
@@ -66,7 +68,7 @@ def build_graph_schedule(graph: Graph, plan: GraphPlan, config: HardwareConfig,
     buckets = [] if forward_only else gradient_buckets(graph, backward, config.word_bytes,
                                                        bucket_bytes)
     steps = graph_steps(graph, layouts, batch, hierarchy, config.word_bytes, buckets,
-                        forward_only)
+                        forward_only, collective_of(plan.traffic_model))
     _check_fits(graph, layouts, plan, config, not forward_only)
     fed = fed_nodes(graph)
 
@@ -89,7 +91,7 @@ def build_graph_schedule(graph: Graph, plan: GraphPlan, config: HardwareConfig,
     gradient = {bucket[-1]: bucket for bucket in buckets}
     units = Units(graph.name, plan.strategy, batch, hierarchy, plan.node_names,
                   tuple(tuple(column[h] for column in plan.columns)
-                        for h in range(hierarchy.levels)), "layout", plan.phases)
+                        for h in range(hierarchy.levels)), plan.traffic_model, plan.phases)
     tasks: list[Task] = []
     for generation in generations:
         for i in generation:
@@ -104,8 +106,9 @@ def build_graph_schedule(graph: Graph, plan: GraphPlan, config: HardwareConfig,
         for i in nodes:
             tasks += exchange((i, TransferKind.ERROR_GATHER))
         tasks += together(nodes, Phase.BACKWARD)
-        for i in nodes:
-            tasks += exchange((i, TransferKind.ERROR_REDUCE))
+        reduced = [(i, TransferKind.ERROR_REDUCE) for i in nodes
+                   if (i, TransferKind.ERROR_REDUCE) in steps]
+        tasks += [Send(key) for key in reduced]
         tasks += together(nodes, Phase.GRADIENT)
         for i in nodes:
             if i in gradient and (i, TransferKind.GRADIENT) in steps:
@@ -113,6 +116,9 @@ def build_graph_schedule(graph: Graph, plan: GraphPlan, config: HardwareConfig,
                 if not overlap_gradients:
                     tasks.append(Wait((i, TransferKind.GRADIENT)))
                     tasks += exchange((i, TransferKind.GRADIENT_GATHER))
+        # input errors are reduced while the gradients are computed (the chain's rule:
+        # waited before the producers' backward pass)
+        tasks += [Wait(key) for key in reduced]
     bucket_of = {i: bucket[-1] for bucket in buckets for i in bucket}
     waited: set[int] = set()
     for i in range(len(graph.nodes)):

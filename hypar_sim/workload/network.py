@@ -25,7 +25,7 @@ from typing import Any
 import yaml
 
 from hypar_sim.errors import InputError, closest
-from hypar_sim.workload.graph import Graph, parse_graph
+from hypar_sim.workload.graph import Graph, Node, parse_graph
 from hypar_sim.workload.layers import FeatureShape, Layer, LayerKind, Pool, make_conv, make_fc
 
 
@@ -107,8 +107,8 @@ def resolve_network_path(name_or_path: str) -> Path:
 
 
 def load_workload(name_or_path: str, seq: int | None = None) -> Network | Graph:
-    """A chain (a file with `layers`) or a graph (a file with `nodes`, or an ONNX model; a
-    dynamic sequence axis takes `seq` tokens), by name or path."""
+    """A network as a graph, by name or path: a file with `nodes`, an ONNX model (a dynamic
+    sequence axis takes `seq` tokens), or a chain (a file with `layers`: `graph_of`)."""
     path = resolve_network_path(name_or_path)
     if path.suffix == ".onnx":
         from hypar_sim.workload.onnx_import import load_onnx
@@ -254,3 +254,84 @@ def parse_network(data: Any, source: str, default_name: str = "network") -> Netw
         source=str(data.get("source", "")),
         description=str(data.get("description", "")),
     )
+
+
+def graph_of(network: Network) -> Graph:
+    """The chain as a graph: a node per layer, named as the layer, a pooling as its conv's
+    `pool` (`graph.fold_pools`: the same node a `nodes:` file with a pool node of its own
+    gives); the input an image of the chain's input shape."""
+    nodes: list[dict[str, Any]] = []
+    for layer in network.layers:
+        if layer.kind is LayerKind.FC:
+            nodes.append({"name": layer.name, "type": "fc", "out_features": layer.output.channels})
+            continue
+        node = {"name": layer.name, "type": "conv", "out_channels": layer.conv_output.channels,
+                "kernel": layer.kernel, "stride": layer.stride, "padding": layer.padding}
+        if layer.pool is not None:
+            pool = layer.pool
+            node["pool"] = {"kernel": pool.kernel, "stride": pool.stride,
+                            "padding": pool.padding, "ceil_mode": pool.ceil_mode}
+        nodes.append(node)
+    shape = network.input
+    return parse_graph({"name": network.name, "description": network.description,
+                        "source": network.source, "nodes": nodes,
+                        "inputs": {"image": [shape.channels, shape.height, shape.width]}},
+                       network.name)
+
+
+def chain_of(graph: Graph, why: str) -> Network:
+    """The graph as HyPar's chain of conv and fc layers (each layer's pooling folded in), for
+    what reads only such chains (`why`, named in the error); InputError naming the first
+    node that is not such a layer."""
+    def refuse(node: str, reason: str) -> InputError:
+        return InputError(f"{why}: {graph.name} is not a chain of conv and fc layers (node "
+                          f"{node}: {reason}); use --traffic-model layout")
+
+    (name, shape), *more = graph.inputs.items()
+    if more or len(shape) not in (1, 3):
+        raise refuse(graph.nodes[0].name, "the graph must have one input, an image or a vector")
+    current = FeatureShape(*shape) if len(shape) == 3 else FeatureShape(shape[0], 1, 1)
+    layers, previous = [], name
+    readers = graph.consumers()
+    for node in graph.nodes:
+        if node.inputs != (previous,) or len(readers[previous]) != 1:
+            raise refuse(node.name, "it is not the one reader of the layer before it")
+        try:
+            layer = _layer_of(node, current)
+        except ValueError as exc:
+            raise refuse(node.name, str(exc)) from None
+        layers.append(layer)
+        current, previous = layer.output, node.name
+    return Network(graph.name, FeatureShape(*shape) if len(shape) == 3 else
+                   FeatureShape(shape[0], 1, 1), tuple(layers), graph.source, graph.description)
+
+
+def _layer_of(node: Node, shape: FeatureShape) -> Layer:
+    """A conv or fc node as a chain's layer (ValueError saying why it is not one)."""
+    a = node.attrs
+    if node.op == "fc" and not a["tied_to"]:
+        return make_fc(node.name, shape, a["out_features"])
+    if node.op != "conv":
+        raise ValueError(f"a {node.op} node")
+    square = {key: _square(a[key]) for key in ("kernel", "stride", "padding", "dilation")}
+    if a["groups"] != 1 or square["dilation"] != 1 or None in square.values():
+        raise ValueError("a grouped, dilated or non-square convolution")
+    pool = None
+    if a["pool"] is not None:
+        given = a["pool"]
+        kernel = _square(given["kernel"])
+        stride = _square(given.get("stride") or given["kernel"])
+        padding = _square(given.get("padding", 0))
+        if None in (kernel, stride, padding):
+            raise ValueError("a non-square pooling")
+        pool = Pool(kernel, stride, padding, bool(given.get("ceil_mode", False)))
+    return make_conv(node.name, shape, a["out_channels"], square["kernel"], square["stride"],
+                     square["padding"], pool)
+
+
+def _square(value: Any) -> int | None:
+    """One size for rows and columns (and, padding, both sides), or None."""
+    if isinstance(value, int):
+        return value
+    return value[0] if len(set(value)) == 1 else None
+
