@@ -28,9 +28,9 @@ from hypar_sim.report import (
 from hypar_sim.sim.defaults import ENGINES
 from hypar_sim.workload.graph import Graph
 from hypar_sim.workload.network import (
-    Network,
     available_graphs,
     available_networks,
+    chain_of,
     load_network,
     load_workload,
 )
@@ -76,7 +76,7 @@ def request_from_args(args: argparse.Namespace) -> RunRequest:
         phases=getattr(args, "phases", "training"), sim=sim, progress=sys.stderr.isatty())
 
 
-def _workload(args: argparse.Namespace) -> Network | Graph:
+def _workload(args: argparse.Namespace) -> Graph:
     """The network named by the command line (an ONNX model's sequence from --seq)."""
     from hypar_sim.request import check_seq
 
@@ -261,9 +261,11 @@ def cmd_hardware(args: argparse.Namespace) -> str:
 
 def cmd_networks(args: argparse.Namespace) -> str:
     if args.network:
-        net = _workload(args)
-        if isinstance(net, Graph):
-            return json.dumps(graph_dict(net), indent=2) if args.json else nodes_table(net)
+        graph = _workload(args)
+        try:  # a chain of conv and fc layers is shown as its layers (with their poolings)
+            net = chain_of(graph, args.network)
+        except InputError:
+            return json.dumps(graph_dict(graph), indent=2) if args.json else nodes_table(graph)
         if args.json:
             return json.dumps({
                 "network": net.name, "weights": net.weights,
@@ -301,6 +303,7 @@ def graph_dict(graph: Graph) -> dict:
 
 
 def cmd_plan(args: argparse.Namespace) -> str:
+    from hypar_sim.planner.graph_plan import GraphPlan
     from hypar_sim.request import plan_request
 
     request = request_from_args(args)
@@ -309,14 +312,14 @@ def cmd_plan(args: argparse.Namespace) -> str:
         raise InputError("--bound: the lower bound counts a training step's transfers; it is "
                          "not defined for --phases forward yet")
     plan = plan_request(request, workload)
-    if isinstance(workload, Graph):
+    if isinstance(plan, GraphPlan):  # else HyPar's reading of a chain (--traffic-model paper)
         return _graph_plan_text(args, request, plan, workload)
-    bounds = None
+    bounds = None  # HyPar's reading of the graph's chain of layers (--traffic-model paper)
     if args.bound:
-        from hypar_sim.planner.bound import layer_bounds
+        from hypar_sim.planner.bound import node_bounds
 
-        bounds = layer_bounds(workload.layers, plan.batch, plan.hierarchy, request.plan.kinds,
-                              plan.word_bytes)
+        bounds = node_bounds(workload, plan.batch, plan.hierarchy, request.plan.kinds,
+                             plan.word_bytes)
     if args.json:
         data = plan.to_dict()
         if bounds is not None:

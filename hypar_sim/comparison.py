@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING, Any
 from hypar_sim.errors import InputError, closest
 from hypar_sim.report import comparison_table
 from hypar_sim.workload.graph import Graph
-from hypar_sim.workload.network import Network
 
 if TYPE_CHECKING:
     from hypar_sim.request import RunRequest
@@ -21,13 +20,12 @@ def cmd_compare(args: argparse.Namespace) -> str:
     from hypar_sim.api import COMPARED
     from hypar_sim.commands import request_from_args
     from hypar_sim.executors import parallel_map
-    from hypar_sim.planner.bound import layer_bounds
+    from hypar_sim.planner.bound import node_bounds
     from hypar_sim.planner.strategies import STRATEGIES, minimised, objective_for
     from hypar_sim.request import with_strategy
 
     request = request_from_args(args)
     network = request.workload()
-    graph = isinstance(network, Graph)
     allowed = tuple(s for s in STRATEGIES if s != "explicit")  # every one plans every network
     strategies = _compared(args.strategies, args.baseline, COMPARED, allowed)
     objectives = [objective_for(s, request.plan.objective) for s in strategies]
@@ -46,9 +44,9 @@ def cmd_compare(args: argparse.Namespace) -> str:
             raise InputError(str(result) if strategy in str(result) else
                              f"strategy {strategy}: {result}")
     bound = None
-    if not graph and request.plan.phases == "training":  # the bound counts a training step
-        bound = sum(layer_bounds(network.layers, request.batch, request.hierarchy,
-                                 request.plan.kinds, request.hardware.word_bytes))
+    if request.plan.phases == "training":  # the bound counts a training step
+        bound = sum(node_bounds(network, request.batch, request.hierarchy, request.plan.kinds,
+                                request.hardware.word_bytes))
     if args.json:
         return json.dumps([result.to_dict() | {"objective": objective,
                                                "baseline": args.baseline}
@@ -71,7 +69,7 @@ def _simulate_job(job: tuple) -> Any:
         return exc
 
 
-def _baseline_error(request: RunRequest, network: Network | Graph, baseline: str,
+def _baseline_error(request: RunRequest, network: Graph, baseline: str,
                     error: InputError, allowed: tuple[str, ...]) -> InputError:
     """The ratios divide by the baseline: where it cannot plan, one line saying why and
     naming a strategy that plans this case."""

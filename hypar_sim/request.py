@@ -29,10 +29,10 @@ from hypar_sim.partition.hierarchy import MAX_MEMBERS, Hierarchy
 from hypar_sim.partition.kinds import parse_kinds
 from hypar_sim.planner.options import PlanOptions
 from hypar_sim.planner.strategies import as_hierarchy
-from hypar_sim.planner.traffic import DEFAULT_TRAFFIC_MODEL
+from hypar_sim.planner.traffic import CHAIN_TRAFFIC_MODELS, DEFAULT_TRAFFIC_MODEL
 from hypar_sim.sim.options import SimOptions
 from hypar_sim.workload.graph import Graph
-from hypar_sim.workload.network import Network, load_workload
+from hypar_sim.workload.network import Network, chain_of, graph_of, load_workload
 
 if TYPE_CHECKING:
     from hypar_sim.planner.graph_plan import GraphPlan
@@ -61,10 +61,13 @@ class RunRequest:
     def accelerators(self) -> int:
         return self.hierarchy.members
 
-    def workload(self) -> Network | Graph:
-        """The network (loaded from its name or path; a dynamic sequence takes `seq`)."""
+    def workload(self) -> Graph:
+        """The network as a graph (loaded from its name or path, a dynamic sequence taking
+        `seq`; a chain given as a `Network` made a graph, `network.graph_of`)."""
         if isinstance(self.network, str):
             return load_workload(self.network, self.seq)
+        if isinstance(self.network, Network):
+            return graph_of(self.network)
         return self.network
 
 
@@ -157,14 +160,18 @@ def with_strategy(request: RunRequest, strategy: str, objective: str | None = No
     return dataclasses.replace(request, strategy=strategy, plan_text=None, plan=plan)
 
 
-def plan_request(request: RunRequest, workload: Network | Graph | None = None
-                 ) -> Plan | GraphPlan:
+def plan_request(request: RunRequest, workload: Graph | None = None) -> Plan | GraphPlan:
     """The plan of the request's strategy for its network and array, within a cube's memory
-    (`workload`: the request's, when the caller has it loaded already)."""
+    (`workload`: the request's, when the caller has it loaded already): a graph plan, or
+    under `--traffic-model paper` (HyPar's reading of a chain) a plan of the graph's chain
+    of layers (`network.chain_of`; a graph that is no such chain is refused)."""
     from hypar_sim.planner.graph_plan import make_graph_plan
     from hypar_sim.planner.strategies import make_plan
 
     workload = workload if workload is not None else request.workload()
-    make = make_graph_plan if isinstance(workload, Graph) else make_plan
+    make = make_graph_plan
+    if request.plan.traffic_model in CHAIN_TRAFFIC_MODELS:
+        workload = chain_of(workload, f"--traffic-model {request.plan.traffic_model}")
+        make = make_plan
     return make(workload, request.strategy, request.hierarchy, request.batch, request.plan_text,
                 request.hardware.word_bytes, request.plan, request.hardware)

@@ -21,7 +21,7 @@ from hypar_sim.sim.graph_schedule import build_graph_schedule
 from hypar_sim.sim.options import SimOptions
 from hypar_sim.sim.schedule import Schedule, build_schedule
 from hypar_sim.workload.graph import Graph
-from hypar_sim.workload.network import Network
+from hypar_sim.workload.network import Network, chain_of, graph_of
 
 __all__ = ["SimOptions", "simulate", "simulate_request"]
 
@@ -30,11 +30,13 @@ def simulate(workload: Network | Graph, plan: Plan | GraphPlan, config: Hardware
              options: SimOptions = SimOptions()) -> SimResult:  # noqa: B008 - frozen, immutable
     """Simulate one training step of `workload` split by `plan` (its array and batch) on the
     hardware of `config`."""
-    if isinstance(workload, Graph):
-        schedule = build_graph_schedule(workload, plan, config, options.overlap_gradients,
-                                        options.bucket_mb * 2**20)
-    else:
-        schedule = build_schedule(workload, plan, config, options.overlap_gradients)
+    if isinstance(plan, GraphPlan):
+        schedule = build_graph_schedule(as_graph(workload), plan, config,
+                                        options.overlap_gradients, options.bucket_mb * 2**20)
+    else:  # HyPar's reading of a chain (`--traffic-model paper`)
+        chain = workload if isinstance(workload, Network) else \
+            chain_of(workload, f"--traffic-model {plan.traffic_model}")
+        schedule = build_schedule(chain, plan, config, options.overlap_gradients)
     return _run(schedule, plan.hierarchy, config, options, plan.search)
 
 
@@ -43,6 +45,11 @@ def simulate_request(request: RunRequest, workload: Network | Graph | None = Non
     request's network, when the caller has it loaded already)."""
     workload = workload if workload is not None else request.workload()
     return simulate(workload, plan_request(request, workload), request.hardware, request.sim)
+
+
+def as_graph(workload: Network | Graph) -> Graph:
+    """A chain made a graph (`network.graph_of`); a graph as it is."""
+    return graph_of(workload) if isinstance(workload, Network) else workload
 
 
 def _run(schedule: Schedule, hierarchy: Hierarchy, config: HardwareConfig, options: SimOptions,

@@ -75,12 +75,12 @@ def test_cli_prints_the_bound_and_the_ratio(tmp_path):
     text = cli("plan", "vgg_a", "--bound")
     assert text.returncode == 0 and "the plan moves 2.01x the bound" in text.stdout
     data = json.loads(cli("plan", "sfc", "--bound", "--json").stdout)
-    assert len(data["bound_bytes_per_layer"]) == len(data["layers"])
+    assert len(data["bound_bytes_per_node"]) == len(data["nodes"])
     assert data["traffic_bytes"] >= data["bound_bytes"] > 0
     graph = json.loads(cli("plan", "resnet18", "--bound", "--json", "--accelerators", "4").stdout)
     assert graph["traffic_bytes"] >= graph["bound_bytes"] > 0
     assert len(graph["bound_bytes_per_node"]) == len(graph["nodes"])
-    assert pytest.approx(data["bound_bytes"]) == sum(data["bound_bytes_per_layer"])
+    assert pytest.approx(data["bound_bytes"]) == sum(data["bound_bytes_per_node"])
 
 
 @pytest.mark.parametrize("name", ["residual", "inception", "attention", "mlp"])

@@ -4,6 +4,9 @@ path's plans, bytes, step time and energy."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from hypar_sim.errors import InputError
@@ -81,23 +84,49 @@ def test_a_bad_folded_pool_is_one_line():
              "pool": {"kernel": 2, "size": 2}}]}, "g")
 
 
-def _outcome(workload, strategy: str):
+def _outcome(workload, strategy: str) -> dict:
     """The plan's columns and bytes, the step's time and energy (each gradient exchanged on
     its own, as HyPar's chains do: no buckets)."""
     result = simulate_request(make_request(workload, strategy=strategy, accelerators=16,
                                            batch=256, sim=SimOptions(engine="analytic",
                                                                      bucket_mb=0)))
-    return (result.plan, result.traffic_bytes, result.latency_cycles,
-            result.energy_pj)
+    return {"plan": [list(column) for column in zip(*result.plan, strict=True)] if result.plan else [],
+            "traffic_bytes": result.traffic_bytes, "latency_cycles": result.latency_cycles,
+            "energy_pj": result.energy_pj}
 
 
+#: What the chain planners and schedule gave (commit dda0b81, before chains became graphs):
+#: every plan, its bytes, step time and energy on 16 accelerators, batch 256.
+CHAIN_OUTCOMES = json.loads((Path(__file__).parent / "data" / "chain_outcomes.json").read_text())
+#: Where the graph path differs from the chain path, and why.
+KNOWN = {"lenet_c/tofu": "the chain split fc2's 500 channels into fractions (62.5 a member), "
+                         "the graph splits them into whole ones (63 and 62): 1.000145x the bytes"}
 FAST = ("lenet_c", "cifar_c", "alexnet", "sfc")
+STRATEGIES = ("data", "model", "trick", "hypar", "accpar", "soybean", "tofu", "grid")
 
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=() if n in FAST else pytest.mark.slow)
                                   for n in available_networks()])
-@pytest.mark.parametrize("strategy", ["data", "model", "trick", "hypar"])
-def test_the_chain_and_its_graph_give_the_same_step(name, strategy):
-    network = load_network(name)
-    graph = parse_graph(nodes_of(network), name)
-    assert _outcome(graph, strategy) == _outcome(network, strategy)
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_a_chain_gives_the_chain_planners_step(name, strategy):
+    """The ten chains, loaded as graphs, under every strategy: the chain path's plans, bytes,
+    step time and energy (`CHAIN_OUTCOMES`), but for the `KNOWN` differences."""
+    outcome, expected = _outcome(name, strategy), CHAIN_OUTCOMES[f"{name}/{strategy}"]
+    if f"{name}/{strategy}" in KNOWN:
+        for key in ("traffic_bytes", "latency_cycles", "energy_pj"):
+            assert outcome[key] == pytest.approx(expected[key], rel=3e-3)
+        return
+    assert outcome["plan"] == expected["plan"]
+    assert outcome["traffic_bytes"] == expected["traffic_bytes"]
+    assert outcome["latency_cycles"] == pytest.approx(expected["latency_cycles"], rel=1e-12)
+    assert outcome["energy_pj"] == pytest.approx(expected["energy_pj"], rel=1e-12)
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=() if n in FAST else pytest.mark.slow)
+                                  for n in available_networks()])
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_layers_and_nodes_are_one_network(name, strategy):
+    """A chain's `layers:` file and the same chain written as `nodes:` (its poolings nodes of
+    their own) give identical plans, bytes, step time and energy."""
+    written = parse_graph(nodes_of(load_network(name)), name)
+    assert _outcome(written, strategy) == _outcome(name, strategy)

@@ -28,9 +28,9 @@ def test_plan_table(cli):
     assert result.returncode == 0
     assert "H4" in result.stdout and "1.469 GB" in result.stdout
     assert "traffic model paper" in result.stdout
-    default = cli("plan", "vgg_a")
-    assert default.returncode == 0
-    assert "H4" in default.stdout and "traffic model layout" in default.stdout
+    default = cli("plan", "vgg_a")  # a graph plan: a column of kinds per node
+    assert default.returncode == 0 and "traffic model layout" in default.stdout
+    assert "conv1" in default.stdout and "level 4:" in default.stdout
 
 
 def test_plan_json_keys(cli):
@@ -57,7 +57,9 @@ def test_explicit_plan_string_and_file(cli, tmp_path):
                                "dp dp mp mp; dp dp mp mp", "--json").stdout)
     canonical = json.loads(cli("plan", "lenet_c", "--levels", "2", "--plan",
                                "batch batch in in; BATCH,batch,IN,in", "--json").stdout)
-    assert from_file["plan"] == from_text["plan"] == canonical["plan"] \
+    by_node = json.loads(cli("plan", "lenet_c", "--levels", "2", "--plan",
+                             "*: dp dp; fc1: mp mp; fc2: in in", "--json").stdout)
+    assert from_file["plan"] == from_text["plan"] == canonical["plan"] == by_node["plan"] \
         == [["batch", "batch", "in", "in"]] * 2
     assert from_file["traffic_bytes"] == from_text["traffic_bytes"] == canonical["traffic_bytes"]
     assert from_file["strategy"] == "explicit"
@@ -92,7 +94,7 @@ def test_uneven_batch_is_accepted_by_the_layout_model(cli):
      "--hierarchy: 4x4 has 16 members, but there are 12 accelerators"),
     (("plan", "lenet_c", "--kinds", "foo"), "--kinds: unknown split kind 'foo'"),
     (("plan", "lenet_c", "--accelerators", "64", "--batch", "32"),
-     "no kind of batch,in can split layer conv1 at level 6"),
+     "no kind of batch,in can split node conv1 (conv, output [20, 12, 12]) on the top 6 level"),
     # a fixed strategy may not leave a member without samples (32 over 64) either
     (("plan", "lenet_c", "--strategy", "data", "--accelerators", "64", "--batch", "32"), "conv1"),
     (("plan", "lenet_c", "--strategy", "nope"), "invalid choice: 'nope'"),
@@ -140,7 +142,7 @@ def test_plan_json_is_accepted_back_by_plan_file(tmp_path):
     assert again["plan"] == json.loads(saved.read_text())["plan"]
     assert again["traffic_bytes"] == json.loads(saved.read_text())["traffic_bytes"]
     other = cli("plan", "vgg_b", "--plan", str(saved))
-    assert other.returncode == 2 and "the plan is for layers" in other.stderr
+    assert other.returncode == 2 and "the plan is for vgg_a's nodes" in other.stderr
     assert other.stderr.count("\n") == 1
 
 

@@ -369,7 +369,7 @@ def test_node_plans_refuse_repeats_and_missing_files(text, fragment):
 def test_a_malformed_node_plan_file_is_one_line(tmp_path, body):
     path = tmp_path / "plan.json"
     path.write_text(body)
-    with pytest.raises(InputError, match="not a graph plan file") as info:
+    with pytest.raises(InputError, match="not a plan file") as info:
         make_graph_plan(load_workload("resnet18"), "explicit", Hierarchy((2, 2)), 8, str(path))
     assert "\n" not in str(info.value)
 

@@ -228,7 +228,7 @@ def test_cli_plans_a_graph(tmp_path):
     text = cli("plan", "inception_v1", "--strategy", "data", "--levels", "2")
     assert text.returncode == 0 and "i3a_concat" in text.stdout and "level 2:" in text.stdout
     for args, fragment in ((("--traffic-model", "paper"), "of conv and fc layers"),
-                           (("--plan", "batch"), "'batch' is not 'node: kinds'")):
+                           (("--plan", "batch"), "has 1 level(s), expected 4 (one row of kinds per level)")):
         bad = cli("plan", "resnet18", *args)
         assert bad.returncode == 2 and fragment in bad.stderr and not list(tmp_path.iterdir())
 

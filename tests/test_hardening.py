@@ -87,7 +87,8 @@ BAD_RUNS = {
                                            "--traffic-model", "paper"),
                                           "batch: 32 is not divisible by the 64 accelerators"),
     "more members than samples": (("--accelerators", "64", "--batch", "32"),
-                                  "no kind of batch,in can split layer conv1 at level 6"),
+                                  "no kind of batch,in can split node conv1 (conv, output "
+                                  "[20, 12, 12]) on the top 6 level"),
     "data parallelism over more members than samples": (
         ("--accelerators", "64", "--batch", "32", "--strategy", "data"), "conv1"),
     "model parallelism over more members than channels and samples": (
@@ -103,7 +104,7 @@ BAD_RUNS = {
     "plan with a bad word": (("--accelerators", "2", "--plan", "dp dp xx dp"),
                              "unknown split kind 'xx'; allowed: batch (dp), in (mp), out"),
     "plan a layer cannot take": (("--accelerators", "2", "--plan", "in in in in"),
-                                 "layer conv1 cannot take (in)"),
+                                 "node conv1 (conv, output [20, 12, 12]) cannot take (in)"),
     "missing config file": (("--config", "nowhere.yaml"), "nowhere.yaml: config file not found"),
     "chunk zero": (("--chunk-kib", "0"), "--chunk-kib: must be a positive integer"),
     "non-integer accelerators": (("--accelerators", "four"), "invalid int value: 'four'"),

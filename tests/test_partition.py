@@ -272,7 +272,7 @@ def test_cli_plan_kinds_hierarchy_and_models(cli):
 
 @pytest.mark.parametrize("args, fragment", [
     (("plan", "vgg_a", "--kinds", "rows"), "--kinds: unknown split kind 'rows'"),
-    (("plan", "sfc", "--kinds", "spatial"), "no kind of spatial can split layer fc1"),
+    (("plan", "sfc", "--kinds", "spatial"), "no kind of spatial can split node fc1"),
     (("plan", "vgg_a", "--accelerators", "12", "--hierarchy", "4x4"),
      "--hierarchy: 4x4 has 16 members, but there are 12 accelerators"),
     (("plan", "vgg_a", "--traffic-model", "paper", "--kinds", "batch,out"),
@@ -280,7 +280,7 @@ def test_cli_plan_kinds_hierarchy_and_models(cli):
     (("plan", "vgg_a", "--traffic-model", "paper", "--accelerators", "12"),
      "--traffic-model: paper takes only kinds batch,in"),
     (("plan", "lenet_c", "--levels", "1", "--plan", "in batch batch batch"),
-     "--plan: layer conv1 cannot take (in)"),
+     "--plan: node conv1 (conv, output [20, 12, 12]) cannot take (in)"),
     (("plan", "vgg_a", "--search", "both"), "invalid choice: 'both'"),
     (("run", "vgg_a", "--traffic-model", "exact"), "invalid choice: 'exact'"),
 ])

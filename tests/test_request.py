@@ -77,11 +77,11 @@ def test_compare_names_a_baseline_that_plans(cli):
     assert failed.returncode == 2 and failed.stderr.count("\n") == 1
     assert "compare: the baseline, data, cannot plan 8 samples on 16 accelerators" in \
         failed.stderr
-    assert "batch cannot split it" in failed.stderr
+    assert "with batch 8, fewer samples than the 16 groups" in failed.stderr
     assert "choose another with --baseline, e.g. hypar" in failed.stderr
     other = cli("compare", "alexnet", "--batch", "8", "--baseline", "model", "--strategies",
                 "data", "--engine", "analytic")
-    assert other.returncode == 2 and "strategy data: layer conv1: batch cannot" in other.stderr
+    assert other.returncode == 2 and "strategy data:" in other.stderr
     done = cli("compare", "vgg_a", "--batch", "8", "--strategies", "hypar,model", "--baseline",
                "model", "--engine", "analytic", "--json")
     assert done.returncode == 0, done.stderr

@@ -33,12 +33,15 @@ from functools import cached_property
 
 import numpy as np
 
+from hypar_sim.partition import totals
 from hypar_sim.partition.graph_axes import Site
 from hypar_sim.partition.graph_ops import Box, region, weight_shape
 from hypar_sim.partition.hierarchy import Hierarchy
 from hypar_sim.partition.kinds import KINDS, Dim
 from hypar_sim.partition.redistribute import Moved, Region, redistribute
 from hypar_sim.partition.shares import Column, level_intervals
+from hypar_sim.workload.layers import Layer
+from hypar_sim.workload.network import layer_of
 from hypar_sim.workload.tdl import Description
 
 
@@ -294,9 +297,62 @@ class Costs:
         self._own: dict[tuple, float] = {}
         self._footprints: dict[tuple, np.ndarray] = {}
         self._reads: dict[tuple, tuple] = {}
+        self._tables: dict[tuple, np.ndarray] = {}
+
+    #: Whether edges and own steps between layers of a chain (conv, fc) take the closed
+    #: forms of `partition.totals` (bytes only: a cost in time or energy sums its steps).
+    closed_forms = True
+
+    def edge_table(self, producer: Site, consumer: Site, index: int,
+                   producer_columns: Sequence[Column], columns: Sequence[Column],
+                   hierarchy: Hierarchy) -> np.ndarray:
+        """[producer column, consumer column] `edge` for every pair: between two layers of a
+        chain all at once (`totals.boundary_costs`, checked cell by cell against this
+        model's rule by the tests), else pair by pair."""
+        layers = self.chained(producer, consumer, index, [*producer_columns, *columns])
+        if layers is None:
+            return np.array([[self.edge(producer, consumer, index, a, b, hierarchy)
+                              for b in columns] for a in producer_columns])
+        key = (*(geometry(site) for site in (producer, consumer)), tuple(producer_columns),
+               tuple(columns), hierarchy)
+        if key not in self._tables:
+            self._tables[key] = totals.boundary_costs(
+                *layers, self.batch, producer_columns, columns, hierarchy, self.word_bytes,
+                self.forward_only)
+        return self._tables[key]
+
+    def own_table(self, site: Site, columns: Sequence[Column], hierarchy: Hierarchy,
+                  is_output: bool) -> np.ndarray:
+        """`own` of every column: of a chain's layer all at once (`totals.own_costs`)."""
+        layer = self.chained(site, None, 0, columns)
+        if layer is None:
+            return np.array([self.own(site, column, hierarchy, is_output)
+                             for column in columns])
+        key = (geometry(site), tuple(columns), hierarchy, is_output)
+        if key not in self._tables:
+            self._tables[key] = totals.own_costs(layer[0], self.batch, columns, hierarchy,
+                                                 self.word_bytes, is_output, self.forward_only)
+        return self._tables[key]
+
+    def chained(self, producer: Site, consumer: Site | None, index: int,
+                 columns: Sequence[Column]) -> tuple[Layer, ...] | None:
+        """The layers of a producer and its one consumer (None: the producer alone) that are
+        a chain's (conv or fc nodes without biases, the consumer reading the producer's
+        output as its input), when the closed forms apply; else None."""
+        if not self.closed_forms or any(KINDS[k].dim is None for c in columns for k in c):
+            return None
+        sites = (producer,) if consumer is None else (producer, consumer)
+        layers = tuple(layer_of(site.node) for site in sites)
+        if None in layers or (consumer is not None and (
+                index or consumer.node.inputs != (producer.node.name,))):
+            return None
+        return layers
 
     def edge(self, producer: Site, consumer: Site, index: int, producer_column: Column,
              column: Column, hierarchy: Hierarchy) -> float:
+        if self.chained(producer, consumer, index, [producer_column, column]) is not None:
+            return float(self.edge_table(producer, consumer, index, [producer_column],
+                                         [column], hierarchy)[0, 0])
         key = (geometry(producer), geometry(consumer), index, producer_column, column,
                hierarchy)
         if key not in self._edges:
@@ -327,6 +383,8 @@ class Costs:
         return float(kept.max() if member is None else kept[member])
 
     def own(self, site: Site, column: Column, hierarchy: Hierarchy, is_output: bool) -> float:
+        if self.chained(site, None, 0, [column]) is not None:
+            return float(self.own_table(site, [column], hierarchy, is_output)[0])
         key = (geometry(site), column, hierarchy, is_output)
         if key not in self._own:
             matrices = own_matrices(layout(site, self.batch, column, hierarchy), self.batch,

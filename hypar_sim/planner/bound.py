@@ -82,7 +82,7 @@ def node_bounds(graph: Graph, batch: int, hierarchy: Hierarchy, kinds: Sequence[
         node, op = site.node, site.desc
         has_weights = op.weights is not None and op.weights.scale > 0
         weight_dims = {Dim.K} if op.lookup else {Dim.K, Dim.C, Dim.G}
-        weights = math.prod(weight_shape(op)) if has_weights else 0
+        weights = math.prod(weight_shape(op)) * op.weights.scale if has_weights else 0
         outputs = batch * math.prod(node.shape)
         least = math.inf
         for column in columns:

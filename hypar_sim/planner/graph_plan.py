@@ -115,6 +115,9 @@ class GraphPlan:
                 "traffic_bytes_per_level": list(self.traffic_bytes_per_level),
                 "footprint_bytes": self.footprint_bytes,
                 "footprint_parts_bytes": dict(self.footprint_parts), "phases": self.phases,
+                "levels": self.hierarchy.levels,
+                "plan": [[column[h] for column in self.columns]  # [level][node], HyPar's rows
+                         for h in range(self.hierarchy.levels)],
                 "nodes": [{"name": name, "kinds": list(column), "bytes": moved}
                           for name, column, moved in zip(self.node_names, self.columns,
                                                          self.node_bytes, strict=True)]}
@@ -273,9 +276,33 @@ def make_graph_plan(graph: Graph, strategy: str, hierarchy: Hierarchy, batch: in
         kinds = tuple(k for k in spec.default_kinds if KINDS[k].dim is not None)
     if plan_text is not None:
         strategy = "explicit"
+    if options.objective != "bytes":
+        chained = _chain_estimated(graph, strategy, hierarchy, batch, word_bytes, options, config)
+        if chained is not None:
+            return chained
     return plan_graph(graph, strategy, hierarchy, batch, kinds, options.search, word_bytes,
                       config, plan_text, options.phases, options.objective, options.topology,
                       options.progress, options.traffic_model)
+
+
+def _chain_estimated(graph: Graph, strategy: str, hierarchy: Hierarchy, batch: int,
+                     word_bytes: int, options: PlanOptions,
+                     config: HardwareConfig | None) -> GraphPlan | None:
+    """A chain of conv and fc layers searched for time or energy by the chain's estimator
+    (`planner.estimate`: closed forms per level, refined on the sent messages, far faster
+    than timing every pair of columns), its plan evaluated as the graph's; None for any
+    other graph."""
+    from hypar_sim.planner.strategies import make_plan
+    from hypar_sim.workload.network import chain_of
+
+    try:
+        chain = chain_of(graph, "objective")
+    except InputError:
+        return None
+    plan = make_plan(chain, strategy, hierarchy, batch, None, word_bytes, options, config)
+    found = evaluate_graph_plan(graph, strategy, plan.search, batch, hierarchy, plan.columns,
+                                word_bytes, options.phases, options.traffic_model)
+    return dataclasses.replace(found, objective=plan.objective, estimate=plan.estimate)
 
 
 def evaluate_graph_plan(graph: Graph, strategy: str, search: str, batch: int,

@@ -57,11 +57,10 @@ def _factors(graph: Graph, sites: Sequence[Site], options: Sequence[Sequence[Col
     `members`, the greedy search's, a group's footprint spread over its members)."""
     outputs = set(graph.outputs)
     spread = max(members, hierarchy.members) / hierarchy.members
-    factors = [Factor((i,), np.array([costs.own(site, column, hierarchy,
-                                                site.node.name in outputs)
-                                      + (price * costs.footprint(site, column, hierarchy)
-                                         / spread if price else 0.0)
-                                      for column in options[i]]))
+    factors = [Factor((i,), costs.own_table(site, options[i], hierarchy,
+                                            site.node.name in outputs)
+                      + np.array([price * costs.footprint(site, column, hierarchy) / spread
+                                  if price else 0.0 for column in options[i]]))
                for i, site in enumerate(sites)]
     for edges in sharing_edges(graph):
         nodes = tuple(dict.fromkeys([edges[0][0], *(c for _, c, _ in edges)]))
@@ -72,8 +71,7 @@ def _factors(graph: Graph, sites: Sequence[Site], options: Sequence[Sequence[Col
                 [len(options[n]) for n in nodes])))
             continue
         for p, c, k in edges:  # alone, or too many together: each edge as if alone
-            table = np.array([[costs.edge(sites[p], sites[c], k, a, b, hierarchy)
-                               for b in options[c]] for a in options[p]])
+            table = costs.edge_table(sites[p], sites[c], k, options[p], options[c], hierarchy)
             factors.append(Factor((p, c), table))
     return factors
 
@@ -98,7 +96,8 @@ def _greedy(graph: Graph, sites: Sequence[Site], batch: int, hierarchy: Hierarch
 
 #: Most cost-table cells an exact search over all levels at once may fill (each a costed
 #: redistribution between two columns, about 0.3 ms: resnet18's 79k on 4 accelerators take
-#: 25 s): beyond it the search is refused in one line rather than left running for hours.
+#: 25 s; the edges between a chain's layers, costed by closed forms, are not counted):
+#: beyond it the search is refused in one line rather than left running for hours.
 MAX_TABLE_CELLS = 2**17
 
 
@@ -107,7 +106,8 @@ def _joint(graph: Graph, sites: Sequence[Site], batch: int, hierarchy: Hierarchy
            price: float = 0.0, strategy: str = "hypar --search joint") -> list[Column]:
     """The exact plan over all levels at once (every node's columns of `kinds`)."""
     options = offered_columns(sites, batch, hierarchy, kinds)
-    cells = sum(len(options[p]) * len(options[c]) for p, c, _ in graph_edges(graph))
+    cells = sum(len(options[p]) * len(options[c]) for p, c, k in graph_edges(graph)
+                if costs.chained(sites[p], sites[c], k, [*options[p], *options[c]]) is None)
     if cells > MAX_TABLE_CELLS:
         widest = max(len(o) for o in options)
         used = [k for k in kinds if any(k in column for o in options for column in o)]

@@ -1,9 +1,12 @@
 """A plan the user writes (`--plan`), as text or a file (the text, or the JSON `plan --json`
-prints): for a chain, rows of kinds per level; for a graph, a column of kinds per node.
+prints): a column of kinds per node, or rows of kinds per level (HyPar's chains' form).
 
-Graph plans name their nodes: `name: kind kind ...` (one kind per level, top first), entries
+Plans that name their nodes: `name: kind kind ...` (one kind per level, top first), entries
 separated by ';' or new lines, `*: ...` for every node not named, e.g.
-`--plan "*: batch batch; fc1: in in"`.
+`--plan "*: batch batch; fc1: in in"`. Rows: one row per level (top first), separated by
+';' or new lines, one kind per node in the network's order, e.g. `--plan "dp dp mp; dp mp
+mp"` for three layers on two levels. Kinds by name or alias (dp = batch, mp = in); lines
+starting with '#' are comments.
 """
 
 from __future__ import annotations
@@ -16,27 +19,22 @@ from hypar_sim.errors import InputError, closest
 from hypar_sim.partition.kinds import resolve_kind
 from hypar_sim.partition.shares import Column
 from hypar_sim.planner.plan import Choices
-from hypar_sim.workload.network import Network
 
 
-def parse_plan_text(text: str, network: Network, levels: int, where: str = "--plan") -> Choices:
-    """Parse a user plan: levels separated by ';' or new lines, layers by ',' or spaces;
-    kinds by name or alias (dp = batch, mp = in). Lines starting with '#' are comments."""
-    rows = []
-    for raw in text.replace(";", "\n").splitlines():
-        line = raw.split("#", 1)[0].replace(",", " ").split()
-        if line:
-            rows.append(line)
+def parse_plan_text(text: str, names: Sequence[str], levels: int,
+                    where: str = "--plan") -> Choices:
+    """Rows of kinds: levels separated by ';' or new lines, nodes by ',' or spaces."""
+    rows = [line for raw in text.replace(";", "\n").splitlines()
+            if (line := raw.split("#", 1)[0].replace(",", " ").split())]
     if len(rows) != levels:
         raise InputError(
             f"{where}: has {len(rows)} level(s), expected {levels} (one row of kinds per level)")
-    layers = len(network.layers)
     plan = []
     for level, row in enumerate(rows):
-        if len(row) != layers:
+        if len(row) != len(names):
             raise InputError(
-                f"{where}: level {level + 1} has {len(row)} choice(s), expected {layers} "
-                f"(layers: {' '.join(network.layer_names)})")
+                f"{where}: level {level + 1} has {len(row)} choice(s), expected {len(names)} "
+                f"(one per node: {' '.join(names[:12])}{' ...' if len(names) > 12 else ''})")
         plan.append(tuple(resolve_kind(word, f"{where}: level {level + 1}") for word in row))
     return tuple(plan)
 
@@ -50,32 +48,23 @@ def _is_file(path: Path) -> bool:
         return False
 
 
-def read_plan_argument(value: str, network: Network, levels: int) -> Choices:
-    """A --plan value: a path to a file holding a plan, or the plan text itself."""
-    path = Path(value)
-    if _is_file(path):
-        try:
-            text = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise InputError(f"{path}: cannot read the plan file ({exc})") from None
-        if text.lstrip().startswith("{"):
-            text = _plan_json(text, network, str(path))
-        return parse_plan_text(text, network, levels, str(path))
-    return parse_plan_text(value, network, levels)
+def read_plan_argument(value: str, names: Sequence[str], levels: int) -> Choices:
+    """A --plan value as rows of kinds per level (`read_node_plan`, transposed)."""
+    return tuple(zip(*read_node_plan(value, names, levels), strict=True)) if names else \
+        tuple(() for _ in range(levels))
 
 
-def _plan_json(text: str, network: Network, where: str) -> str:
-    """The rows of kinds of a `plan --json` file, as plan text (its layers must be the
-    network's)."""
+def _rows_json(data: dict, names: Sequence[str], where: str) -> str:
+    """The rows of kinds of a chain's `plan --json` file ('plan' and 'layers'), as plan
+    text (its layers must be the network's nodes)."""
     try:
-        data = json.loads(text)
         rows, layers = data["plan"], data["layers"]
-    except (ValueError, KeyError, TypeError) as exc:
-        raise InputError(f"{where}: not a plan file (JSON of `plan --json` with 'plan' and "
-                         f"'layers', or rows of kinds): {exc}") from None
-    if list(layers) != list(network.layer_names):
+    except (KeyError, TypeError) as exc:
+        raise InputError(f"{where}: not a plan file (JSON of `plan --json` with 'nodes', or "
+                         f"'plan' and 'layers'): missing {exc}") from None
+    if list(layers) != list(names):
         raise InputError(f"{where}: the plan is for layers {' '.join(map(str, layers))}, not "
-                         f"{network.name}'s ({' '.join(network.layer_names)})")
+                         f"this network's ({' '.join(names)})")
     return ";".join(" ".join(map(str, row)) for row in rows)
 
 
@@ -110,32 +99,46 @@ def parse_node_plan(text: str, names: Sequence[str], levels: int,
 
 
 def read_node_plan(value: str, names: Sequence[str], levels: int) -> list[Column]:
-    """A graph's --plan value: a file (its text, or `plan --json`'s JSON with 'nodes') or the
-    text itself."""
-    path = Path(value)
-    if not _is_file(path):
-        if path.suffix in (".json", ".txt", ".plan") and ":" not in value:
-            raise InputError(f"{value}: plan file not found")
-        return parse_node_plan(value, names, levels)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"{path}: cannot read the plan file ({exc})") from None
-    if text.lstrip().startswith("{"):
-        text = _node_plan_json(text, str(path))
-    return parse_node_plan(text, names, levels, str(path))
+    """A --plan value: a file (its text, or `plan --json`'s JSON) or the text itself; entries
+    that name nodes (`parse_node_plan`) or rows of kinds per level (`parse_plan_text`)."""
+    path, where = Path(value), "--plan"
+    if _is_file(path):
+        try:
+            value = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise InputError(f"{path}: cannot read the plan file ({exc})") from None
+        where = str(path)
+        if value.lstrip().startswith("{"):
+            value = _node_plan_json(value, names, where)
+    elif path.suffix in (".json", ".txt", ".plan") and ":" not in value:
+        raise InputError(f"{value}: plan file not found")
+    lines = [raw.split("#", 1)[0] for raw in value.replace(";", "\n").splitlines()]
+    if any(":" in line for line in lines):
+        return parse_node_plan(value, names, levels, where)
+    rows = parse_plan_text(value, names, levels, where)
+    return [tuple(row[i] for row in rows) for i in range(len(names))]
 
 
-def _node_plan_json(text: str, where: str) -> str:
-    """The entries of a graph's `plan --json` file, as plan text."""
-    problem = f"{where}: not a graph plan file (JSON of `plan --json` with 'nodes', a list of " \
+def _node_plan_json(text: str, names: Sequence[str], where: str) -> str:
+    """The entries of a `plan --json` file ('nodes'; or a chain's 'plan' and 'layers'), as
+    plan text."""
+    problem = f"{where}: not a plan file (JSON of `plan --json` with 'nodes', a list of " \
         "objects each with 'name' and a list of 'kinds')"
     try:
-        nodes = json.loads(text)["nodes"]
-    except (ValueError, KeyError, TypeError):
+        data = json.loads(text)
+    except ValueError:
         raise InputError(problem) from None
+    if isinstance(data, dict) and "nodes" not in data and "plan" in data:
+        return _rows_json(data, names, where)
+    nodes = data.get("nodes") if isinstance(data, dict) else None
     if not isinstance(nodes, list) or not all(
             isinstance(node, dict) and isinstance(node.get("name"), str)
             and isinstance(node.get("kinds"), list) for node in nodes):
         raise InputError(problem)
+    planned = [node["name"] for node in nodes]
+    if "network" in data and planned != list(names):  # `plan --json` lists every node
+        raise InputError(f"{where}: the plan is for {data['network']}'s nodes "
+                         f"({' '.join(planned[:8])}{' ...' if len(planned) > 8 else ''}), not "
+                         f"this network's ({' '.join(names[:8])}"
+                         f"{' ...' if len(names) > 8 else ''})")
     return ";".join(f"{node['name']}: {' '.join(map(str, node['kinds']))}" for node in nodes)

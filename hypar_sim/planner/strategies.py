@@ -215,8 +215,8 @@ def _exhaustive(request: PlanRequest) -> Sequence[Column]:
 
 @register_strategy("explicit", takes_plan=True)
 def _explicit(request: PlanRequest) -> Sequence[Column]:
-    choices = read_plan_argument(request.options.plan_text or "", request.network,
-                                 request.hierarchy.levels)
+    choices = read_plan_argument(request.options.plan_text or "",
+                                 request.network.layer_names, request.hierarchy.levels)
     columns = list(zip(*choices, strict=True)) if choices else [() for _ in request.network.layers]
     for layer, column in zip(request.network.layers, columns, strict=True):
         if not request.model.offered(layer, request.batch, column, request.hierarchy):

@@ -56,6 +56,8 @@ class TimedCosts(graph_layout.Costs):
     `fed`: the names of the nodes that read another node's output (the others have no
     backward pass)."""
 
+    closed_forms = False  # its steps are timed one by one
+
     def __init__(self, batch: int, word_bytes: int, forward_only: bool, objective: str,
                  config: HardwareConfig, topology: Topology, fed: set[str]) -> None:
         super().__init__(batch, word_bytes, forward_only)

@@ -106,7 +106,7 @@ def resolve_network_path(name_or_path: str) -> Path:
     )
 
 
-def load_workload(name_or_path: str, seq: int | None = None) -> Network | Graph:
+def load_workload(name_or_path: str, seq: int | None = None) -> Graph:
     """A network as a graph, by name or path: a file with `nodes`, an ONNX model (a dynamic
     sequence axis takes `seq` tokens), or a chain (a file with `layers`: `graph_of`)."""
     path = resolve_network_path(name_or_path)
@@ -121,17 +121,17 @@ def load_workload(name_or_path: str, seq: int | None = None) -> Network | Graph:
     data = read_yaml(path)
     if isinstance(data, Mapping) and "nodes" in data:
         return parse_graph(data, str(path), default_name=path.stem)
-    return parse_network(data, str(path), default_name=path.stem)
+    return graph_of(parse_network(data, str(path), default_name=path.stem))
 
 
 def load_network(name_or_path: str) -> Network:
-    """Load a shipped chain network by name, or a user's YAML file by path."""
-    workload = load_workload(name_or_path)
-    if isinstance(workload, Graph):
-        raise InputError(
-            f"{name_or_path}: a graph network ({len(workload.nodes)} nodes); this takes chain "
-            "networks (a 'layers' list); networks, plan, run, compare and sweep take both")
-    return workload
+    """A network as HyPar's chain of layers, by name or path: a `layers` file, or a graph
+    that is such a chain (`chain_of`)."""
+    path = resolve_network_path(name_or_path)
+    data = read_yaml(path) if path.suffix != ".onnx" else None
+    if isinstance(data, Mapping) and "layers" in data:
+        return parse_network(data, str(path), default_name=path.stem)
+    return chain_of(load_workload(name_or_path), name_or_path)
 
 
 def read_yaml(path: Path) -> Any:
@@ -304,6 +304,21 @@ def chain_of(graph: Graph, why: str) -> Network:
         current, previous = layer.output, node.name
     return Network(graph.name, FeatureShape(*shape) if len(shape) == 3 else
                    FeatureShape(shape[0], 1, 1), tuple(layers), graph.source, graph.description)
+
+
+def layer_of(node: Node) -> Layer | None:
+    """A conv or fc node without biases as a chain's layer (`chain_of`'s reading; None if it
+    is not one): what the closed forms of `partition.totals` cost."""
+    if node.op not in ("conv", "fc") or node.attrs.get("bias") or len(node.inputs) != 1:
+        return None
+    shape = node.input_shapes[0]
+    if len(shape) not in (1, 3):
+        return None
+    try:
+        return _layer_of(node, FeatureShape(*shape) if len(shape) == 3 else
+                         FeatureShape(shape[0], 1, 1))
+    except ValueError:
+        return None
 
 
 def _layer_of(node: Node, shape: FeatureShape) -> Layer:
