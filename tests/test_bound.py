@@ -12,10 +12,11 @@ from hypothesis import strategies as st
 
 from hypar_sim.errors import InputError
 from hypar_sim.partition.hierarchy import Hierarchy
-from hypar_sim.planner.bound import layer_bounds
+from hypar_sim.planner.bound import layer_bounds, node_bounds
+from hypar_sim.planner.graph_plan import make_graph_plan
 from hypar_sim.planner.strategies import PlanOptions, make_plan
 from hypar_sim.workload.layers import FeatureShape, make_conv
-from hypar_sim.workload.network import Network
+from hypar_sim.workload.network import Network, graph_of
 from tests.conftest import run_cli
 from tests.test_partition import mlp
 from tests.test_planner_properties import networks
@@ -126,10 +127,11 @@ def test_no_strategy_moves_less_than_the_bound(net, hierarchy, batch, kinds, str
     bytes (the layout model's) are at least the bound for those kinds."""
     hierarchy = Hierarchy(hierarchy)
     kinds = tuple(k for k in ("batch", "in", "out", "spatial") if k in kinds)
-    bound = sum(layer_bounds(net.layers, batch, hierarchy, kinds, 4))
+    graph = graph_of(net)
+    bound = sum(node_bounds(graph, batch, hierarchy, kinds, 4))
     try:
-        plan = make_plan(net, strategy, hierarchy, batch,
-                         options=PlanOptions(kinds, "greedy", "layout"))
+        plan = make_graph_plan(graph, strategy, hierarchy, batch,
+                               options=PlanOptions(kinds, "greedy", "layout"))
     except InputError:
         return  # no kind of these splits some layer, or the strategy takes none of them
     assert plan.traffic_bytes >= bound * (1 - 1e-12)

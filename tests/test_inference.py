@@ -7,11 +7,12 @@ import pytest
 from hypar_sim.hardware.config import load_hardware
 from hypar_sim.partition.hierarchy import Hierarchy
 from hypar_sim.partition.steps import Phase
+from hypar_sim.planner.graph_plan import make_graph_plan
 from hypar_sim.planner.plan import evaluate_plan
 from hypar_sim.planner.strategies import PlanOptions, make_plan
 from hypar_sim.runner import SimOptions, simulate
 from hypar_sim.sim.schedule import build_schedule
-from hypar_sim.workload.network import load_network
+from hypar_sim.workload.network import load_network, load_workload
 from tests.conftest import PAPER, assert_sent_equals_received_equals
 
 
@@ -77,10 +78,11 @@ def test_single_sample_inference_splits_the_sample():
 def test_a_seed_strategy_runs_its_training_plan_forward(strategy):
     """A seed planner costs a training step (its paper's cost): with --phases forward its
     plan is that of a training step, counted for the forward pass alone."""
-    net = load_network("cifar_c")
-    training = make_plan(net, strategy, 4, 64)
-    forward = make_plan(net, strategy, 4, 64, options=PlanOptions(phases="forward"))
-    assert forward.choices == training.choices and forward.phases == "forward"
+    net = load_workload("cifar_c")
+    training = make_graph_plan(net, strategy, Hierarchy.for_count(4), 64)
+    forward = make_graph_plan(net, strategy, Hierarchy.for_count(4), 64,
+                              options=PlanOptions(phases="forward"))
+    assert forward.columns == training.columns and forward.phases == "forward"
     assert forward.traffic_bytes < training.traffic_bytes
 
 

@@ -1,4 +1,5 @@
-"""SoyBean's tensor-tiling planner (hypar_sim.planner.soybean) against its paper and HyPar."""
+"""SoyBean's tensor-tiling planner (hypar_sim.planner.soybean) against its paper, HyPar, hand
+counts and brute force; chains are written as graphs (`graph_of`)."""
 
 from __future__ import annotations
 
@@ -6,40 +7,65 @@ import itertools
 
 import pytest
 
+import hypar_sim
 from hypar_sim.errors import InputError
+from hypar_sim.partition import graph_layout
+from hypar_sim.partition.graph_axes import sites
 from hypar_sim.partition.hierarchy import Hierarchy
-from hypar_sim.partition.kinds import KINDS, Dim
 from hypar_sim.planner import soybean
-from hypar_sim.planner.soybean import MATMULS, STORED, Tiling, aligned, conversion
+from hypar_sim.planner.graph_dp import every_assignment, minimise
+from hypar_sim.planner.graph_plan import GraphRequest, make_graph_plan
+from hypar_sim.planner.soybean import SOYBEAN_KINDS, Tiling, conversion
 from hypar_sim.planner.strategies import STRATEGIES, PlanOptions, make_plan
+from hypar_sim.workload.graph import Graph, parse_graph
 from hypar_sim.workload.layers import FeatureShape, Layer, Pool, make_conv, make_fc
-from hypar_sim.workload.network import Network, available_networks, load_network
+from hypar_sim.workload.network import Network, available_networks, graph_of, load_network
 from tests.conftest import small_chain
 
 R, C, r, RED = Tiling.ROW, Tiling.COL, Tiling.REP, Tiling.RED
 PAPER = PlanOptions(kinds=("batch", "in"), traffic_model="paper")
 
 
-def _network(*layers: Layer) -> Network:
-    return Network("test", layers[0].input, tuple(layers))
+def _graph(*layers: Layer) -> Graph:
+    return graph_of(Network("test", layers[0].input, tuple(layers)))
+
+
+def _cost(graph: Graph, batch: int, columns, hierarchy: Hierarchy) -> float:
+    return sum(soybean.plan_costs(graph, batch, columns, hierarchy))
+
+
+def _request(graph: Graph, batch: int, hierarchy: Hierarchy,
+             kinds=SOYBEAN_KINDS) -> GraphRequest:
+    return GraphRequest(graph, sites(graph), batch, hierarchy, tuple(kinds), "",
+                        graph_layout.Costs(batch, 4), [])
 
 
 def test_registered():
-    assert STRATEGIES["soybean"].searches
+    """The module registers the strategy itself, with its paper's kinds and cost."""
+    spec = STRATEGIES["soybean"]
+    assert spec.searches and spec.graph is soybean.soybean_columns
+    assert spec.default_kinds == ("batch", "in", "out") and spec.own_cost == "Eq. 3 bytes"
 
 
 def test_aligned_forms():
-    """Figure 6 / Eq. 2 on each matmul, per kind: (X, Y, Z) in stored orientation."""
-    loops = {m.name: m.loops for m in MATMULS}
-    assert loops == {"forward": (Dim.K, Dim.C, Dim.N), "backward": (Dim.C, Dim.K, Dim.N),
-                     "gradient": (Dim.K, Dim.N, Dim.C)}
-    expected = {  # forward W x F -> F', backward W^T x E' -> E, gradient E' x F^T -> dW
-        "batch": [(r, C, C), (r, C, C), (C, C, RED)],
-        "in": [(C, R, RED), (C, r, R), (r, R, C)],
-        "out": [(R, r, R), (R, R, RED), (R, r, R)],
-    }
+    """Figure 6 / Eq. 2 on an fc layer (W: K x C, F: C x N, F': K x N), per kind: the tiling
+    of W (and dW), F (and E) and F' (and E') in the aligned form, red where the loop is
+    summed over. Batch: W r, F and F' C (samples); in: W C, F R, F' red; out: W R, F r, F' R
+    (the chain's forward, backward and gradient forms, `planner.soybean` docstring)."""
+    graph = _graph(make_fc("fc1", FeatureShape(8, 1, 1), 6), make_fc("fc2",
+                                                                     FeatureShape(6, 1, 1), 4))
+    desc = sites(graph)[1].desc
+    assert desc.weights is not None and desc.weights.by_channel
+    matrix = {0: R, 1: C, soybean.REP: r}  # W: rows K, columns C
+    activation = {0: R, soybean.SAMPLES: C, soybean.REP: r}  # rows channels, columns N
+    expected = {"batch": (r, C, C), "in": (C, R, RED), "out": (R, r, R)}
     for kind, forms in expected.items():
-        assert [aligned(m, KINDS[kind].dim) for m in MATMULS] == forms
+        dim = graph_layout.dim_of(desc, kind)
+        w = (desc.channel, desc.reduction).index(dim) if dim in (
+            desc.channel, desc.reduction) else soybean.REP
+        out = soybean._axis(desc.makes, dim)
+        assert (matrix[w], activation[soybean._axis(desc.reads[0], dim)],
+                RED if out == soybean.REP else activation[out]) == forms, kind
 
 
 def _blocks(tiling: Tiling, k: int, n: int) -> list[set[tuple[int, int]]]:
@@ -60,7 +86,7 @@ def test_conversion_is_ghost_area_minus_held(k):
     the k - 1 others'. red -> r is red -> R -> r, 2(k - 1) (our choice; at k = 2 it is also
     each member fetching the other's whole partial)."""
     n = 12
-    for source, target in itertools.product(STORED, STORED):
+    for source, target in itertools.product((R, C, r), repeat=2):
         held, needed = _blocks(source, k, n), _blocks(target, k, n)
         cells = sum(len(need - hold) for hold, need in zip(held, needed, strict=True))
         assert conversion(source, target, k) * n * n == pytest.approx(cells)
@@ -96,82 +122,96 @@ def test_one_fc_layer_by_hand():
     2 A(W)); in reduces F' (red -> R, A(F')) and the loss gathers it (R -> r, A(F')); out
     computes its rows of F' from the (replicated) input and the loss reads them where they
     are: 0."""
-    layer = make_fc("fc", FeatureShape(64, 1, 1), 10)
+    graph = _graph(make_fc("fc", FeatureShape(64, 1, 1), 10))
     for kind, elements in (("batch", 2 * 640), ("in", 2 * 80), ("out", 0)):
-        plan = soybean.plan_cost([layer], 8, [(kind,)], Hierarchy((2,)))
-        assert plan.cost_bytes == 4 * elements
+        assert soybean.plan_costs(graph, 8, [(kind,)], Hierarchy((2,))) == (4 * elements,)
 
 
 def test_out_then_in_costs_nothing_between():
     """fc out -> fc in: F' is produced row-split (K) and read row-split (C of the next):
     no conversion, only the last layer's reduction and gather (2 x 8 x 10)."""
     fc1 = make_fc("fc1", FeatureShape(64, 1, 1), 32)
-    fc2 = make_fc("fc2", fc1.output, 10)
-    plan = soybean.plan_cost([fc1, fc2], 8, [("out",), ("in",)], Hierarchy((2,)))
-    assert plan.layer_bytes[0] == (0.0, 4 * 160.0)
+    graph = _graph(fc1, make_fc("fc2", fc1.output, 10))
+    assert soybean.plan_costs(graph, 8, [("out",), ("in",)], Hierarchy((2,))) == (4 * 160.0,)
 
 
 @pytest.mark.parametrize("k", [2, 3])
 def test_one_cut_is_the_minimum_over_kinds_and_tilings(k):
-    """Eqs. 4-5 against brute force: every kind of every layer and every stored tiling of
-    every shared matrix (9^4 assignments x 27 plans) on a 3-layer chain with pooling."""
-    layers, batch, kinds = small_chain(), 6, ("batch", "in", "out")
-    options = [[soybean.layer_cut(kind, soybean.share_areas(layer, batch, (), ()), k, i == 0)
-                for kind in kinds] for i, layer in enumerate(layers)]
-    loss = soybean.loss_cut(soybean.share_areas(layers[-1], batch, (), ()), k)
-    best = min(
-        sum(cut.own + cut.inputs[states[i]] + cut.outputs[states[i + 1]]
-            for i, cut in enumerate(cuts)) + loss[states[-1]]
-        for cuts in itertools.product(*options)
-        for states in itertools.product(range(9), repeat=len(layers) + 1))
-    cut = soybean.one_cut(options, loss)
-    assert cut.delta == pytest.approx(best)
-    plan = soybean.plan_cost(layers, batch, [(kind,) for kind in cut.kinds], Hierarchy((k,)))
-    assert plan.cost_bytes == pytest.approx(4 * best)
+    """Eqs. 4-5 against brute force on a 3-layer chain with pooling: every kind of every
+    layer and every stored tiling of every shared matrix; the plan's cost (`plan_costs`) is
+    that least sum."""
+    graph, batch = _graph(*small_chain()), 6
+    cut = soybean._Cut(_request(graph, batch, Hierarchy((k,))), [()] * 3, 0, SOYBEAN_KINDS)
+    factors, order = cut.factors()
+    best, _ = every_assignment(cut.domains(), factors)
+    assert minimise(cut.domains(), factors, order)[0] == pytest.approx(best, rel=1e-12)
+    columns = soybean.soybean_columns(_request(graph, batch, Hierarchy((k,))))
+    assert _cost(graph, batch, columns, Hierarchy((k,))) == pytest.approx(4 * best, rel=1e-12)
+
+
+def test_one_cut_is_the_brute_force_minimum_of_its_tables():
+    """A skip connection's top cut (fc, relu, their sum): the elimination's least cost is
+    every assignment's."""
+    graph = parse_graph({"inputs": {"x": [6]}, "nodes": [
+        {"name": "a", "type": "fc", "out_features": 4},
+        {"name": "r", "type": "act", "function": "relu"},
+        {"name": "s", "type": "add", "inputs": ["a", "r"]}]}, "skip")
+    cut = soybean._Cut(_request(graph, 4, Hierarchy((2, 2))), [()] * 3, 0, SOYBEAN_KINDS)
+    factors, order = cut.factors()
+    assert minimise(cut.domains(), factors, order)[0] == pytest.approx(
+        every_assignment(cut.domains(), factors)[0], rel=1e-12)
 
 
 def test_k_cuts_scale_deeper_cuts_by_the_groups():
     """Theorem 1, c = sum_h groups_h delta_h: an fc layer by batch at every level all-reduces
     the whole dW in every group: 2 W at a two-way level, 2 (k - 1) W = 4 W at a three-way
     one; by in, N and K are never split, so every group reduces and gathers all of F'."""
-    layer = make_fc("fc", FeatureShape(64, 1, 1), 10)
+    graph = _graph(make_fc("fc", FeatureShape(64, 1, 1), 10))
     weights, output = 640 * 4, 8 * 10 * 4
-    plan = soybean.plan_cost([layer], 8, [("batch", "batch")], Hierarchy((2, 2)))
-    assert plan.deltas == (2 * weights, 2 * weights)
-    assert plan.cost_bytes == 2 * weights + 2 * 2 * weights
-    plan = soybean.plan_cost([layer], 12, [("batch", "batch")], Hierarchy((3, 2)))
-    assert plan.cost_bytes == 4 * weights + 3 * 2 * weights
-    plan = soybean.plan_cost([layer], 8, [("in", "in")], Hierarchy((2, 2)))
-    assert plan.cost_bytes == 2 * output + 2 * 2 * output
-    plan = soybean.plan_cost([layer], 8, [("in",)], Hierarchy((3,)))
-    assert plan.cost_bytes == 2 * 2 * output  # red -> R and R -> r, (k - 1) A each
+    assert soybean.plan_costs(graph, 8, [("batch", "batch")], Hierarchy((2, 2))) == \
+        (2 * weights, 2 * 2 * weights)
+    assert soybean.plan_costs(graph, 12, [("batch", "batch")], Hierarchy((3, 2))) == \
+        (4 * weights, 3 * 2 * weights)
+    assert soybean.plan_costs(graph, 8, [("in", "in")], Hierarchy((2, 2))) == \
+        (2 * output, 2 * 2 * output)
+    assert soybean.plan_costs(graph, 8, [("in",)], Hierarchy((3,))) == (2 * 2 * output,)
 
 
 def test_three_way_level_plans_under_the_layout_model():
-    network = load_network("lenet_c")
-    plan = make_plan(network, "soybean", Hierarchy((3, 2)), 96,
-                     options=PlanOptions(kinds=("batch", "in", "out")))
+    plan = hypar_sim.plan("lenet_c", "soybean", accelerators=6, batch=96)
     assert plan.hierarchy.sizes == (3, 2) and plan.traffic_bytes > 0
     assert all(len(column) == 2 for column in plan.columns)
+    assert {kind for column in plan.columns for kind in column} <= set(SOYBEAN_KINDS)
 
 
 def test_kinds_and_offered_are_honoured():
-    network = load_network("lenet_c")
-    only_batch = make_plan(network, "soybean", 2, 256, options=PlanOptions(kinds=("batch",)))
+    graph = graph_of(load_network("lenet_c"))
+    only_batch = make_graph_plan(graph, "soybean", Hierarchy((2,)), 256,
+                                 options=PlanOptions(kinds=("batch",)))
     assert {kind for column in only_batch.columns for kind in column} == {"batch"}
-    plan = make_plan(network, "soybean", 4, 256, options=PlanOptions(kinds=("batch", "in")))
-    assert {kind for column in plan.columns for kind in column} <= {"batch", "in"}
-    with pytest.raises(InputError, match="soybean cannot split layer conv1"):
-        make_plan(network, "soybean", 1, 256, options=PlanOptions(kinds=("in",)))
+    plan = make_graph_plan(graph, "soybean", Hierarchy((2, 2)), 256,
+                           options=PlanOptions(kinds=("batch", "in")))
+    assert {kind for column in plan.columns for kind in column} == {"batch", "in"}
+    with pytest.raises(InputError, match="soybean cannot split node conv1"):
+        make_graph_plan(graph, "soybean", Hierarchy((2,)), 256, options=PlanOptions(
+            kinds=("in",)))
     with pytest.raises(InputError, match="--kinds: soybean searches batch, in and out"):
-        make_plan(network, "soybean", 1, 256, options=PlanOptions(kinds=("spatial",)))
+        make_graph_plan(graph, "soybean", Hierarchy((2,)), 256, options=PlanOptions(
+            kinds=("spatial",)))
+    with pytest.raises(InputError, match="plan: soybean cannot cost kind"):
+        soybean.plan_costs(graph, 256, [("spatial",)] * len(graph.nodes), Hierarchy((2,)))
 
 
 def test_only_the_bytes_objective():
     """SoyBean minimises its own Eq. 3 bytes: the registry refuses time and energy."""
-    options = PlanOptions(objective="time")
     with pytest.raises(InputError, match="strategy 'soybean' takes bytes"):
-        make_plan(load_network("lenet_c"), "soybean", 1, 256, options=options)
+        hypar_sim.plan("lenet_c", "soybean", accelerators=2, batch=256, objective="time")
+
+
+def test_no_chain_reading():
+    """SoyBean plans by its own Eq. 3 on the layout model: HyPar's chain reading refuses it."""
+    with pytest.raises(InputError, match="--traffic-model paper: strategy soybean plans by"):
+        make_plan(load_network("lenet_c"), "soybean", 1, 256, options=PAPER)
 
 
 def _pooling_terms(layers, batch, columns, levels, word_bytes=4):
@@ -198,18 +238,19 @@ def test_costs_are_hypars_but_for_pooling(levels):
     """On HyPar's own plan (batch, in, two-way levels) for every shipped chain network, at 4
     and 16 accelerators, SoyBean's cost is HyPar's paper traffic plus the two pooling terms,
     to the byte; without pooling (sfc) SoyBean plans and costs exactly as HyPar."""
+    hierarchy = Hierarchy((2,) * levels)
     for name in available_networks():
         network = load_network(name)
         hypar = make_plan(network, "hypar", levels, 256, options=PAPER)
-        cost = soybean.plan_cost(network.layers, 256, hypar.columns, hypar.hierarchy)
+        cost = _cost(graph_of(network), 256, hypar.columns, hierarchy)
         extra = _pooling_terms(network.layers, 256, hypar.columns, levels)
-        assert cost.cost_bytes == pytest.approx(hypar.traffic_bytes + extra, rel=1e-12), name
+        assert cost == pytest.approx(hypar.traffic_bytes + extra, rel=1e-12), name
     sfc = load_network("sfc")
     hypar = make_plan(sfc, "hypar", levels, 256, options=PAPER)
-    ours = make_plan(sfc, "soybean", levels, 256, options=PAPER)
-    assert ours.choices == hypar.choices
-    assert soybean.plan_cost(sfc.layers, 256, ours.columns, ours.hierarchy).cost_bytes == \
-        hypar.traffic_bytes
+    ours = make_graph_plan(graph_of(sfc), "soybean", hierarchy, 256,
+                           options=PlanOptions(kinds=("batch", "in")))
+    assert ours.columns == hypar.columns
+    assert _cost(graph_of(sfc), 256, ours.columns, hierarchy) == hypar.traffic_bytes
 
 
 def test_plan_differs_from_hypar():
@@ -219,17 +260,17 @@ def test_plan_differs_from_hypar():
     pooled), 608 < fc by batch 2 A(W) = 768: batch, in. SoyBean: F, pooled, is read row-split
     by fc's forward and gradient, each converting C -> R (2 x 256 = 512; converting the
     2048-element map before pooling costs 1024), E is converted once (256), the reduction
-    and the loss's gather 96: 864 > 768: batch, batch."""
+    and the loss's gather 96: 864 > 768: batch, batch. The layout model charges SoyBean's
+    plan HyPar's replicated-weights all-reduces, 72 + 768."""
     conv = make_conv("conv", FeatureShape(1, 10, 10), 4, 3, pool=Pool(2, 2))
-    network = _network(conv, make_fc("fc", conv.output, 6))
+    fc = make_fc("fc", conv.output, 6)
+    network, graph, one = Network("test", conv.input, (conv, fc)), _graph(conv, fc), Hierarchy((2,))
     hypar = make_plan(network, "hypar", 1, 8, options=PAPER)
-    ours = make_plan(network, "soybean", 1, 8, options=PAPER)
+    ours = make_graph_plan(graph, "soybean", one, 8, options=PlanOptions(kinds=("batch", "in")))
     assert hypar.choices == (("batch", "in"),) and hypar.traffic_bytes == 4 * (72 + 96 + 512)
-    assert ours.choices == (("batch", "batch"),) and ours.traffic_bytes == 4 * (72 + 768)
-    hypar_cost = soybean.plan_cost(network.layers, 8, hypar.columns, hypar.hierarchy)
-    assert hypar_cost.cost_bytes == 4 * (72 + 512 + 256 + 96)
-    assert soybean.plan_cost(network.layers, 8, ours.columns, ours.hierarchy).cost_bytes == \
-        4 * (72 + 768)
+    assert ours.columns == (("batch",), ("batch",)) and ours.traffic_bytes == 4 * (72 + 768)
+    assert _cost(graph, 8, hypar.columns, one) == 4 * (72 + 512 + 256 + 96)
+    assert _cost(graph, 8, ours.columns, one) == 4 * (72 + 768)
 
 
 def test_algorithm_1_is_greedy():
@@ -239,18 +280,18 @@ def test_algorithm_1_is_greedy():
     c0 = make_conv("c0", FeatureShape(16, 8, 8), 8, 3, padding=1)
     c1 = make_conv("c1", c0.output, 32, 3, padding=1)
     c2 = make_conv("c2", c1.output, 2, 3, padding=1, pool=Pool(2, 2))
-    layers, hierarchy = [c0, c1, c2], Hierarchy((2, 2))
-    greedy = soybean.k_cuts(layers, 2, hierarchy, ("batch", "in"))
-    assert greedy.columns == (("in", "batch"), ("batch", "in"), ("batch", "in"))
-    assert greedy.cost_bytes == 78_592
-    columns = list(itertools.product(("batch", "in"), repeat=2))
-    best = min(soybean.plan_cost(layers, 2, plan, hierarchy).cost_bytes
-               for plan in itertools.product(columns, repeat=3))
+    graph, hierarchy, kinds = _graph(c0, c1, c2), Hierarchy((2, 2)), ("batch", "in")
+    greedy = soybean.soybean_columns(_request(graph, 2, hierarchy, kinds))
+    assert greedy == [("in", "batch"), ("batch", "in"), ("batch", "in")]
+    assert _cost(graph, 2, greedy, hierarchy) == 78_592
+    columns = list(itertools.product(kinds, repeat=2))
+    best = min(_cost(graph, 2, plan, hierarchy) for plan in itertools.product(columns, repeat=3))
     assert best == 74_496
 
 
-def test_vgg_e_plans_quickly():
-    network = load_network("vgg_e")
-    plan = make_plan(network, "soybean", 4, 256,
-                     options=PlanOptions(kinds=("batch", "in", "out")))
-    assert len(plan.columns) == len(network.layers)
+def test_soybean_plans_and_runs_a_transformer():
+    plan = hypar_sim.plan("bert_base", "soybean", accelerators=4, batch=4)
+    assert {kind for column in plan.columns for kind in column} <= set(SOYBEAN_KINDS)
+    result = hypar_sim.simulate("bert_base", "soybean", accelerators=4, batch=4,
+                                engine="analytic")
+    assert result.traffic_bytes == pytest.approx(plan.traffic_bytes, rel=1e-12)

@@ -1,4 +1,4 @@
-"""`grid`: the 2D/2.5D/3D family of distributed CNN algorithms, one grid per layer.
+"""`grid`: the 2D/2.5D/3D family of distributed CNN algorithms, one grid per contraction.
 
 Paper: R. Li, Y. Xu, A. Sukumaran-Rajam, A. Rountev, P. Sadayappan, "Efficient distributed
 algorithms for Convolutional Neural Networks" (SPAA 2021; arXiv:2105.13480). Its Sec. 2.2 puts
@@ -11,247 +11,212 @@ when it does not (Case 2a, Eq. 8). The paper counts words moved per processor to
 virtual global memory: cost_D = cost_I + cost_C (Eq. 10), cost_I the initial distribution
 (1/P of In and of Ker, and the Out block), cost_C the In and Ker tiles broadcast to it.
 
-On this hardware:
-
-- **Grid of a column.** Each level's kind names a dimension: batch -> b, spatial -> h (output
-  rows), out -> k, in -> c. P_i is the product of the sizes of the levels of that kind. The
-  replication factor of 2.5D is P_c: the levels of kind `in`, whose members hold partial sums
-  of the same Out block, reduced (the paper's replication of Out across c).
-- **Tiles = partitions.** A member keeps its whole share in its cube through the step (what
-  `hardware.capacity.footprint` counts), so T_i = W_i: Case 2 and Case 1b. Case 1a (Eq. 6, tiles
-  smaller than a partition streamed through local memory in W_c steps) has no counterpart:
-  a grid whose share does not fit a cube is infeasible.
-- **Bytes between accelerators.** A member owns 1/P of each tensor (the paper's initial
-  distribution) and receives the rest of what its partition touches: its In slice minus its
-  part, its Ker slice minus its part, and for P_c > 1 the other replicas' partial sums of its
-  1/P_c of the Out block (a reduce-scatter). Summed over the members (`received_words`):
-  In (P_k - 1) + halo rows + Ker (P_b P_h - 1) + Out (P_c - 1), which on an even grid is
-  P cost_D - 2 (|In| + |Ker|) - |Out|: Eq. 10 without the initial loads (already in place,
-  counted once in cost_I and again as the member's own share of the broadcasts in cost_C)
-  and without the Out share the member keeps. Slices are the members' real boxes
-  (`partition.shares`: padding not stored, halo rows clipped at the map's edges) where Eq. 10
-  writes (S_w T_w + N_r - 1) rows.
+- **Which nodes get a grid.** Every node whose loop nest has Listing 1's shape (Sec. 2; matrix
+  multiplication its special case, Sec. 1): a convolution (grouped and depthwise included), an
+  fc layer, a product of two activations (attention's Q K^T and its product with V) and an
+  embedding (a lookup: Ker is the table, In the token ids, no reduction). Its grid gives each
+  loop dimension (`graph_layout.loops`) the product of the sizes of the levels whose kind
+  splits it: batch -> b (N), spatial -> h (P, output rows or token positions), out -> k (K),
+  in -> c (C, the reduction: the P_c replicas of Out hold partial sums).
+- **Tiles = partitions.** A member keeps its whole share in its cube through the step, so
+  T_i = W_i: Case 2 and Case 1b. Case 1a (Eq. 6, tiles smaller than a partition streamed
+  through local memory) has no counterpart: a grid whose share does not fit is infeasible.
+- **Words between accelerators** (`node_grid_cost`). A member owns 1/P of each tensor (the
+  paper's initial distribution) and receives the rest of what its partition touches: per
+  input, what the members read beyond its size (replication along the dimensions that do not
+  index it, and halo rows); the weights they hold beyond |Ker| (replication along b, h); for
+  P_c > 1 the other replicas' partial sums of its 1/P_c of the Out block (a reduce-scatter),
+  before a folded pooling (the reduction acts on the convolution's own rows). On an even grid
+  this is P cost_D - 2 (|In| + |Ker|) - |Out|: Eq. 10 without the initial loads (in place,
+  counted once in cost_I and again as the member's own share in cost_C) and without the Out
+  share it keeps. Regions are the members' real ones (`graph_layout.layout`: padding not
+  stored, halo clipped at the map's edges; a grouped convolution reads its groups' channels,
+  a matmul A's rows and B's columns) where Eq. 10 writes (S_w T_w + N_r - 1) rows.
 - **Training.** The paper treats the forward convolution only. On the same grid the two
   backward ones move the same words transposed: dIn, partial over k, is reduce-scattered along
-  k (In was gathered along k); dKer, partial over b, h, along b, h (Ker was gathered; the
-  all-reduce of weights kept replicated moves the same); dOut is gathered along c (Out was
-  reduced). A step moves twice the forward words, less the first layer's dIn (not computed).
-- **Memory (Eq. 11 with T = W).** The busiest member's weights, weight gradient and kept input
-  (`footprint`) plus its pre-pooling output block (Eq. 11's Out block), in words of
-  `word_bytes`, must fit `capacity_bytes`, layer by layer as the paper (the simulator adds up
-  every layer's footprint). The Out block grows with P_c, as M_L caps P_c in Case 2b; but with
-  nothing streamed every replicated tensor costs memory as it costs words, so the limit bites
-  mostly where weights are replicated (their gradient doubles them): see the tests.
-
-Search: per layer, as the paper optimises one convolution (Sec. 2.1-2.2): every grid the
-hierarchy realises with the allowed kinds and the traffic model offers; the least training
-words, then the smaller footprint. The paper ignores the cost between layers (each starts
-from its own initial distribution), and so does this search, except to break exact ties
-(equal words and footprint: equal-size levels swapped, or a 1x1 convolution split by rows
-instead of samples): then the column agreeing with the previous layer's at the most levels,
-then the larger batch, rows, out extents.
+  k (In was gathered along k); dKer, partial over b, h, along b, h (Ker was gathered); dOut is
+  gathered along c (Out was reduced). A step moves twice the forward words, less the input
+  words of a graph input (no error is computed for it).
+- **Memory (Eq. 11 with T = W).** The busiest member's weights, weight gradient, inputs read
+  and pre-pooling Out block, in words of `word_bytes`, must fit `capacity_bytes`, node by node
+  as the paper (the plan's check adds every node up). The Out block grows with P_c, as M_L
+  caps P_c in Case 2b; with nothing streamed, memory follows replication.
+- **Choice** (`choose`; Sec. 2.1-2.2, one convolution at a time): the grid of least training
+  words among those that fit, then the smaller footprint. The paper ignores the cost between
+  layers (each starts from its own initial distribution), and so does this choice, except to
+  break exact ties: among the columns realising the chosen grids, the one agreeing at the most
+  levels with the column of the node producing its first input (`agreement`), then the larger
+  b, h, k extents, then the order of the kinds.
+- **Nodes the paper does not cover** (add, pooling, norms, activations, softmax, reshapes,
+  concatenation...): it ignores everything between its convolutions; here such a node copies
+  the column of the producer of one of its inputs (in input order) wherever that is offered
+  and costs nothing by the layout model (`graph_layout.Costs.edge`, over its input edges);
+  else it takes the offered column of least such edge cost (ties: a producer's column, then
+  the order of the kinds), trying every column where there are at most `MAX_TRIED`, else
+  changing one level at a time from the cheapest producer's column while that helps.
+- **Not in the paper.** Attention heads and groups: its loop nest has neither. A grouped
+  convolution's G loop (`groups`) and attention's H loop (`heads`) are used only when --kinds
+  names them, costed by the same rule. By default the grid uses the paper's four dimensions,
+  so a depthwise convolution gets a grid of b and h only. A weight tied to another (GPT-2's
+  output projection) counts no Ker words of its own.
 
 Not expressible here: Case 1a's streamed tiles; extents other than products of level sizes
 (2x2x2x2 gives powers of two, so Eq. 8's P^(1/3) per dimension is approximated); splitting w
-(output columns); the paper's topology-free count (a word costs the same at every level);
-pooling (the paper has none: the pre-pooling output is counted, which the reduction acts on).
+(output columns); the paper's topology-free count (a word costs the same at every level).
+`--traffic-model paper` (HyPar's reading of a chain) does not plan this strategy.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import cache
 
 import numpy as np
 
 from hypar_sim.errors import InputError
+from hypar_sim.partition import graph_layout
+from hypar_sim.partition.graph_axes import Site
+from hypar_sim.partition.graph_ops import interval, weight_shape
 from hypar_sim.partition.hierarchy import Hierarchy
-from hypar_sim.partition.kinds import Dim, kind_of
-from hypar_sim.partition.shares import Column, conv_spans, input_spans, member_intervals
-from hypar_sim.planner.strategies import PlanRequest, register_strategy
-from hypar_sim.workload.layers import Layer
+from hypar_sim.partition.kinds import GRAPH_EXTRA_KINDS, Dim, kind_of
+from hypar_sim.partition.redistribute import Region
+from hypar_sim.partition.shares import Column
+from hypar_sim.planner.graph_plan import GraphRequest
+from hypar_sim.planner.plan_messages import graph_edges
+from hypar_sim.planner.strategies import register_graph_strategy
+from hypar_sim.workload.graph import Node
 
-#: The kinds a grid uses, in the order of its dimensions: b, h (rows), k, c.
+__all__ = ["GRID_KINDS", "NodeGrid", "NodeGridCost", "agreement", "choose", "grid_columns",
+           "is_contraction", "node_grid", "node_grid_cost"]
+
+#: The paper's grid dimensions as kinds: b, h (rows), k, c.
 GRID_KINDS = tuple(kind_of(dim) for dim in (Dim.N, Dim.P, Dim.K, Dim.C))
+#: Order and letters of grid dimensions (the paper's b, h, k, c; then ours).
+_LETTERS = {Dim.N: "b", Dim.P: "h", Dim.Q: "w", Dim.K: "k", Dim.C: "c", Dim.H: "heads",
+            Dim.G: "g"}
+_WEIGHT_DIMS = (Dim.K, Dim.C, Dim.G)
+
+
+def is_contraction(node: Node) -> bool:
+    """A convolution- or matmul-shaped loop nest (a reduction), or an embedding's lookup."""
+    return node.desc is not None and (node.desc.reduction is not None or node.desc.lookup)
 
 
 @dataclass(frozen=True, order=True)
-class Grid:
-    """Processor-grid extents: samples x output rows x output channels x input channels."""
+class NodeGrid:
+    """Processors along each split loop dimension (dimensions of extent 1 left out)."""
 
-    batch: int = 1
-    rows: int = 1
-    out: int = 1
-    inn: int = 1  # P_c, the replication factor of Out
+    extents: tuple[tuple[str, int], ...]
+
+    def extent(self, dim: Dim) -> int:
+        return dict(self.extents).get(dim.value, 1)
 
     @property
     def members(self) -> int:
-        return self.batch * self.rows * self.out * self.inn
+        return math.prod(e for _, e in self.extents)
 
     def __str__(self) -> str:
-        return f"b{self.batch} x h{self.rows} x k{self.out} x c{self.inn}"
+        return " x ".join(f"{_LETTERS[Dim(d)]}{e}" for d, e in self.extents) or "1"
 
 
-def grid_of(column: Column, hierarchy: Hierarchy) -> Grid:
-    """The grid a column realises: per dimension, the product of its levels' sizes."""
-    extents = [1, 1, 1, 1]
+def node_grid(site: Site, column: Column, hierarchy: Hierarchy) -> NodeGrid:
+    """The grid a column realises on a node: per dimension, its levels' sizes multiplied."""
+    op = site.desc
+    extents: dict[Dim, int] = {}
     for size, kind in zip(hierarchy.sizes, column, strict=True):
-        extents[GRID_KINDS.index(kind)] *= size
-    return Grid(*extents)
+        dim = graph_layout.dim_of(op, kind)
+        extents[dim] = extents.get(dim, 1) * size
+    order = list(_LETTERS)
+    return NodeGrid(tuple((d.value, e) for d, e in sorted(extents.items(),
+                                                         key=lambda item: order.index(item[0]))))
 
 
 @dataclass(frozen=True)
-class GridCost:
-    """A layer on a grid: words moved (all members), the paper's Eq. 10, memory."""
+class NodeGridCost:
+    """A contraction on a grid: words moved (all members), Eq. 10, memory."""
 
-    grid: Grid
-    in_words: float  # forward: input words members receive (replication along k, halo rows)
-    weight_words: float  # forward: weight words received (replication along b, h)
-    out_words: float  # forward: partial-output words reduce-scattered (replication along c)
-    eq10_words: float  # Eq. 10's cost_D of the busiest member, T = W (virtual global memory)
-    footprint_words: float  # busiest member: weights + gradients + input + pre-pooling output
-    first: bool  # the network's first layer: no input error is computed
+    grid: NodeGrid
+    in_words: tuple[float, ...]  # per input: words read beyond its size (replication, halo)
+    weight_words: float  # weight words held beyond |Ker| (replication along b, h)
+    out_words: float  # partial-output words reduce-scattered (replication along c)
+    eq10_words: float  # Eq. 10's cost_D of the busiest member, T = W
+    footprint_words: float  # busiest member: weights + gradients + inputs + Out block
+    errors: tuple[bool, ...]  # per input: its error is computed (not a graph input)
 
     @property
     def received_words(self) -> float:
-        """Forward pass: what members receive that they do not own (the mapping above)."""
-        return self.in_words + self.weight_words + self.out_words
+        """Forward pass: what members receive that they do not own."""
+        return sum(self.in_words) + self.weight_words + self.out_words
 
     @property
     def training_words(self) -> float:
-        """Forward and both backward passes (twice the forward, less the first layer's dIn)."""
-        return 2 * self.received_words - (self.in_words if self.first else 0.0)
+        """Both passes: twice the forward, less the input words of inputs with no error."""
+        return 2 * self.received_words - sum(
+            words for words, error in zip(self.in_words, self.errors, strict=True) if not error)
 
 
-def _lengths(intervals: np.ndarray) -> np.ndarray:
-    return (intervals[..., 1] - intervals[..., 0]).astype(np.float64)
+def _volumes(regions: Sequence[Region]) -> np.ndarray:
+    return np.array([sum(math.prod(max(0, hi - lo) for lo, hi in box) for box in region)
+                     for region in regions], dtype=np.float64)
 
 
-def tensor_words(layer: Layer, batch: int) -> tuple[int, int, int]:
-    """|In|, |Ker|, |Out| of a layer: input, weights, pre-pooling output (elements)."""
-    out = layer.conv_output
-    return (batch * layer.input.size, layer.weights,
-            batch * out.channels * out.height * out.width)
+def _pre_pooling(own: graph_layout.NodeLayout, outputs: np.ndarray) -> np.ndarray:
+    """[members] Eq. 11's Out block before a folded pooling (the paper has no pooling; the
+    reduction acts on the convolution's own rows): each pooled axis's interval widened to the pre-pooling
+    rows (or columns) it needs (`graph_ops.interval` of the pooling's window, halo included)."""
+    pooling = own.site.desc.pooling
+    if not pooling:
+        return outputs
+    scaled = outputs.copy()
+    for m in range(own.members):
+        box = own.box(m)
+        for window in pooling:
+            lo, hi = box[window.dim]
+            if hi > lo:
+                pre_lo, pre_hi = interval(window, box)
+                scaled[m] = scaled[m] * (pre_hi - pre_lo) / (hi - lo)
+    return scaled
 
 
-def grid_cost(layer: Layer, batch: int, column: Column, hierarchy: Hierarchy,
-              first: bool = False) -> GridCost:
-    """`layer` on the grid of `column`: every member's real box (uneven where a dimension
-    does not divide), summed for the words and maximised for Eq. 10 and memory."""
-    def parts(total: int, dim: Dim) -> np.ndarray:
-        return member_intervals(total, column, hierarchy, dim)
-
-    n = _lengths(parts(batch, Dim.N))
-    k = _lengths(parts(layer.output.channels, Dim.K))
-    c = _lengths(parts(layer.input.channels, Dim.C))
-    conv_rows = conv_spans(layer, parts(layer.output.height, Dim.P), "rows")
-    conv_cols = conv_spans(layer, np.array([0, layer.output.width]), "cols")
-    in_rows = _lengths(input_spans(layer, conv_rows, "rows"))
-    in_cols = _lengths(input_spans(layer, conv_cols, "cols"))
-    inputs = n * c * in_rows * in_cols
-    weights = k * c * layer.kernel ** 2
-    outputs = n * k * _lengths(conv_rows) * _lengths(conv_cols)
-    total_in, total_ker, _ = tensor_words(layer, batch)
-    grid = grid_of(column, hierarchy)
-    members = hierarchy.members
-    return GridCost(
-        grid,
-        in_words=max(0.0, float(inputs.sum()) - total_in),
-        weight_words=max(0.0, float(weights.sum()) - total_ker),
-        out_words=float(outputs.sum()) * (1 - 1 / grid.inn),
-        eq10_words=float((outputs + inputs + weights).max()) + (total_in + total_ker) / members,
-        footprint_words=float((2 * weights + inputs + outputs).max()),
-        first=first)
-
-
-def eq4_words(layer: Layer, batch: int, grid: Grid) -> float:
-    """Eq. 4 (Sec. 2.1) at tiles = partitions: W_k W_bhw + W_k W_c N_r N_s + W_c W_bhw S^2
-    words per processor (halo and the N_r - 1 terms dropped, real-valued shares)."""
-    out = layer.conv_output
-    w_bhw = batch * out.height * out.width / (grid.batch * grid.rows)
-    w_k, w_c = out.channels / grid.out, layer.input.channels / grid.inn
-    return w_k * w_bhw + w_k * w_c * layer.kernel ** 2 + w_c * w_bhw * layer.stride ** 2
+def node_grid_cost(site: Site, batch: int, column: Column, hierarchy: Hierarchy,
+                   errors: Sequence[bool] | None = None) -> NodeGridCost:
+    """A contraction node on the grid of `column` (Sec. 2.2): every member's real region
+    (uneven where a dimension does not divide), summed for the words moved (Eq. 10 without the
+    initial loads), maximised for Eq. 10's cost_D and Eq. 11's footprint, T = W.
+    `errors`: per input, whether its error is computed (default: all)."""
+    node, op = site.node, site.desc
+    own = graph_layout.layout(site, batch, column, hierarchy)
+    sizes = graph_layout.loops(site, batch)
+    reads = [_volumes(own.reads(i)) for i in range(len(node.inputs))]
+    totals = [batch * math.prod(shape) for shape in node.input_shapes]
+    scale = op.weights.scale if op.weights is not None else 0
+    rows, columns = weight_shape(op) if scale else (0, 0)
+    ker = float(rows * columns * scale)
+    weights = np.full(own.members, ker)
+    for dim in _WEIGHT_DIMS:
+        if dim in own.boxes:
+            weights = weights * (own.boxes[dim][:, 1] - own.boxes[dim][:, 0]) / sizes[dim]
+    outputs = _pre_pooling(own, _volumes(own.outputs()))
+    replicas = math.prod(size for size, kind in zip(hierarchy.sizes, column, strict=True)
+                         if graph_layout.dim_of(op, kind) is Dim.C)
+    read = np.sum(reads, axis=0)
+    return NodeGridCost(
+        node_grid(site, column, hierarchy),
+        in_words=tuple(max(0.0, float(r.sum()) - t) for r, t in zip(reads, totals, strict=True)),
+        weight_words=max(0.0, float(weights.sum()) - ker),
+        out_words=float(outputs.sum()) * (1 - 1 / replicas),
+        eq10_words=float((outputs + read + weights).max()) + (sum(totals) + ker) / own.members,
+        footprint_words=float((2 * weights + read + outputs).max()),
+        errors=tuple(errors) if errors is not None else (True,) * len(node.inputs))
 
 
-def table1_words(layer: Layer, batch: int, members: int, memory_words: float) -> float:
-    """Table 1 (Sec. 2.1): the least Eq. 4 cost per processor with c the innermost tile loop,
-    local memory M_L = `memory_words` (math.inf: unbounded). V = N_k N_c N_bhw / P,
-    A = N_k N_bhw / P, B = N_r N_s S_w S_h."""
-    out = layer.conv_output
-    n_bhw = batch * out.height * out.width
-    volume = out.channels * layer.input.channels * n_bhw / members
-    block = out.channels * n_bhw / members
-    stencil = layer.kernel ** 2 * layer.stride ** 2
-    three_d = volume ** (2 / 3) * stencil ** (1 / 3)
-    if block >= memory_words:  # Eq. 6 (Case 1a, 2D with tiles below the partition)
-        return block + 2 * volume * math.sqrt(stencil / memory_words)
-    if memory_words >= three_d:  # Eq. 8 (Case 2a, 3D)
-        return 3 * three_d
-    return memory_words + 2 * volume * math.sqrt(stencil / memory_words)  # Eq. 9 (2.5D)
-
-
-def grid_columns(hierarchy: Hierarchy, kinds: Sequence[str]) -> dict[Grid, Column]:
-    """Every grid the hierarchy realises with `kinds`, and one column realising it (the first
-    in the order of `kinds`, top level first)."""
-    reachable: dict[Grid, Column] = {Grid(): ()}
-    for size in hierarchy.sizes:
-        grown: dict[Grid, Column] = {}
-        for grid, column in reachable.items():
-            for kind in kinds:
-                extents = [grid.batch, grid.rows, grid.out, grid.inn]
-                extents[GRID_KINDS.index(kind)] *= size
-                grown.setdefault(Grid(*extents), column + (kind,))
-        reachable = grown
-    return reachable
-
-
-def realise(grid: Grid, hierarchy: Hierarchy, kinds: Sequence[str],
-            previous: Column | None) -> Column:
-    """The column realising `grid` that agrees with `previous` at the most levels (ties: the
-    first in the order of `kinds`); every such column has the same paper cost."""
-    sizes = hierarchy.sizes
-    target = (grid.batch, grid.rows, grid.out, grid.inn)
-
-    @cache
-    def best(level: int, extents: tuple[int, ...]) -> tuple[int, Column] | None:
-        if level == len(sizes):
-            return (0, ()) if extents == target else None
-        found = None
-        for kind in kinds:
-            index = GRID_KINDS.index(kind)
-            grown = list(extents)
-            grown[index] *= sizes[level]
-            if target[index] % grown[index]:
-                continue
-            rest = best(level + 1, tuple(grown))
-            if rest is None:
-                continue
-            score = rest[0] + int(previous is not None and previous[level] == kind)
-            if found is None or score > found[0]:
-                found = (score, (kind,) + rest[1])
-        return found
-
-    result = best(0, (1, 1, 1, 1))
-    if result is None:
-        raise ValueError(f"grid {grid} is not realisable on hierarchy {hierarchy}")
-    return result[1]
-
-
-def layer_grids(request: PlanRequest, layer: Layer, first: bool,
-                columns: dict[Grid, Column]) -> list[GridCost]:
-    """Every grid the traffic model offers `layer`, costed."""
-    return [grid_cost(layer, request.batch, column, request.hierarchy, first)
-            for column in columns.values()
-            if request.model.offered(layer, request.batch, column, request.hierarchy)]
-
-
-def choose(costs: Sequence[GridCost], what: str, capacity_bytes: float | None,
-           word_bytes: int) -> list[GridCost]:
-    """The grids of least training words among those that fit a cube, ties kept (then the
-    smaller footprint); InputError naming `what` ("layer conv1", "node add3") and the memory
-    the leanest grid needs. Any costs with `training_words`, `footprint_words` and `grid`."""
+def choose(costs: Sequence[NodeGridCost], what: str, capacity_bytes: float | None,
+           word_bytes: int) -> list[NodeGridCost]:
+    """The grids of least training words among those that fit a cube (Eq. 11 with T = W),
+    ties kept (then the smaller footprint); InputError naming `what` ("node conv1") and the
+    memory the leanest grid needs."""
     fitting = [c for c in costs
                if capacity_bytes is None or c.footprint_words * word_bytes <= capacity_bytes]
     if not fitting:
@@ -271,34 +236,106 @@ def agreement(column: Column, previous: Column | None) -> int:
     return sum(a == b for a, b in zip(column, previous or (), strict=False))
 
 
-@register_strategy("grid", searches=True, default_kinds=GRID_KINDS, own_cost="Eq. 10 words")
-def grid_strategy(request: PlanRequest) -> list[Column]:
-    """Each layer on its cheapest grid under the paper's cost and the memory limit."""
-    kinds = [kind for kind in GRID_KINDS if kind in request.options.kinds]
+#: Most columns a following node tries one by one (four kinds on four levels); with more,
+#: it moves one level at a time from its producers' columns.
+MAX_TRIED = 256
+
+
+class _Planner:
+    """One planning run: the request, the nodes' columns so far, offered columns and grid
+    costs remembered by geometry (networks repeat their blocks)."""
+
+    def __init__(self, request: GraphRequest, kinds: Sequence[str],
+                 capacity_bytes: float | None) -> None:
+        self.request, self.kinds, self.capacity_bytes = request, tuple(kinds), capacity_bytes
+        self.every = list(itertools.product(kinds, repeat=request.hierarchy.levels))
+        self.inputs: dict[int, list[tuple[int, int]]] = {}
+        for p, c, index in graph_edges(request.graph):
+            self.inputs.setdefault(c, []).append((p, index))
+        self.columns: list[Column] = []
+        self._offered: dict[tuple, list[Column]] = {}
+        self._costs: dict[tuple, NodeGridCost] = {}
+
+    def offered(self, site: Site) -> list[Column]:
+        r, key = self.request, graph_layout.geometry(site)
+        if key not in self._offered:
+            self._offered[key] = [c for c in self.every
+                                  if graph_layout.offered(site, r.batch, c, r.hierarchy)]
+        return self._offered[key]
+
+    def contraction(self, i: int, offered: Sequence[Column]) -> Column:
+        r, site = self.request, self.request.sites[i]
+        errors = tuple(source not in r.graph.inputs for source in site.node.inputs)
+        by_grid: dict[NodeGrid, list[Column]] = {}
+        for column in offered:
+            by_grid.setdefault(node_grid(site, column, r.hierarchy), []).append(column)
+        costs = []
+        for grid, columns in by_grid.items():
+            key = (graph_layout.geometry(site), grid, errors)
+            if key not in self._costs:
+                self._costs[key] = node_grid_cost(site, r.batch, columns[0], r.hierarchy, errors)
+            costs.append(self._costs[key])
+        inputs = self.inputs.get(i, [])
+        previous = self.columns[inputs[0][0]] if inputs else None
+        options = []
+        for cost in choose(costs, f"node {site.node.name}", self.capacity_bytes, r.word_bytes):
+            g = cost.grid
+            for order, column in enumerate(by_grid[g]):
+                options.append(((-agreement(column, previous), -g.extent(Dim.N),
+                                 -g.extent(Dim.P), -g.extent(Dim.K), order), column))
+        return min(options)[1]
+
+    def follow(self, i: int, offered: Sequence[Column]) -> Column:
+        r, site = self.request, self.request.sites[i]
+        inputs = self.inputs.get(i, [])
+        if not inputs:
+            return offered[0]
+
+        def cost(column: Column) -> float:
+            return sum(r.costs.edge(r.sites[p], site, index, self.columns[p], column,
+                                    r.hierarchy) for p, index in inputs)
+
+        allowed = set(offered)
+        candidates = list(dict.fromkeys(self.columns[p] for p, _ in inputs
+                                        if self.columns[p] in allowed))
+        for column in candidates:
+            if cost(column) == 0:
+                return column
+        if len(offered) <= MAX_TRIED:
+            return min(candidates + [c for c in offered if c not in candidates], key=cost)
+        best = min(candidates or [offered[0]], key=cost)
+        least, moved = cost(best), True
+        while moved:  # one level at a time, until no single change helps
+            moved = False
+            for level, kind in itertools.product(range(len(best)), self.kinds):
+                column = best[:level] + (kind,) + best[level + 1:]
+                if column in allowed and cost(column) < least:
+                    best, least, moved = column, cost(column), True
+        return best
+
+
+def grid_columns(request: GraphRequest, capacity_bytes: float | None = None) -> list[Column]:
+    """Every contraction on its cheapest grid under the paper's cost and `capacity_bytes`
+    (`choose`; one cube, bytes; None: unlimited); every other node following its producers."""
+    kinds = [k for k in (*GRID_KINDS, *GRAPH_EXTRA_KINDS) if k in request.kinds]
     if not kinds:
         raise InputError(f"--kinds: the grid strategy needs at least one of "
-                         f"{', '.join(GRID_KINDS)}; got {', '.join(request.options.kinds)}")
-    columns = grid_columns(request.hierarchy, kinds)
-    chosen: list[Column] = []
-    for index, layer in enumerate(request.network.layers):
-        costs = layer_grids(request, layer, index == 0, columns)
-        if not costs:
+                         f"{', '.join(GRID_KINDS + GRAPH_EXTRA_KINDS)}; got {', '.join(request.kinds)}")
+    planner = _Planner(request, kinds, capacity_bytes)
+    for i, site in enumerate(request.sites):
+        offered = planner.offered(site)
+        if not offered:
             raise InputError(
-                f"--kinds: layer {layer.name} cannot be split onto hierarchy "
-                f"{request.hierarchy} (batch {request.batch}) by any grid of kinds "
-                f"{', '.join(kinds)}; allowed kinds for grid: {', '.join(GRID_KINDS)}")
-        previous = chosen[-1] if chosen else None
-        options = []
-        for tied in choose(costs, f"layer {layer.name}", request.capacity_bytes,
-                           request.word_bytes):
-            column = realise(tied.grid, request.hierarchy, kinds, previous)
-            if not request.model.offered(layer, request.batch, column, request.hierarchy):
-                column = columns[tied.grid]  # a model whose offer depends on more than grids
-            g = tied.grid
-            options.append(((-agreement(column, previous), -g.batch, -g.rows, -g.out), column))
-        chosen.append(min(options)[1])
-    return chosen
+                f"--kinds: node {site.node.name} ({site.node.op}) cannot be split onto "
+                f"hierarchy {request.hierarchy} (batch {request.batch}) by any column of kinds "
+                f"{', '.join(kinds)}; allowed kinds for grid: "
+                f"{', '.join(GRID_KINDS + GRAPH_EXTRA_KINDS)}")
+        pick = planner.contraction if is_contraction(site.node) else planner.follow
+        planner.columns.append(pick(i, offered))
+    return planner.columns
 
 
-# This strategy's implementation on graph networks registers itself on the entry above.
-from hypar_sim.planner import grid_graph  # noqa: E402, F401
+@register_graph_strategy("grid", searches=True, default_kinds=GRID_KINDS,
+                         own_cost="Eq. 10 words")
+def _grid(request: GraphRequest) -> list[Column]:
+    return grid_columns(request, request.capacity_bytes)

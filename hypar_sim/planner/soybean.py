@@ -1,38 +1,59 @@
-"""SoyBean's tensor-tiling planner for chains (Wang, Huang and Li, "Unifying Data, Model and
-Hybrid Parallelism in Deep Learning via Tensor Tiling"; sections cited as §).
+"""SoyBean's tensor-tiling planner (Wang, Huang and Li, "Unifying Data, Model and Hybrid
+Parallelism in Deep Learning via Tensor Tiling"; sections cited as §), on a network's graph
+(a `layers:` chain is a graph too).
 
 **Matrices** (§2.1, §4.5): a conv or fc layer trains with three matmuls over its unrolled
 matrices, forward F' = W x F, backward E = W^T x E', gradient dW = E' x F^T, with W and dW
 K rows x C columns, F and E C x N, F' and E' K x N (before pooling); a conv's spatial
 positions go with N and its kernel with C (§4.5: "multipliers" of batch and weight size), so
-an area is the tensor's elements. Loops (a, b, c) of Z = X x Y (X: a x b, Y: b x c): forward
-(K, C, N), backward (C, K, N), gradient (K, N, C). **Tilings** (§4.1, Def. 1): R, C, r; a
-split reduction leaves `red` (§4.2.1). **Aligned tilings** (§4.2.1, Fig. 6, Eq. 2): split a:
-X=R, Y=r, Z=R; split c: X=r, Y=C, Z=C; split b: X=C, Y=R, Z=red. Our kinds are the loops:
-batch = N, in = C, out = K (`aligned`). **Conversion cost** (§4.2.1, Fig. 7: ghost area minus
-held area, summed over a group's members): `conversion`, `volume`.
+an area is the tensor's elements. **Tilings** (§4.1, Def. 1): R, C, r; a split reduction
+leaves `red` (§4.2.1). **Aligned tilings** (§4.2.1, Fig. 6, Eq. 2) of Z = X x Y (X: a x b,
+Y: b x c): split a: X=R, Y=r, Z=R; split c: X=r, Y=C, Z=C; split b: X=C, Y=R, Z=red. Our
+kinds are the loops: batch = N, in = C, out = K. **Conversion cost** (§4.2.1, Fig. 7: ghost
+area minus held area, summed over a group's members): `conversion`, `volume`. **Cost** of a
+matmul (Eq. 2): converting its inputs to the aligned form and its output from it; of a plan
+(Eq. 3): the sum over matmuls (`plan_costs`).
 
-**Cost** of a matmul (Eq. 2): converting its inputs to the aligned form and its output from
-it; of a plan (Eq. 3): the sum over matmuls. **One cut** (§4.2.2, Eqs. 4-5, `one_cut`): a DP
-over the chain's BFS levels (its layers), state tau_l = the tilings of F_{l+1} and E_{l+1}.
-**k cuts** (§4.3, Algorithm 1, Theorem 1, `k_cuts`): the top level of the hierarchy is the
-first cut (§5.1: the slowest links), then the groups' tile graphs, c_k = delta_k + 2 c_{k-1}.
+SoyBean states its search on a dataflow graph of matrix products (§4.2.2: the DP runs over
+the graph's BFS levels). Every node is a set of products or element-wise passes, each tensor
+a matrix with a stored tiling:
+
+- **Aligned forms** from the node's description (`workload.tdl`), for the node's kind
+  splitting its loop d (`graph_layout.dim_of`): a tensor it reads is split along the axis d
+  indexes, or replicated (r) where d indexes none; a tensor it writes is split the same way,
+  or holds partial sums (red) where d is summed over (Fig. 6's aligned tilings: on an fc
+  layer, R is the channel axis, C the samples).
+- **Products** (§2.1): a weighted multiply-accumulate node runs forward (reads W, X; writes
+  Z), backward (reads W, dZ; writes dX; none where X is a graph input: no error is computed
+  for it) and gradient (reads dZ, X; writes dW); a product of two activations runs forward
+  and one backward product per input (dX reads dZ and Y, dY reads X and dZ); any other node
+  reads its inputs and writes its output forward, reads dZ and writes each input's error
+  backward. Eq. 3 charges every read and write (`volume`: a tensor read by two products is
+  converted twice). Biases and norm scales are left out, as SoyBean's matrices leave them.
+- **Tilings** of a tensor: split along its sample axis, along an axis some node's kind
+  splits, or r; R <-> C is a change of split axis (each member keeps 1/k^2 of its part).
+- **One cut** (§4.2.2, Eqs. 4-5): the least sum over every node's kind and every tensor's
+  stored (forward, error) tilings, an exact min-sum elimination over the graph (`graph_dp`;
+  on a chain, the DP over its layers with state tau_l = the tilings of F_{l+1} and E_{l+1}).
+  **k cuts** (§4.3, Algorithm 1, Theorem 1): the top level of the hierarchy is the first cut
+  (§5.1: the slowest links), then the groups' tile graphs (each node's split loops divided
+  by the level size), c_k = delta_k + 2 c_{k-1}.
 
 Where this hardware forces a difference:
 
-- one kind per layer per level (a member's share is one box of loop dimensions): a layer's
-  three matmuls take the aligned forms of one loop (Eq. 2 lets each choose); only allowed
-  kinds (`options.kinds`) that the traffic model offers are searched; `spatial` never (§4.5
-  drops image dimensions).
-- element-wise ops keep one tiling on both sides (§4.5): dW takes W's, F' and F_{l+1} (around
-  the pooling) share one, as E_{l+1} and E'_l. §4.5 bars all-replicated element-wise ops but
-  §4.1's model parallelism replicates activation gradients: r is allowed everywhere (Def. 2).
+- one kind per node per level (a member's share is one box of loop dimensions): a node's
+  products take the aligned forms of one loop (Eq. 2 lets each choose); only allowed kinds
+  (`--kinds`) the layout offers are searched; `spatial` never (§4.5 drops image dimensions).
+- element-wise ops keep one tiling on both sides (§4.5): dW takes W's (the update), the
+  products write F' and read E' before a folded pooling. §4.5 bars all-replicated
+  element-wise ops but §4.1's model parallelism replicates activation gradients: r is
+  allowed everywhere (Def. 2).
 - a level of k >= 3 members is one k-way cut: the same tilings, tiles of 1/k, conversions
-  scaled by what each member holds (`conversion`), deeper costs times k (c = delta + k c_sub:
-  Theorem 1 becomes sum_h groups_h delta_h). Shares are exact fractions (even tilings, §4.1);
-  the tile graph of a deeper cut sizes each conversion as `volume` says (the paper is silent).
-- the input takes whatever tiling the first layer wants, no error is computed for it; the
-  loss is element-wise (F_{L+1}'s tiling converted to E_{L+1}'s).
+  scaled by what each member holds (`conversion`), deeper costs times the groups (Theorem 1
+  becomes sum_h groups_h delta_h). The tile graph of a deeper cut sizes each conversion as
+  `volume` says (the paper is silent).
+- a graph input takes whatever tiling its first reader wants; the loss is element-wise (an
+  output's forward tiling converted to its error's).
 
 **Against HyPar** (kinds batch, in; two-way levels): the costs are the same (dp: red -> r on
 dW, 2 A(dW); mp: red -> R on F', A(F'), and R -> r on E, A(E); dp -> mp: C -> R on F, A(F)/2,
@@ -47,21 +68,34 @@ shows a chain where it is not).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+import itertools
+import math
+from collections.abc import Sequence
 from enum import StrEnum
-from types import MappingProxyType
+
+import numpy as np
 
 from hypar_sim.errors import InputError
+from hypar_sim.partition import graph_layout
+from hypar_sim.partition.graph_axes import sites
 from hypar_sim.partition.hierarchy import Hierarchy
-from hypar_sim.partition.kinds import KINDS, Dim, kind_of, listed
+from hypar_sim.partition.kinds import KINDS, kind_of, listed
 from hypar_sim.partition.shares import Column
-from hypar_sim.planner.strategies import PlanRequest, register_strategy
-from hypar_sim.planner.traffic import TrafficModel
-from hypar_sim.workload.layers import Layer
+from hypar_sim.planner.graph_dp import Factor, minimise, minimise_or_search
+from hypar_sim.planner.graph_plan import GraphRequest
+from hypar_sim.planner.plan_messages import graph_edges
+from hypar_sim.planner.strategies import register_graph_strategy
+from hypar_sim.workload.dims import Dim
+from hypar_sim.workload.graph import Graph
+from hypar_sim.workload.tdl import Access, Flat, Grouped, Whole
 
-__all__ = ["MATMULS", "STORED", "Matrix", "SoyBeanPlan", "Tiling", "aligned", "conversion",
-           "k_cuts", "one_cut", "plan_cost", "soybean_columns", "volume"]
+__all__ = ["MATRIX_DIMS", "SOYBEAN_KINDS", "Tiling", "conversion", "plan_costs",
+           "soybean_columns", "volume"]
+
+#: The kinds SoyBean can search: the loop dimensions of its matrices (§4.5 drops the image's).
+MATRIX_DIMS = (Dim.N, Dim.C, Dim.K)
+#: SoyBean's kinds: row, column and replicated tilings split samples, input or output channels.
+SOYBEAN_KINDS = tuple(kind_of(dim) for dim in MATRIX_DIMS)
 
 
 class Tiling(StrEnum):
@@ -71,66 +105,6 @@ class Tiling(StrEnum):
     COL = "C"
     REP = "r"
     RED = "red"
-
-
-#: The tilings a stored matrix may have (T^1 of Definition 1), in DP-state order.
-STORED = (Tiling.ROW, Tiling.COL, Tiling.REP)
-
-
-class Matrix(StrEnum):
-    """A layer's unrolled matrices; F' and E' are its output (before pooling) and its error."""
-
-    W = "W"
-    DW = "dW"
-    F = "F"
-    E = "E"
-    FO = "F'"
-    EO = "E'"
-
-
-#: (row dimension, column dimension) of every matrix (read-only).
-SHAPES: Mapping[Matrix, tuple[Dim, Dim]] = MappingProxyType({
-    Matrix.W: (Dim.K, Dim.C), Matrix.DW: (Dim.K, Dim.C), Matrix.F: (Dim.C, Dim.N),
-    Matrix.E: (Dim.C, Dim.N), Matrix.FO: (Dim.K, Dim.N), Matrix.EO: (Dim.K, Dim.N)})
-
-
-@dataclass(frozen=True)
-class MatMul:
-    """Z = X x Y over a layer's matrices; a flag transposes an operand."""
-
-    name: str
-    x: Matrix
-    x_transposed: bool
-    y: Matrix
-    y_transposed: bool
-    z: Matrix
-
-    @property
-    def loops(self) -> tuple[Dim, Dim, Dim]:
-        """(a, b, c) with X: a x b, Y: b x c, Z: a x c."""
-        rows, cols = SHAPES[self.x][::-1] if self.x_transposed else SHAPES[self.x]
-        return rows, cols, (SHAPES[self.y][::-1] if self.y_transposed else SHAPES[self.y])[1]
-
-
-#: A layer's three matmuls (§2.1): forward, backward (skipped for the first layer), gradient.
-MATMULS = (MatMul("forward", Matrix.W, False, Matrix.F, False, Matrix.FO),
-           MatMul("backward", Matrix.W, True, Matrix.EO, False, Matrix.E),
-           MatMul("gradient", Matrix.EO, False, Matrix.F, True, Matrix.DW))
-
-_SWAP = MappingProxyType({Tiling.ROW: Tiling.COL, Tiling.COL: Tiling.ROW})
-
-
-def aligned(matmul: MatMul, dim: Dim) -> tuple[Tiling, Tiling, Tiling]:
-    """The tilings of (X, Y, Z) in the aligned form that splits loop `dim` (Figure 6, Eq. 2),
-    in the stored (untransposed) orientation of X and Y."""
-    a, b, c = matmul.loops
-    forms = {a: (Tiling.ROW, Tiling.REP, Tiling.ROW), c: (Tiling.REP, Tiling.COL, Tiling.COL),
-             b: (Tiling.COL, Tiling.ROW, Tiling.RED)}
-    if dim not in forms:
-        raise ValueError(f"{matmul.name} has no loop {dim}")
-    tx, ty, tz = forms[dim]
-    return (_SWAP.get(tx, tx) if matmul.x_transposed else tx,
-            _SWAP.get(ty, ty) if matmul.y_transposed else ty, tz)
 
 
 def conversion(source: Tiling, target: Tiling, parts: int) -> float:
@@ -169,239 +143,218 @@ def volume(source: Tiling, target: Tiling, parts: int, writer: float, reader: fl
     return conversion(source, target, parts) * min(writer, reader)
 
 
-@dataclass(frozen=True)
-class Areas:
-    """Elements of one layer's matrices in one group's share (the tile graph of §4.3): each
-    cut above divides its kind's loop dimension by the level size. `before` and `after` are
-    the neighbours' shares of the matrices the layer shares with them (the loss reads like
-    the last layer; the network input is written like the first layer's share)."""
-
-    weights: float  # W, dW
-    input: float  # F_l, E_l in this layer's share
-    output: float  # F'_l, E'_l (before pooling) in this layer's share
-    before: float  # F_l, E_l in the previous layer's share of (N, K)
-    after: float  # F'_l, E'_l (before pooling) in the next layer's share of (N, C)
-    loss: float  # the last output after pooling, in this layer's share
+REP, RED, SAMPLES = "r", "red", -1  # a tiling: an axis index, SAMPLES, REP (or RED, a form)
+Tile = int | str
 
 
-def _parts(column: Column, sizes: Sequence[int]) -> dict[Dim, int]:
-    """How many parts the cuts of `column` on levels of `sizes` divide each dimension into."""
-    parts = {Dim.N: 1, Dim.C: 1, Dim.K: 1}
-    for size, kind in zip(sizes, column, strict=True):
-        parts[KINDS[kind].dim] *= size
-    return parts
+def _axis(access: Access | None, dim: Dim | None) -> Tile:
+    """The tensor axis `dim` indexes in `access` (the samples: SAMPLES), else REP."""
+    if dim is None:
+        return REP
+    if dim is Dim.N:
+        return SAMPLES
+    if access is None:
+        return REP
+    axis = 0
+    for expr in access.axes:
+        if isinstance(expr, Flat):
+            if dim in expr.dims:
+                return axis
+            axis += len(expr.shape)
+            continue
+        if not isinstance(expr, Whole) and dim in ((expr.group, expr.dim) if isinstance(
+                expr, Grouped) else (expr.dim,)):
+            return axis
+        axis += 1
+    return REP
 
 
-def share_areas(layer: Layer, batch: int, column: Column, sizes: Sequence[int],
-                before: Column | None = None, after: Column | None = None) -> Areas:
-    """A layer's areas after the cuts of `column` (the neighbours': `before`, `after`) on the
-    levels of `sizes`."""
-    own = _parts(column, sizes)
-    n, c, k = batch / own[Dim.N], layer.input.channels / own[Dim.C], \
-        layer.output.channels / own[Dim.K]
-    pre, post, inp = layer.conv_output, layer.output, layer.input
-    prev = _parts(before, sizes) if before is not None else {Dim.N: own[Dim.N],
-                                                             Dim.K: own[Dim.C]}
-    nxt = _parts(after, sizes) if after is not None else {Dim.N: own[Dim.N], Dim.C: own[Dim.K]}
-    return Areas(k * c * layer.kernel ** 2, n * c * inp.height * inp.width,
-                 n * k * pre.height * pre.width,
-                 batch * inp.size / (prev[Dim.N] * prev[Dim.K]),
-                 batch * pre.size / (nxt[Dim.N] * nxt[Dim.C]),
-                 n * k * post.height * post.width)
+def _moved(source: Tile, target: Tile, parts: int, writer: float, reader: float) -> float:
+    """Elements a group moves to convert a tensor from `source` to `target` (`volume`)."""
+    if source == target:
+        return 0.0
+    src = Tiling.RED if source == RED else Tiling.REP if source == REP else Tiling.ROW
+    dst = Tiling.REP if target == REP else Tiling.COL
+    return volume(src, dst, parts, writer, reader)
 
 
-@dataclass(frozen=True)
-class LayerCut:
-    """One layer under one kind at one cut: its own cost and its two sides, per DP state
-    (index 3 * f + e into STORED x STORED), in elements."""
+class _Cut:
+    """One cut of the graph: every node's kinds at this level, its share after the cuts
+    above (`columns`), and its products; with `fixed`, every node's kind is given (the cost
+    of a plan), its tensors' tilings still those `kinds` offer."""
 
-    kind: str
-    own: float
-    inputs: tuple[float, ...]  # by the tilings (f_l, e_l) of F_l and E_l
-    outputs: tuple[float, ...]  # by the tilings (f_{l+1}, e_{l+1}) of F'_l and E'_l
-
-
-_STATES = tuple((f, e) for f in STORED for e in STORED)
-
-
-def layer_cut(kind: str, areas: Areas, parts: int, first: bool) -> LayerCut:
-    """Eq. 2 for the layer's matmuls, each in the aligned form of `kind`'s dimension: a read
-    converts the stored tiling to the form, a write the form (red included) to the stored
-    tiling. A matrix read by two matmuls is converted for each (Eq. 3 sums per matmul)."""
-    dim = KINDS[kind].dim
-    reads: list[tuple[Matrix, Tiling]] = []
-    writes: list[tuple[Matrix, Tiling]] = []
-    for matmul in MATMULS:
-        if first and matmul.name == "backward":
-            continue  # no error is computed for the network's input
-        tx, ty, tz = aligned(matmul, dim)
-        reads += [(matmul.x, tx), (matmul.y, ty)]
-        writes.append((matmul.z, tz))
-    # (writer's part, reader's part) of every matrix
-    sides = {Matrix.W: (areas.weights, areas.weights), Matrix.DW: (areas.weights, areas.weights),
-             Matrix.F: (areas.before, areas.input), Matrix.E: (areas.input, areas.before),
-             Matrix.FO: (areas.output, areas.after), Matrix.EO: (areas.after, areas.output)}
-
-    def side(stored: Tiling, matrix: Matrix) -> float:
-        writer, reader = sides[matrix]
-        return sum(volume(stored, t, parts, writer, reader) for m, t in reads if m is matrix) \
-            + sum(volume(t, stored, parts, writer, reader) for m, t in writes if m is matrix)
-
-    # dW takes W's tiling (the update is element-wise); W is the layer's own: its best.
-    own = min(side(w, Matrix.W) + side(w, Matrix.DW) for w in STORED)
-    inputs = tuple(side(f, Matrix.F) + side(e, Matrix.E) for f, e in _STATES)
-    outputs = tuple(side(f, Matrix.FO) + side(e, Matrix.EO) for f, e in _STATES)
-    return LayerCut(kind, own, inputs, outputs)
-
-
-def loss_cut(areas: Areas, parts: int) -> tuple[float, ...]:
-    """The loss, element-wise from F_{L+1} to E_{L+1}: F's tiling converted to E's."""
-    return tuple(conversion(f, e, parts) * areas.loss for f, e in _STATES)
-
-
-@dataclass(frozen=True)
-class Cut:
-    """The result of one cut: every layer's kind and its share of delta (elements)."""
-
-    kinds: tuple[str, ...]
-    layer_costs: tuple[float, ...]
-    tilings: tuple[tuple[Tiling, Tiling], ...]  # (F_l, E_l) stored, l = 1..L+1
-
-    @property
-    def delta(self) -> float:
-        return sum(self.layer_costs)
-
-
-def one_cut(options: Sequence[Sequence[LayerCut]], loss: Sequence[float]) -> Cut:
-    """§4.2.2, Eqs. 4-5: g_l(tau_l) = min over tau_{l-1} and the layer's kind of
-    level_cost_l(tau_{l-1}, tau_l) + g_{l-1}(tau_{l-1}); g_0 = 0 (the input takes any tiling).
-    Ties go to the earlier kind, then the earlier state."""
-    best = [0.0] * len(_STATES)
-    back: list[list[tuple[int, int]]] = []
-    for cuts in options:
-        entry = []
-        for cut in cuts:  # the tau_{l-1} part separates from the tau_l part
-            costs = [g + c for g, c in zip(best, cut.inputs, strict=True)]
-            i = costs.index(min(costs))
-            entry.append((costs[i] + cut.own, i))
-        new, pointers = [], []
-        for j in range(len(_STATES)):
-            totals = [base + cut.outputs[j] for (base, _), cut in zip(entry, cuts, strict=True)]
-            k = totals.index(min(totals))
-            new.append(totals[k])
-            pointers.append((k, entry[k][1]))
-        best = new
-        back.append(pointers)
-    final = [g + c for g, c in zip(best, loss, strict=True)]
-    state = final.index(min(final))
-    states, chosen = [state], []
-    for pointers in reversed(back):
-        k, previous = pointers[states[-1]]
-        chosen.append(k)
-        states.append(previous)
-    chosen.reverse()
-    states.reverse()  # states[l] is tau_{l-1}: the tilings before layer l
-    costs = []
-    for index, (cuts, k) in enumerate(zip(options, chosen, strict=True)):
-        cut = cuts[k]
-        cost = cut.own + cut.inputs[states[index]] + cut.outputs[states[index + 1]]
-        costs.append(cost + (loss[states[-1]] if index == len(options) - 1 else 0.0))
-    return Cut(tuple(cuts[k].kind for cuts, k in zip(options, chosen, strict=True)),
-               tuple(costs), tuple(_STATES[state] for state in states))
-
-
-#: The kinds SoyBean can search: the loop dimensions of its matrices (§4.5 drops the image's).
-MATRIX_DIMS = (Dim.N, Dim.C, Dim.K)
-
-
-@dataclass(frozen=True)
-class SoyBeanPlan:
-    """Algorithm 1's result: every layer's column and each cut's cost per group (bytes)."""
-
-    columns: tuple[Column, ...]
-    deltas: tuple[float, ...]  # delta_h: one group's cost at level h
-    layer_bytes: tuple[tuple[float, ...], ...]  # [level][layer], all groups of the level
-    hierarchy: Hierarchy
-
-    @property
-    def cost_bytes(self) -> float:
-        """Theorem 1: sum over levels of (groups at the level) x delta_h."""
-        return sum(g * d for g, d in zip(self.hierarchy.subarray_counts, self.deltas,
-                                         strict=True))
-
-
-def _options(model: TrafficModel | None, layer: Layer, batch: int, prefix: Column,
-             kinds: Sequence[str], upper: Hierarchy) -> list[str]:
-    return [kind for kind in kinds if KINDS[kind].dim in MATRIX_DIMS and (
-        model is None or model.offered(layer, batch, prefix + (kind,), upper))]
-
-
-def k_cuts(layers: Sequence[Layer], batch: int, hierarchy: Hierarchy, kinds: Sequence[str],
-           word_bytes: int = 4, model: TrafficModel | None = None,
-           fixed: Sequence[Column] | None = None) -> SoyBeanPlan:
-    """§4.3, Algorithm 1, top level first: one cut on the tile graph the cuts above leave
-    (ConstructTileGraph: each layer's cut loop dimension divided by the level size), then
-    the groups below. With `fixed`, the kinds are the given columns' (the cost of a plan)."""
-    columns: list[Column] = [() for _ in layers]
-    deltas, layer_bytes = [], []
-    for level, parts in enumerate(hierarchy.sizes):
-        upper = Hierarchy(hierarchy.sizes[:level + 1])
-        options = []
-        for index, layer in enumerate(layers):
-            allowed = [fixed[index][level]] if fixed is not None else _options(
-                model, layer, batch, columns[index], kinds, upper)
-            if not allowed:
+    def __init__(self, request: GraphRequest, columns: Sequence[Column], level: int,
+                 kinds: Sequence[str], fixed: Sequence[str] | None = None) -> None:
+        self.request, self.columns, self.level = request, columns, level
+        self.parts = request.hierarchy.sizes[level]
+        self.upper = Hierarchy(request.hierarchy.sizes[:level + 1])
+        graph = request.graph
+        #: every node's source of each input (None: a graph input), and its readers
+        self.sources: list[list[int | None]] = [[None] * len(n.inputs) for n in graph.nodes]
+        self.readers: list[list[tuple[int, int]]] = [[] for _ in graph.nodes]
+        for p, c, k in graph_edges(graph):
+            self.sources[c][k] = p
+            self.readers[p].append((c, k))
+        self.options = []
+        for i, site in enumerate(request.sites):
+            offered = [k for k in kinds if KINDS[k].dim in MATRIX_DIMS and graph_layout.offered(
+                site, request.batch, columns[i] + (k,), self.upper)]
+            if fixed is not None and fixed[i] not in offered:
+                offered.append(fixed[i])
+            if not offered:
                 raise InputError(
-                    f"--kinds: soybean cannot split layer {layer.name} at level {level + 1} "
-                    f"with {','.join(kinds)}; allowed: {', '.join(SOYBEAN_KINDS)} (SoyBean's matrix "
-                    "dimensions N, C, K) where the dimension has an index for every member")
-            areas = share_areas(layer, batch, columns[index], hierarchy.sizes[:level],
-                                columns[index - 1] if index else None,
-                                columns[index + 1] if index + 1 < len(layers) else None)
-            options.append([layer_cut(kind, areas, parts, index == 0) for kind in allowed])
-        last = share_areas(layers[-1], batch, columns[-1], hierarchy.sizes[:level],
-                           columns[-2] if len(layers) > 1 else None)
-        cut = one_cut(options, loss_cut(last, parts))
-        columns = [column + (kind,) for column, kind in zip(columns, cut.kinds, strict=True)]
-        groups = hierarchy.subarray_counts[level]
-        deltas.append(cut.delta * word_bytes)
-        layer_bytes.append(tuple(groups * c * word_bytes for c in cut.layer_costs))
-    return SoyBeanPlan(tuple(columns), tuple(deltas), tuple(layer_bytes), hierarchy)
+                    f"--kinds: soybean cannot split node {site.node.name} ({site.node.op}) at "
+                    f"level {level + 1} with {','.join(kinds)}; allowed: "
+                    f"{', '.join(SOYBEAN_KINDS)} where the dimension has an index per member")
+            self.options.append(offered)
+        self.tiles = [self._tiles(i) for i in range(len(graph.nodes))]
+        if fixed is not None:
+            self.options = [[kind] for kind in fixed]
+
+    def domains(self) -> list[int]:
+        """The sizes of the variables of `factors`: node i's kinds, its output's tilings."""
+        return [size for kinds, tiles in zip(self.options, self.tiles, strict=True)
+                for size in (len(kinds), len(tiles))]
+
+    def _tiles(self, producer: int) -> list[tuple[Tile, Tile]]:
+        """The (forward, error) stored tilings of a node's output: the axes any kind of its
+        own or of its readers splits there, and r."""
+        axes: set[Tile] = {SAMPLES}
+        site = self.request.sites[producer]
+        for kind in self.options[producer]:
+            axes.add(_axis(site.desc.makes, graph_layout.dim_of(site.desc, kind)))
+        for c, k in self.readers[producer]:
+            reader = self.request.sites[c]
+            for kind in self.options[c]:
+                axes.add(_axis(reader.desc.reads[k], graph_layout.dim_of(reader.desc, kind)))
+        # Definition 1's order of stored tilings, R, C, r: channels, samples, r
+        ordered: list[Tile] = sorted(a for a in axes if a not in (REP, SAMPLES)) + [SAMPLES, REP]
+        return list(itertools.product(ordered, ordered))
+
+    def _share(self, i: int, access: Access | None, elements: float) -> float:
+        """Elements of a tensor of node i in its group's share after the cuts above."""
+        desc = self.request.sites[i].desc
+        for size, kind in zip(self.request.hierarchy.sizes, self.columns[i], strict=False):
+            if _axis(access, graph_layout.dim_of(desc, kind)) != REP:
+                elements /= size
+        return elements
+
+    def factors(self) -> tuple[list[Factor], list[int]]:
+        """The cost tables over the variables: node i's kind is variable 2i, the tilings of
+        its output 2i + 1; and the elimination order."""
+        graph, batch = self.request.graph, self.request.batch
+        tensor = [batch * math.prod(node.shape) for node in graph.nodes]
+        factors: list[Factor] = []
+        for i, (site, node) in enumerate(zip(self.request.sites, graph.nodes, strict=True)):
+            desc = site.desc
+            sources = self.sources[i]
+            fed = [s is not None for s in sources]
+            weighted = desc.weights is not None and desc.channel is not None
+            mine = self._share(i, desc.makes, tensor[i])
+            for k, source in enumerate(sources):
+                if source is None:  # a graph input takes whatever tiling its reader wants
+                    continue
+                area = self._share(i, desc.reads[k], tensor[source])
+                made = self._share(source, self.request.sites[source].desc.makes,
+                                   tensor[source])
+                reads = 2 if desc.channel is not None else 1  # forward; gradient or dY
+                factors.append(self._uses(i, desc.reads[k], source, reads, (made, area),
+                                          (area, made)))
+            if weighted:
+                dz = int(any(fed)) + 1  # backward, where an input needs its error; gradient
+            elif desc.channel is not None:
+                dz = sum(fed)  # one backward product per input that needs its error
+            else:
+                dz = int(any(fed))
+            after = max((self._share(c, self.request.sites[c].desc.reads[k], tensor[i])
+                         for c, k in self.readers[i]), default=mine)
+            # the products write F' and read E' before a folded pooling
+            own, far = mine * desc.pooled_ratio, after * desc.pooled_ratio
+            factors.append(self._uses(i, desc.makes, i, dz, (far, own), (own, far),
+                                      output=True))
+            if weighted:
+                factors.append(Factor((2 * i,), self._weights(i, fed)))
+            if node.name in graph.outputs:  # the loss: F's tiling converted to E's
+                factors.append(Factor((2 * i + 1,), np.array(
+                    [_moved(f, e, self.parts, mine, mine) for f, e in self.tiles[i]])))
+        order = [v for i in range(len(graph.nodes)) for v in (2 * i, 2 * i + 1)]
+        return factors, order
+
+    def _uses(self, i: int, access: Access, tensor: int, reads: int,
+              read_sides: tuple[float, float], write_sides: tuple[float, float],
+              output: bool = False) -> Factor:
+        """Node i's conversions of one tensor (the output of node `tensor`) by its kind and
+        the tensor's stored (forward, error) tilings: an input's forward tiling read `reads`
+        times and its error written once; the output written once and its error read
+        `reads` times. Sides: (writer's, reader's) elements."""
+        tiles = self.tiles[tensor]
+        kinds = self.options[i]
+        table = np.zeros((len(kinds), len(tiles)))
+        read, written = (1, 0) if output else (0, 1)  # which stored tiling each touches
+        for a, kind in enumerate(kinds):
+            form = _axis(access, graph_layout.dim_of(self.request.sites[i].desc, kind))
+            made = RED if form == REP else form
+            for b, pair in enumerate(tiles):
+                table[a, b] = reads * _moved(pair[read], form, self.parts, *read_sides) \
+                    + _moved(made, pair[written], self.parts, *write_sides)
+        return Factor((2 * i, 2 * tensor + 1), table)
+
+    def _weights(self, i: int, fed: Sequence[bool]) -> np.ndarray:
+        """W and dW under each kind, with their best common tiling (K rows, C columns, r)."""
+        desc = self.request.sites[i].desc
+        weights = desc.weights
+        assert weights is not None
+        axes = (desc.channel, desc.reduction) if weights.by_channel else \
+            (desc.reduction, desc.channel)
+        area = float(weights.rows * weights.columns * max(weights.scale, 1))
+        for size, kind in zip(self.request.hierarchy.sizes, self.columns[i], strict=False):
+            if graph_layout.dim_of(desc, kind) in axes:
+                area /= size
+        reads = 2 if any(fed) else 1  # forward, and backward where an input needs its error
+        costs = []
+        for dim in (graph_layout.dim_of(desc, kind) for kind in self.options[i]):
+            form: Tile = axes.index(dim) if dim in axes else REP
+            made: Tile = RED if form == REP else form
+            costs.append(min(reads * _moved(w, form, self.parts, area, area)
+                             + _moved(made, w, self.parts, area, area) for w in (0, 1, REP)))
+        return np.array(costs)
 
 
-def plan_cost(layers: Sequence[Layer], batch: int, columns: Sequence[Column],
-              hierarchy: Hierarchy, word_bytes: int = 4) -> SoyBeanPlan:
-    """SoyBean's cost (Eq. 3, Theorem 1) of a fixed plan: its best stored tilings."""
-    kinds = sorted({kind for column in columns for kind in column})
-    bad = [kind for kind in kinds if KINDS[kind].dim not in MATRIX_DIMS]
+@register_graph_strategy("soybean", searches=True, default_kinds=SOYBEAN_KINDS,
+                         own_cost="Eq. 3 bytes")
+def soybean_columns(request: GraphRequest) -> list[Column]:
+    """Algorithm 1 (§4.3) over the allowed kinds that have a matrix dimension: the top
+    level's cut first, then each level below on the groups' tile graphs (it minimises its
+    own Eq. 3 bytes: no other objective)."""
+    kinds = [k for k in request.kinds if KINDS[k].dim in MATRIX_DIMS]
+    if not kinds:
+        raise InputError(f"--kinds: soybean searches {listed(SOYBEAN_KINDS)} (SoyBean's matrix "
+                         f"dimensions); got {','.join(request.kinds)}")
+    columns: list[Column] = [() for _ in request.sites]
+    for level in range(request.hierarchy.levels):
+        cut = _Cut(request, columns, level, kinds)
+        factors, order = cut.factors()
+        choice = minimise_or_search(cut.domains(), factors, order, request.notes)
+        columns = [column + (cut.options[i][choice[2 * i]],)
+                   for i, column in enumerate(columns)]
+    return columns
+
+
+def plan_costs(graph: Graph, batch: int, columns: Sequence[Column], hierarchy: Hierarchy,
+               word_bytes: int = 4, kinds: Sequence[str] = SOYBEAN_KINDS) -> tuple[float, ...]:
+    """SoyBean's cost of a fixed plan (a column per node), bytes per level: the cut's Eq. 3
+    at its best stored tilings (those `kinds` offer) times the groups at the level, Theorem
+    1's groups_h delta_h; the plan's cost is their sum."""
+    bad = sorted({k for column in columns for k in column if KINDS[k].dim not in MATRIX_DIMS})
     if bad:
         raise InputError(f"plan: soybean cannot cost kind(s) {','.join(bad)}; allowed: "
                          f"{', '.join(SOYBEAN_KINDS)}")
-    return k_cuts(layers, batch, hierarchy, kinds, word_bytes, fixed=columns)
-
-
-def soybean_columns(request: PlanRequest) -> list[Column]:
-    """The columns of Algorithm 1 over the allowed kinds that have a matrix dimension (it
-    minimises its own Eq. 3 bytes: no other objective)."""
-    if not any(KINDS[kind].dim in MATRIX_DIMS for kind in request.options.kinds):
-        raise InputError(f"--kinds: soybean searches {listed(SOYBEAN_KINDS)} (SoyBean's matrix "
-                         f"dimensions); got {','.join(request.options.kinds)}")
-    if not request.network.layers:
-        return []
-    if not request.hierarchy.levels:
-        return [() for _ in request.network.layers]
-    return list(k_cuts(request.network.layers, request.batch, request.hierarchy,
-                       request.options.kinds, request.word_bytes, request.model).columns)
-
-
-#: SoyBean's kinds: row, column and replicated tilings split samples, input or output channels.
-SOYBEAN_KINDS = tuple(kind_of(dim) for dim in (Dim.N, Dim.C, Dim.K))
-
-
-@register_strategy("soybean", searches=True, default_kinds=SOYBEAN_KINDS, own_cost="Eq. 3 bytes")
-def _soybean(request: PlanRequest) -> list[Column]:
-    return soybean_columns(request)
-
-
-# This strategy's implementation on graph networks registers itself on the entry above.
-from hypar_sim.planner import soybean_graph  # noqa: E402, F401
+    request = GraphRequest(graph, sites(graph), batch, hierarchy, tuple(kinds), "",
+                           graph_layout.Costs(batch, word_bytes), [], word_bytes)
+    deltas = []
+    for level, groups in enumerate(hierarchy.subarray_counts):
+        cut = _Cut(request, [column[:level] for column in columns], level, kinds,
+                   [column[level] for column in columns])
+        factors, order = cut.factors()
+        deltas.append(groups * word_bytes * minimise(cut.domains(), factors, order)[0])
+    return tuple(deltas)

@@ -78,7 +78,7 @@ GraphColumns = Callable[["GraphRequest"], list[Column]]
 class Strategy:
     """A way to plan: its columns, and what it needs."""
 
-    columns: Columns
+    columns: Columns | None  # its columns for HyPar's reading of a chain (None: it has none)
     searches: bool = False  # picks kinds by a search over the allowed kinds
     honours_search: bool = False  # --search greedy/joint applies
     takes_plan: bool = False  # the user's --plan
@@ -115,11 +115,23 @@ def register_strategy(name: str, searches: bool = False, honours_search: bool = 
 
 
 def register_graph_columns(name: str) -> Callable[[GraphColumns], GraphColumns]:
-    """Add the graph networks' implementation to the strategy `name` (registered first,
-    by the module that imports the one holding this)."""
+    """Add the graph implementation to the planner's own strategy `name` (registered first
+    with its columns for HyPar's reading of a chain, `--traffic-model paper`)."""
     def add(function: GraphColumns) -> GraphColumns:
         spec = dict.__getitem__(STRATEGIES, name)
         STRATEGIES[name] = dataclasses.replace(spec, graph=function)
+        return function
+    return add
+
+
+def register_graph_strategy(name: str, searches: bool = False,
+                            default_kinds: tuple[str, ...] = (), own_cost: str = ""
+                            ) -> Callable[[GraphColumns], GraphColumns]:
+    """Add a strategy that plans graphs alone (a seed paper's planner: its own cost, on the
+    layout model's layouts; `--traffic-model paper` is HyPar's reading, not its)."""
+    def add(function: GraphColumns) -> GraphColumns:
+        STRATEGIES[name] = Strategy(None, searches, default_kinds=default_kinds,
+                                    own_cost=own_cost, graph=function)
         return function
     return add
 
@@ -264,6 +276,12 @@ def make_plan(network: Network, strategy: str, hierarchy: int | Hierarchy, batch
         raise InputError(f"strategy: unknown '{strategy}'{closest(strategy, STRATEGIES)}; "
                          f"allowed: {', '.join(STRATEGIES)}")
     spec = STRATEGIES[strategy]
+    if spec.columns is None:
+        takers = ", ".join(name for name, entry in dict.items(STRATEGIES)  # loaded ones
+                           if entry.columns is not None)
+        raise InputError(f"--traffic-model {options.traffic_model}: strategy {strategy} plans "
+                         f"by its own paper's cost, on the graph (`graph_plan.make_graph_plan`, "
+                         f"--traffic-model layout); HyPar's chain reading takes {takers}")
     if spec.takes_plan != (options.plan_text is not None):
         raise InputError("plan: give --plan exactly when the strategy is 'explicit'")
     check_objective_of(strategy, options.objective, STRATEGIES)

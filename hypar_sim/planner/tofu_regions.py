@@ -1,23 +1,19 @@
 """Tofu's cost of one tensor at one recursive step (Wang et al., "Supporting Very Large
 Models using Automatic Dataflow Graph Partitioning", EuroSys 2019, Sec 5.2 and 6), on
-regions: tuples of disjoint boxes, a box an interval [start, stop) per axis.
-
-The chain planner (`planner.tofu`) splits evenly, so its intervals may hold fractions of
-an index (`even_parts`); the graph planner (`planner.tofu_graph`) splits as the
-simulator does, into near-equal whole parts (`near_equal_parts`). Both read the same
-formula (`tensor_cost`) through the split they pass.
+regions: tuples of disjoint boxes, a box an interval [start, stop) per axis, for
+`planner.tofu`. A tensor's owners split it as the simulator splits a loop, into
+near-equal whole parts (`near_equal_parts`), where Tofu's symbolic intervals (Sec 4.2,
+Eq. 1) split evenly.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 Interval = tuple[float, float]  # [start, stop) in indices
 Box = tuple[Interval, ...]
 Region = tuple[Box, ...]  # disjoint boxes
-#: The `parts` owners' parts of a bounding box along an axis, one region each.
-Split = Callable[[Box, int, int], list[Region]]
 
 
 def meet(a: Region, b: Region) -> Region:
@@ -36,14 +32,6 @@ def size(region: Region) -> float:
     return sum(math.prod(hi - lo for lo, hi in box) for box in region)
 
 
-def even_parts(bound: Box, axis: int, parts: int) -> list[Region]:
-    """Equal parts along `axis`, fractions allowed (Tofu's even split)."""
-    lo, hi = bound[axis]
-    step = (hi - lo) / parts
-    return [(bound[:axis] + ((lo + i * step, lo + (i + 1) * step),) + bound[axis + 1:],)
-            for i in range(parts)]
-
-
 def near_equal_parts(bound: Box, axis: int, parts: int) -> list[Region]:
     """Near-equal whole parts along `axis`, larger first (the simulator's split)."""
     (lo, hi), result = bound[axis], []
@@ -56,12 +44,13 @@ def near_equal_parts(bound: Box, axis: int, parts: int) -> list[Region]:
 
 
 def relayout(tensor: Region, writes: Sequence[Region] | None,
-             reads: Sequence[Region] | None, times: int, parts: int, split: Split,
+             reads: Sequence[Region] | None, times: int, parts: int,
              write_scale: float = 1.0) -> float:
     """Elements moved for the cells `tensor` that a group both makes and reads: the
-    cheapest partition of their bounding box among `parts` owners along one axis; each
-    owner fetches the other writers' contributions to its part (partial sums, halo rows;
-    `write_scale` x), each reader (`times` operators) what it reads and does not own.
+    cheapest partition of their bounding box among `parts` owners along one axis
+    (`near_equal_parts`); each owner fetches the other writers' contributions to its part
+    (partial sums, halo rows; `write_scale` x), each reader (`times` operators) what it
+    reads and does not own.
     `writes` None: each owner writes its own part (the loss's error); `reads` None: each
     owner reads its own part (the loss)."""
     if size(tensor) <= 0:
@@ -73,7 +62,7 @@ def relayout(tensor: Region, writes: Sequence[Region] | None,
     axes = [a for a, (lo, hi) in enumerate(bound) if hi - lo >= parts] or range(len(bound))
     best = math.inf
     for axis in axes:
-        owned = split(bound, axis, parts)
+        owned = near_equal_parts(bound, axis, parts)
         cost = 0.0
         if wrote is not None:
             cost += write_scale * (sum(map(size, wrote)) - sum(
@@ -93,7 +82,7 @@ def outside(regions: Sequence[Region], union: Region, other: Region) -> float:
 
 
 def tensor_cost(made: Region, needed: Region, writes: Sequence[Region],
-                reads: Sequence[Region], times: int, parts: int, split: Split,
+                reads: Sequence[Region], times: int, parts: int,
                 write_scale: float = 1.0) -> float:
     """Elements one step moves for one tensor in a group's graph G_0: its workers write
     `writes` (union `made`), its workers read `reads` (union `needed`), `times` operators
@@ -103,6 +92,6 @@ def tensor_cost(made: Region, needed: Region, writes: Sequence[Region],
     step and partitioned here among the readers like any tensor, each part where its
     reader wants it, so only cells several readers need are fetched again."""
     inside = meet(made, needed)
-    return (relayout(inside, writes, reads, times, parts, split, write_scale)
+    return (relayout(inside, writes, reads, times, parts, write_scale)
             + write_scale * outside(writes, made, needed)
             + times * outside(reads, needed, made))
