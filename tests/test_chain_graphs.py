@@ -124,9 +124,36 @@ def test_a_chain_gives_the_chain_planners_step(name, strategy):
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=() if n in FAST else pytest.mark.slow)
                                   for n in available_networks()])
-@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize("strategy", (*STRATEGIES, "optimal"))
 def test_layers_and_nodes_are_one_network(name, strategy):
     """A chain's `layers:` file and the same chain written as `nodes:` (its poolings nodes of
     their own) give identical plans, bytes, step time and energy."""
     written = parse_graph(nodes_of(load_network(name)), name)
     assert _outcome(written, strategy) == _outcome(name, strategy)
+
+
+@pytest.mark.parametrize("objective", ["time", "energy"])
+def test_layers_and_nodes_are_one_network_for_time_and_energy(objective):
+    written = parse_graph(nodes_of(load_network("cifar_c")), "cifar_c")
+    plans = [simulate_request(make_request(network, strategy="optimal", objective=objective,
+                                           accelerators=8, batch=64, sim=SimOptions(
+                                               engine="analytic")))
+             for network in ("cifar_c", written)]
+    assert plans[0].plan == plans[1].plan and plans[0].latency_cycles == plans[1].latency_cycles
+
+
+def test_an_explicit_plan_is_read_alike_in_both_forms():
+    """HyPar's rows of kinds and the per-node form name the same plan, on the chain's file and
+    on its nodes: form."""
+    written = parse_graph(nodes_of(load_network("lenet_c")), "lenet_c")
+    outcomes = {(str(network), text): _planned(network, text)
+                for network in ("lenet_c", written)
+                for text in ("dp dp mp mp; dp mp dp dp", "*: mp dp; conv1: dp dp; conv2: dp mp")}
+    assert len(set(outcomes.values())) == 1
+
+
+def _planned(network, text: str) -> tuple:
+    result = simulate_request(make_request(network, plan_text=text, accelerators=4, batch=64,
+                                           sim=SimOptions(engine="analytic")))
+    return result.plan, result.traffic_bytes, result.latency_cycles
+

@@ -297,7 +297,7 @@ class Costs:
         self._own: dict[tuple, float] = {}
         self._footprints: dict[tuple, np.ndarray] = {}
         self._reads: dict[tuple, tuple] = {}
-        self._tables: dict[tuple, np.ndarray] = {}
+        self._layers: dict[str, Layer | None] = {}  # node name -> its chain layer, if one
 
     #: Whether edges and own steps between layers of a chain (conv, fc) take the closed
     #: forms of `partition.totals` (bytes only: a cost in time or energy sums its steps).
@@ -313,13 +313,9 @@ class Costs:
         if layers is None:
             return np.array([[self.edge(producer, consumer, index, a, b, hierarchy)
                               for b in columns] for a in producer_columns])
-        key = (*(geometry(site) for site in (producer, consumer)), tuple(producer_columns),
-               tuple(columns), hierarchy)
-        if key not in self._tables:
-            self._tables[key] = totals.boundary_costs(
-                *layers, self.batch, producer_columns, columns, hierarchy, self.word_bytes,
-                self.forward_only)
-        return self._tables[key]
+        return totals.cached_boundary_costs(*layers, self.batch, tuple(producer_columns),
+                                            tuple(columns), hierarchy, self.word_bytes,
+                                            self.forward_only)
 
     def own_table(self, site: Site, columns: Sequence[Column], hierarchy: Hierarchy,
                   is_output: bool) -> np.ndarray:
@@ -328,11 +324,8 @@ class Costs:
         if layer is None:
             return np.array([self.own(site, column, hierarchy, is_output)
                              for column in columns])
-        key = (geometry(site), tuple(columns), hierarchy, is_output)
-        if key not in self._tables:
-            self._tables[key] = totals.own_costs(layer[0], self.batch, columns, hierarchy,
-                                                 self.word_bytes, is_output, self.forward_only)
-        return self._tables[key]
+        return totals.own_costs(layer[0], self.batch, columns, hierarchy, self.word_bytes,
+                                is_output, self.forward_only)
 
     def chained(self, producer: Site, consumer: Site | None, index: int,
                  columns: Sequence[Column]) -> tuple[Layer, ...] | None:
@@ -342,11 +335,17 @@ class Costs:
         if not self.closed_forms or any(KINDS[k].dim is None for c in columns for k in c):
             return None
         sites = (producer,) if consumer is None else (producer, consumer)
-        layers = tuple(layer_of(site.node) for site in sites)
+        layers = tuple(self._layer_of(site) for site in sites)
         if None in layers or (consumer is not None and (
                 index or consumer.node.inputs != (producer.node.name,))):
             return None
         return layers
+
+    def _layer_of(self, site: Site) -> Layer | None:
+        name = site.node.name
+        if name not in self._layers:
+            self._layers[name] = layer_of(site.node)
+        return self._layers[name]
 
     def edge(self, producer: Site, consumer: Site, index: int, producer_column: Column,
              column: Column, hierarchy: Hierarchy) -> float:

@@ -33,7 +33,9 @@ cell-by-cell rule.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
+from functools import lru_cache
 
 import numpy as np
 
@@ -327,3 +329,35 @@ def _flat_count(boxes: np.ndarray, flat: np.ndarray, space: tuple[int, int, int]
         + ((r0 <= row) & (row < r1)) * np.clip(col - s0, 0, s1 - s0)
     return np.clip(channel - c0, 0, c1 - c0) * (r1 - r0) * (s1 - s0) \
         + ((c0 <= channel) & (channel < c1)) * full_rows
+
+
+def _boundary_geometry(producer: Layer, consumer: Layer) -> tuple[Layer, Layer]:
+    """What a boundary's bytes depend on: the producer's output side and the consumer's
+    input side (`boundary_costs` reads no other channel count), so boundaries that differ
+    only in the producer's input channels or the consumer's output channels (VGG's repeated
+    convolutions) share a cache entry."""
+    no_input = producer.input._replace(channels=0)
+    no_output = {"conv_output": consumer.conv_output._replace(channels=0),
+                 "output": consumer.output._replace(channels=0)}
+    return (dataclasses.replace(producer, name="", input=no_input),
+            dataclasses.replace(consumer, name="", **no_output))
+
+
+def cached_boundary_costs(producer: Layer, consumer: Layer, batch: int,
+                          producer_columns: tuple[Column, ...], columns: tuple[Column, ...],
+                          hierarchy: Hierarchy, word_bytes: int,
+                          forward_only: bool = False) -> np.ndarray:
+    """`boundary_costs`, cached by geometry (VGG repeats its layers' shapes); read-only."""
+    return _cached(*_boundary_geometry(producer, consumer), batch, producer_columns, columns,
+                   hierarchy, word_bytes, forward_only)
+
+
+@lru_cache(maxsize=256)
+def _cached(producer: Layer, consumer: Layer, batch: int, producer_columns: tuple[Column, ...],
+            columns: tuple[Column, ...], hierarchy: Hierarchy, word_bytes: int,
+            forward_only: bool) -> np.ndarray:
+    costs = boundary_costs(producer, consumer, batch, producer_columns, columns, hierarchy,
+                           word_bytes, forward_only)
+    costs.flags.writeable = False
+    return costs
+

@@ -13,7 +13,6 @@ come from the same transfers, so the two cannot disagree.
 from __future__ import annotations
 
 import copy
-import dataclasses
 import itertools
 import math
 from collections.abc import Sequence
@@ -54,30 +53,6 @@ def _paper_pair_costs(layer: Layer, batch: int, prefix: Column, word_bytes: int,
     own = {kind: pair_costs(split, None, choice, forward_only)[0]
            for kind, choice in _PAPER_KINDS.items()}
     return own, pair_costs(split, Parallelism.DP, Parallelism.MP, forward_only)[1]
-
-
-def _boundary_geometry(producer: Layer, consumer: Layer) -> tuple[Layer, Layer]:
-    """What a boundary's bytes depend on: the producer's output side and the consumer's
-    input side (`totals.boundary_costs` reads no other channel count), so boundaries that
-    differ only in the producer's input channels or the consumer's output channels (VGG's
-    repeated convolutions) share a cache entry."""
-    no_input = producer.input._replace(channels=0)
-    no_output = {"conv_output": consumer.conv_output._replace(channels=0),
-                 "output": consumer.output._replace(channels=0)}
-    return (dataclasses.replace(producer, name="", input=no_input),
-            dataclasses.replace(consumer, name="", **no_output))
-
-
-@lru_cache(maxsize=256)
-def _boundary_costs(producer: Layer, consumer: Layer, batch: int,
-                    producer_columns: tuple[Column, ...], columns: tuple[Column, ...],
-                    hierarchy: Hierarchy, word_bytes: int, forward_only: bool) -> np.ndarray:
-    """`totals.boundary_costs`, cached by geometry (VGG repeats its layers' shapes);
-    read-only."""
-    costs = totals.boundary_costs(producer, consumer, batch, producer_columns, columns,
-                                  hierarchy, word_bytes, forward_only)
-    costs.flags.writeable = False
-    return costs
 
 
 #: What a step simulates: a whole training step, or the forward pass alone (inference).
@@ -299,9 +274,9 @@ class LayoutTraffic(_Phased):
     def boundary_costs(self, producer: Layer, consumer: Layer, batch: int,
                        producer_columns: Sequence[Column], columns: Sequence[Column],
                        hierarchy: Hierarchy, word_bytes: int) -> np.ndarray:
-        return _boundary_costs(*_boundary_geometry(producer, consumer), batch,
-                               tuple(producer_columns), tuple(columns), hierarchy, word_bytes,
-                               self.forward_only)
+        return totals.cached_boundary_costs(producer, consumer, batch, tuple(producer_columns),
+                                            tuple(columns), hierarchy, word_bytes,
+                                            self.forward_only)
 
     def steps(self, layers: Sequence[Layer], batch: int, columns: Sequence[Column],
               hierarchy: Hierarchy, word_bytes: int) -> dict[StepKey, StepMessages]:
