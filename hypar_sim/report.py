@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # annotations only: `networks` prints tables without loading the planner
     from hypar_sim.planner.graph_plan import GraphPlan
     from hypar_sim.planner.plan import Plan
-    from hypar_sim.workload.graph import Graph
+    from hypar_sim.workload.graph import Graph, Node
     from hypar_sim.workload.network import Network
 
 GB = 1e9  # bytes; the paper's GB is decimal
@@ -92,9 +92,14 @@ def graphs_table(graphs: Sequence[Graph]) -> str:
     return table(("graph", "nodes", "with MACs", "parameters", "MACs/sample", "inputs"), rows)
 
 
+def op_label(node: Node) -> str:
+    """A node's operator, `+pool` where a pooling is folded into it."""
+    return f"{node.op}+pool" if node.attrs.get("pool") else node.op
+
+
 def nodes_table(graph: Graph) -> str:
     """Every node of a graph: operator, inputs, output shape, parameters, MACs."""
-    rows = [(n.name, n.op, ", ".join(n.inputs), "x".join(map(str, n.shape)), f"{n.params:,}",
+    rows = [(n.name, op_label(n), ", ".join(n.inputs), "x".join(map(str, n.shape)), f"{n.params:,}",
              f"{n.macs:,}") for n in graph.nodes]
     head = (f"{graph.name}: {graph.description}\nsource: {graph.source}\n"
             f"{len(graph.nodes)} nodes, {graph.params:,} parameters, "
@@ -190,7 +195,7 @@ def graph_plan_summary(plan: GraphPlan, graph: Graph, clock_hz: float | None = N
     head = (f"{plan.network}: strategy {plan.strategy}{search}, hierarchy {plan.hierarchy} "
             f"({plural(plan.accelerators, 'accelerator')}), batch "
             f"{plan.batch}, traffic model layout\n\n")
-    rows = [(node.name, node.op, " ".join(column) or "-", f"{moved / 1e6:.4g}")
+    rows = [(node.name, op_label(node), " ".join(column) or "-", f"{moved / 1e6:.4g}")
             for node, column, moved in zip(graph.nodes, plan.columns, plan.node_bytes,
                                            strict=True)]
     levels = ", ".join(f"level {h + 1}: {b / GB:.4g} GB"
