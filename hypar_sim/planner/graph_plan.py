@@ -11,8 +11,8 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -25,7 +25,9 @@ from hypar_sim.partition.graph_axes import Site
 from hypar_sim.partition.graph_axes import sites as graph_sites
 from hypar_sim.partition.hierarchy import Hierarchy
 from hypar_sim.partition.kinds import BATCH, DEFAULT_KINDS, KINDS
+from hypar_sim.partition.redistribute import Moved
 from hypar_sim.partition.shares import Column
+from hypar_sim.partition.steps import TransferKind
 from hypar_sim.planner import memory
 from hypar_sim.planner.objectives import ESTIMATE_UNITS, OBJECTIVES
 from hypar_sim.planner.options import PlanOptions
@@ -34,7 +36,8 @@ from hypar_sim.planner.plan_messages import (
     collective_of,
     fed_nodes,
     graph_layouts,
-    graph_transfers,
+    graph_matrices,
+    sent,
     shared_cost,
     sharing_edges,
 )
@@ -91,6 +94,11 @@ class GraphPlan:
     objective: str = "bytes"  # what the search minimised
     estimate: float = 0.0  # its value for this plan: bytes, cycles or pJ (planner.timed_costs)
     traffic_model: str = "layout"  # how its messages are sent (`planner.traffic` collective)
+    #: What follows from the columns, for the schedule to read: every node's layout and the
+    #: bytes [src, dst] of every step (`plan_messages.graph_matrices`).
+    layouts: tuple[graph_layout.NodeLayout, ...] = field(default=(), compare=False, repr=False)
+    matrices: Mapping[tuple[int, TransferKind], Moved] = field(default_factory=dict,
+                                                                compare=False, repr=False)
 
     @property
     def footprint_bytes(self) -> float:
@@ -314,8 +322,8 @@ def evaluate_graph_plan(graph: Graph, strategy: str, search: str, batch: int,
     inference's; sent by `traffic_model`'s collective)."""
     forward_only = phases == "forward"
     layouts = graph_layouts(graph, batch, hierarchy, columns)
-    steps = graph_transfers(graph, layouts, batch, word_bytes, forward_only=forward_only,
-                            collective=collective_of(traffic_model), hierarchy=hierarchy)
+    matrices = graph_matrices(graph, layouts, batch, word_bytes, forward_only)
+    steps = sent(matrices, (), collective_of(traffic_model), hierarchy)
     per_node = [0.0] * len(graph.nodes)
     per_level = np.zeros(hierarchy.levels)
     receive = 0.0
@@ -327,7 +335,7 @@ def evaluate_graph_plan(graph: Graph, strategy: str, search: str, batch: int,
                      tuple(n.name for n in graph.nodes), tuple(columns), tuple(per_node),
                      tuple(float(b) for b in per_level), word_bytes, phases,
                      footprint_parts(layouts, word_bytes, not forward_only, receive),
-                     traffic_model=traffic_model)
+                     traffic_model=traffic_model, layouts=tuple(layouts), matrices=matrices)
 
 
 def footprint_parts(layouts: Sequence[graph_layout.NodeLayout], word_bytes: int,

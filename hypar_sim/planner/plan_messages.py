@@ -13,7 +13,7 @@ Steps are keyed like a chain's (node, why) and sent by the `ring` collective.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from hypar_sim.partition import graph_layout
 from hypar_sim.partition.collectives import COLLECTIVES, Transfers
@@ -103,14 +103,12 @@ OWN_STAGES = {"gradient reduce": TransferKind.GRADIENT, "vector reduce": Transfe
 StepKey = tuple[int, TransferKind]
 
 
-def graph_steps(graph: Graph, layouts: Sequence[graph_layout.NodeLayout], batch: int,
-                hierarchy: Hierarchy, word_bytes: int, buckets: Sequence[Sequence[int]] = (),
-                forward_only: bool = False, collective: str = "ring"
+def graph_steps(matrices: Mapping[StepKey, Moved], hierarchy: Hierarchy,
+                buckets: Sequence[Sequence[int]] = (), collective: str = "ring"
                 ) -> dict[StepKey, StepMessages]:
-    """Every message of a plan, by step (see `graph_transfers`)."""
+    """Every message of a plan's steps (`graph_matrices`), by step (see `sent`)."""
     return {key: transfers.messages(key[0], key[1], hierarchy) for key, transfers in
-            graph_transfers(graph, layouts, batch, word_bytes, buckets, forward_only,
-                            collective, hierarchy).items()}
+            sent(matrices, buckets, collective, hierarchy).items()}
 
 
 #: The traffic models a graph plan takes, and the collective each sends its steps by.
@@ -142,17 +140,12 @@ def gradient_buckets(graph: Graph, order: Sequence[int], word_bytes: int,
     return buckets
 
 
-def graph_transfers(graph: Graph, layouts: Sequence[graph_layout.NodeLayout], batch: int,
-                    word_bytes: int, buckets: Sequence[Sequence[int]] = (),
-                    forward_only: bool = False, collective: str = "ring",
-                    hierarchy: Hierarchy | None = None) -> dict[StepKey, Transfers]:
-    """Every transfer of a plan, by step (node index, why): the stages' matrices summed per
-    step and sent by the `collective` (a ring by default; `levels` needs the `hierarchy`):
-    the planner's and the simulator's bytes. A tensor several consumers read alike moves
-    once (`read_groups`: its gather keyed by the earliest of them, its error's reduction by
-    the same one, the last in the backward pass). The gradient steps of the nodes of each
-    of `buckets` are fused into one, keyed by the bucket's last node: the same bytes in
-    fewer, larger messages. An inference (`forward_only`) sends the forward stages alone
+def graph_matrices(graph: Graph, layouts: Sequence[graph_layout.NodeLayout], batch: int,
+                   word_bytes: int, forward_only: bool = False) -> dict[StepKey, Moved]:
+    """Bytes [src, dst] of every step of a plan (node index, why): its stages' matrices
+    summed. A tensor several consumers read alike moves once (`read_groups`: its gather
+    keyed by the earliest of them, its error's reduction by the same one, the last in the
+    backward pass). An inference (`forward_only`) has the forward stages alone
     (`graph_layout.FORWARD_STAGES`)."""
     matrices: dict[StepKey, Moved] = {}
 
@@ -175,14 +168,25 @@ def graph_transfers(graph: Graph, layouts: Sequence[graph_layout.NodeLayout], ba
                 continue
             kind, by_producer = EDGE_STAGES[stage]
             add((p if by_producer else reader, kind), matrix)
+    return matrices
+
+
+def sent(matrices: Mapping[StepKey, Moved], buckets: Sequence[Sequence[int]] = (),
+         collective: str = "ring", hierarchy: Hierarchy | None = None
+         ) -> dict[StepKey, Transfers]:
+    """The steps' matrices as messages of the `collective` (a ring by default; `levels`
+    needs the `hierarchy`), in step order. The gradient steps of the nodes of each of
+    `buckets` are fused into one, keyed by the bucket's last node: the same bytes in fewer,
+    larger messages (`matrices` itself is left as it is)."""
+    fused = dict(matrices)
     for bucket in buckets:
         for kind in (TransferKind.GRADIENT, TransferKind.GRADIENT_GATHER):
-            parts = [matrices.pop((i, kind)) for i in bucket if (i, kind) in matrices]
+            parts = [fused.pop((i, kind)) for i in bucket if (i, kind) in fused]
             if parts:
-                matrices[(bucket[-1], kind)] = sum(parts[1:], parts[0])
+                fused[(bucket[-1], kind)] = sum(parts[1:], parts[0])
     order = list(TransferKind)
     steps = {}
-    for key, matrix in sorted(matrices.items(),
+    for key, matrix in sorted(fused.items(),
                               key=lambda item: (item[0][0], order.index(item[0][1]))):
         transfers = COLLECTIVES[collective](matrix, hierarchy, key[1].reduces)
         if len(transfers):

@@ -12,7 +12,7 @@ gives the same tables in step time or energy, from the simulator's own models:
 - an edge's: its steps (partial sums, the gather of the input, the error's reduction and
   gather).
 
-A step is sent as the simulator sends it (`planner.plan_messages.graph_transfers`): the
+A step is sent as the simulator sends it (`planner.plan_messages.sent`): the
 stages of one transfer kind summed, then the `ring` collective, timed as the analytic engine
 times a step (`hardware.transfer.step_cycles`: rounds one after another, each as long as its
 slowest message, its busiest link or its busiest cube's DRAM). Energy: the pJ of every

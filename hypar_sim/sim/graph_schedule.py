@@ -39,6 +39,7 @@ from hypar_sim.planner.plan_messages import (
     fed_nodes,
     gradient_buckets,
     graph_layouts,
+    graph_matrices,
     graph_steps,
 )
 from hypar_sim.sim.defaults import DEFAULT_BUCKET_MB
@@ -62,13 +63,15 @@ def build_graph_schedule(graph: Graph, plan: GraphPlan, config: HardwareConfig,
     buckets of `bucket_bytes`, 0: one all-reduce per node; see `graph_steps`)."""
     hierarchy, batch = plan.hierarchy, plan.batch
     forward_only = plan.phases == "forward"
-    layouts = graph_layouts(graph, batch, hierarchy, plan.columns)
+    layouts, matrices = list(plan.layouts), plan.matrices  # what the planner evaluated
+    if not layouts or plan.word_bytes != config.word_bytes:
+        layouts = graph_layouts(graph, batch, hierarchy, plan.columns)
+        matrices = graph_matrices(graph, layouts, batch, config.word_bytes, forward_only)
     generations = graph.generations()
     backward = [i for generation in reversed(generations) for i in reversed(generation)]
     buckets = [] if forward_only else gradient_buckets(graph, backward, config.word_bytes,
                                                        bucket_bytes)
-    steps = graph_steps(graph, layouts, batch, hierarchy, config.word_bytes, buckets,
-                        forward_only, collective_of(plan.traffic_model))
+    steps = graph_steps(matrices, hierarchy, buckets, collective_of(plan.traffic_model))
     _check_fits(graph, layouts, plan, config, not forward_only)
     fed = fed_nodes(graph)
 
