@@ -11,6 +11,7 @@ import json
 import pytest
 
 import hypar_sim
+from hypar_sim.errors import InputError
 from hypar_sim.planner.strategies import graph_strategies
 from hypar_sim.results import SimResult
 from tests.conftest import run_cli
@@ -90,3 +91,13 @@ def test_compare_runs_every_strategy(network, tmp_path):
     assert result.returncode == 0, result.stderr
     for strategy in strategies.split(","):
         assert strategy in result.stdout
+
+
+@pytest.mark.parametrize("strategy", ["accpar", "grid", "soybean", "tofu"])
+def test_a_seed_strategy_refuses_the_replicate_kind(strategy):
+    """Its paper's search has no replicated layout: asked for one, it says so in one line
+    (it ignored it before) and names the strategies that search it."""
+    with pytest.raises(InputError, match=f"strategy {strategy} searches its paper's layouts, "
+                                         "which have no kind like replicate; hypar, optimal"):
+        hypar_sim.plan("resnet18", strategy, accelerators=4, batch=8,
+                       kinds=("batch", "in", "replicate"))

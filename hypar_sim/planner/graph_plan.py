@@ -278,6 +278,13 @@ def make_graph_plan(graph: Graph, strategy: str, hierarchy: Hierarchy, batch: in
     spec = STRATEGIES.get(strategy)  # None: plan_graph names the allowed ones
     if spec is not None:  # the takers are listed (their modules loaded) only on refusal
         check_objective_of(strategy, options.objective, STRATEGIES)
+    unsplit = [k for k in kinds or () if KINDS[k].dim is None]  # replicate
+    if options.kinds_given and spec is not None and spec.own_cost and unsplit:
+        takers = [name for name, entry in dict.items(STRATEGIES) if not entry.own_cost
+                  and entry.searches]
+        raise InputError(f"--kinds: strategy {strategy} searches its paper's layouts, which "
+                         f"have no kind like {unsplit[0]}; {', '.join(takers)} search it (or "
+                         "name it in an explicit --plan)")
     if not options.kinds_given and spec is not None and spec.default_kinds:
         # its paper's kinds, as on a chain; not `replicate`, unless named: a replicated node
         # moves no bytes, so a search for bytes would compute every node everywhere
