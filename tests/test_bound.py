@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from hypar_sim.errors import InputError
 from hypar_sim.partition.hierarchy import Hierarchy
-from hypar_sim.planner.bound import layer_bounds, node_bounds
+from hypar_sim.planner.bound import node_bounds
 from hypar_sim.planner.graph_plan import make_graph_plan
 from hypar_sim.planner.strategies import PlanOptions, make_plan
 from hypar_sim.workload.layers import FeatureShape, make_conv
@@ -30,10 +30,10 @@ def test_tight_on_the_mlp_with_hypars_kinds():
     kinds = ("batch", "in")
     plan = make_plan(mlp(), "hypar", Hierarchy.binary(1), 8,
                      options=PlanOptions(kinds, "joint", "layout"))
-    bounds = layer_bounds(mlp().layers, 8, Hierarchy.binary(1), kinds, 4)
+    bounds = node_bounds(graph_of(mlp()), 8, Hierarchy.binary(1), kinds, 4)
     assert bounds == [2 * 8 * 16384 * 4, 2 * 8 * 4096 * 4]
     assert plan.columns == (("in",), ("in",)) and plan.traffic_bytes == sum(bounds) == 1_310_720
-    assert layer_bounds(mlp().layers, 8, Hierarchy.binary(1), ("batch", "in", "out"), 4) == \
+    assert node_bounds(graph_of(mlp()), 8, Hierarchy.binary(1), ("batch", "in", "out"), 4) == \
         [0.0, 0.0]
 
 
@@ -44,7 +44,7 @@ def test_tight_for_data_parallelism_on_two_accelerators():
     net = Network("one", layer.input, (layer,))
     plan = make_plan(net, "data", Hierarchy.binary(1), 4,
                      options=PlanOptions(("batch", "in"), "greedy", "layout"))
-    (bound,) = layer_bounds(net.layers, 4, Hierarchy.binary(1), ("batch", "in"), 4)
+    (bound,) = node_bounds(graph_of(net), 4, Hierarchy.binary(1), ("batch", "in"), 4)
     assert bound == plan.traffic_bytes == 2 * 8 * 8 * 9 * 4
 
 
@@ -55,7 +55,7 @@ def test_tight_for_data_parallelism_on_two_accelerators():
 def test_no_plan_moves_less_than_the_bound(net, levels, batch, kinds, search):
     hierarchy = Hierarchy.binary(levels)
     kinds = tuple(k for k in ("batch", "in", "out", "spatial") if k in kinds)
-    bound = sum(layer_bounds(net.layers, batch, hierarchy, kinds, 4))
+    bound = sum(node_bounds(graph_of(net), batch, hierarchy, kinds, 4))
     try:
         plans = [make_plan(net, "hypar", hierarchy, batch,
                            options=PlanOptions(kinds, search, "layout"))]

@@ -1,4 +1,4 @@
-"""A lower bound on the bytes any plan of a chain moves between accelerators (`--bound`).
+"""A lower bound on the bytes any plan of a network moves between accelerators (`--bound`).
 
 Count in elements (words; a transfer carries whole elements, as the 2D/2.5D/3D
 paper's bounds count words). For one layer split by a column of kinds, let
@@ -27,10 +27,10 @@ least, over every column of the allowed kinds, of R_W |W| [R_W > 1] + R_C |F_out
 [R_C > 1]. It is positive for a layer wherever every allowed kind replicates
 weights or splits C (HyPar's batch and in); a kind that splits K (out) or rows
 (spatial) moves inputs and halos instead, which this bound does not count, so
-with those kinds it may be 0. On a graph the same holds node by node (a node's
-own column; weights of convolutions, fc layers and embeddings, partial outputs
-of every node with a reduction C; a tied projection's weights are its
-owner's and count once). It is tight on the two fc layers 4096 -> 16384 ->
+with those kinds it may be 0. Node by node on a graph (a node's own column;
+weights of convolutions, fc layers and embeddings, partial outputs of every
+node with a reduction C; a tied projection's weights are its owner's and
+count once). It is tight on the two fc layers 4096 -> 16384 ->
 4096 of "Partition algebra" with HyPar's kinds on two accelerators (both split
 in: 1,310,720 bytes, plan and bound), and for data parallelism on two
 accelerators (2 |W| per layer).
@@ -46,31 +46,10 @@ from hypar_sim.partition import graph_layout
 from hypar_sim.partition.graph_axes import sites as graph_sites
 from hypar_sim.partition.graph_ops import weight_shape
 from hypar_sim.partition.hierarchy import Hierarchy
-from hypar_sim.partition.kinds import KINDS, Dim
+from hypar_sim.partition.kinds import Dim
 from hypar_sim.workload.graph import Graph
-from hypar_sim.workload.layers import Layer
 
 _WEIGHT_DIMS = {Dim.K, Dim.C}
-
-
-def column_bound(layer: Layer, batch: int, column: Sequence[str], hierarchy: Hierarchy) -> float:
-    """Elements the layer's members must receive under one column (see the module)."""
-    replicas = math.prod(size for size, kind in zip(hierarchy.sizes, column, strict=True)
-                         if KINDS[kind].dim not in _WEIGHT_DIMS)
-    partial = math.prod(size for size, kind in zip(hierarchy.sizes, column, strict=True)
-                        if KINDS[kind].dim is Dim.C)
-    weights = replicas * layer.weights if replicas > 1 else 0
-    outputs = partial * batch * layer.output.size if partial > 1 else 0
-    return float(weights + outputs)
-
-
-def layer_bounds(layers: Sequence[Layer], batch: int, hierarchy: Hierarchy,
-                 kinds: Sequence[str], word_bytes: int) -> list[float]:
-    """Bytes per layer: the least over every column of `kinds` (those a layer cannot take
-    included: a smaller least, still a bound)."""
-    columns = list(itertools.product(kinds, repeat=hierarchy.levels))
-    return [min(column_bound(layer, batch, c, hierarchy) for c in columns) * word_bytes
-            for layer in layers]
 
 
 def node_bounds(graph: Graph, batch: int, hierarchy: Hierarchy, kinds: Sequence[str],
