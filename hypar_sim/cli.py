@@ -49,8 +49,9 @@ def _add_plan_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--kinds", default=None,
                         help=f"split kinds the planner may use, from {allowed_kind_names()} "
                              f"(default {','.join(DEFAULT_KINDS)}; optimal, soybean, tofu, grid "
-                             "and accpar: their paper's own; replicate, graphs only, trades "
-                             "computation for bytes: a bytes search may replicate everything)")
+                             "and accpar: their paper's own; replicate, not under --traffic-model "
+                             "paper, trades computation for bytes: a bytes search may replicate "
+                             "everything)")
     parser.add_argument("--search", default="greedy", choices=SEARCHES,
                         help="greedy: level by level, HyPar's Algorithm 2 (default); joint: "
                              "one DP over every level at once (exact)")

@@ -59,7 +59,8 @@ for _kind in (
     SplitKind("heads", Dim.H, "attention heads (graph networks; Megatron-LM's attention split)"),
     SplitKind("groups", Dim.G, "groups of a grouped or depthwise convolution (graph networks)"),
     SplitKind("replicate", None, "no split: every member of the level computes the node whole, "
-              "its output replicated (graph networks; a layer norm kept whole)", ("rep",)),
+              "its output replicated (a layer norm kept whole; not HyPar's paper reading)",
+              ("rep",)),
 ):
     register_kind(_kind)
 

@@ -268,7 +268,8 @@ def make_graph_plan(graph: Graph, strategy: str, hierarchy: Hierarchy, batch: in
                     plan_text: str | None = None, word_bytes: int = 4,
                     options: PlanOptions | None = None,
                     config: HardwareConfig | None = None) -> GraphPlan:
-    """`make_plan` for a graph: the same options (kinds, search; the layout model only);
+    """The plan of `strategy` for `graph` under the options (kinds, search, objective, phases;
+    the layout models: `--traffic-model paper` plans a chain, `request.plan_request`);
     `config` gives the strategies with a cost model or a memory limit their hardware."""
     options = options or PlanOptions()
     if options.traffic_model not in GRAPH_TRAFFIC_MODELS:
