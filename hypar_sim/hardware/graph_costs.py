@@ -58,14 +58,10 @@ from hypar_sim.hardware.energy import add_counts
 from hypar_sim.hardware.hmc import even_parts, pe_array_spec
 from hypar_sim.hardware.pe_array import elementwise_cost
 from hypar_sim.partition.graph_layout import NodeLayout, member_params
-from hypar_sim.partition.graph_ops import Box, interval, region
+from hypar_sim.partition.graph_ops import Box, interval, region, volume
 from hypar_sim.partition.kinds import Dim
 from hypar_sim.partition.steps import Phase
 from hypar_sim.workload.tdl import Description, Window
-
-
-def _volume(boxes) -> int:
-    return sum(math.prod(hi - lo for lo, hi in box) for box in boxes)
 
 
 def _extent(box: Box, dim: Dim) -> int:
@@ -161,8 +157,8 @@ def node_cost(layout: NodeLayout, member: int, phase: Phase, config: HardwareCon
             back = conv_cost(backward_work(work), config)
             return _sum(back, conv_cost(gradient_work(work), config)) if activations else back
         return ZERO_COST if activations else conv_cost(gradient_work(work), config)
-    written = _volume(region(desc.makes, box))
-    read = sum(_volume(region(access, box)) for access in desc.reads)
+    written = volume(region(desc.makes, box))
+    read = sum(volume(region(access, box)) for access in desc.reads)
     if desc.lookup:
         read = written  # the table's rows looked up
         if phase is Phase.BACKWARD:

@@ -26,7 +26,6 @@ output projection into the token embedding) before the owner's all-reduce.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -35,7 +34,7 @@ import numpy as np
 
 from hypar_sim.partition import totals
 from hypar_sim.partition.graph_axes import Site
-from hypar_sim.partition.graph_ops import Box, region, weight_shape
+from hypar_sim.partition.graph_ops import Box, region, volume, weight_shape
 from hypar_sim.partition.hierarchy import Hierarchy
 from hypar_sim.partition.kinds import KINDS, Dim
 from hypar_sim.partition.redistribute import Moved, Region, redistribute
@@ -183,8 +182,7 @@ def _read_volumes(own: NodeLayout) -> np.ndarray:
     """[members] the elements each member reads of all the node's inputs."""
     total = np.zeros(own.members, dtype=np.int64)
     for index in range(len(own.site.desc.reads)):
-        total += np.array([sum(math.prod(hi - lo for lo, hi in box) for box in boxes)
-                           for boxes in own.reads(index)], dtype=np.int64)
+        total += np.array([volume(read) for read in own.reads(index)], dtype=np.int64)
     return total
 
 

@@ -41,6 +41,11 @@ def region(access: Access, box: Box) -> Region:
                  for combo in itertools.product(*parts))
 
 
+def volume(region: Region) -> int:
+    """Elements of a region (its boxes are disjoint)."""
+    return sum(math.prod(max(0, hi - lo) for lo, hi in box) for box in region)
+
+
 def interval(expr: Ix | Window, box: Box) -> Interval:
     """The one interval of an axis indexed by a loop or a window (of a window)."""
     return _expr(expr, box)[0][0]

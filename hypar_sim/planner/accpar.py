@@ -79,7 +79,7 @@ from hypar_sim.hardware.config import HardwareConfig, load_hardware
 from hypar_sim.partition import graph_layout
 from hypar_sim.partition.graph_axes import Site
 from hypar_sim.partition.graph_axes import sites as graph_sites
-from hypar_sim.partition.graph_ops import weight_shape
+from hypar_sim.partition.graph_ops import volume, weight_shape
 from hypar_sim.partition.hierarchy import Hierarchy
 from hypar_sim.partition.kinds import Dim, kind_of, listed
 from hypar_sim.partition.redistribute import Region
@@ -153,11 +153,6 @@ def check_types(columns: Sequence[Column]) -> None:
 
 #: The loop dimensions that index a node's weights (a split of any other leaves dW partial).
 WEIGHT_DIMS = (Dim.K, Dim.C, Dim.G)
-
-
-def volume(region: Region) -> int:
-    """Elements of a region (its boxes are disjoint)."""
-    return sum(math.prod(max(0, hi - lo) for lo, hi in box) for box in region)
 
 
 def overlap(a: Region, b: Region) -> int:

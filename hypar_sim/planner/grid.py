@@ -78,7 +78,7 @@ import numpy as np
 from hypar_sim.errors import InputError
 from hypar_sim.partition import graph_layout
 from hypar_sim.partition.graph_axes import Site
-from hypar_sim.partition.graph_ops import interval, weight_shape
+from hypar_sim.partition.graph_ops import interval, volume, weight_shape
 from hypar_sim.partition.hierarchy import Hierarchy
 from hypar_sim.partition.kinds import GRAPH_EXTRA_KINDS, Dim, kind_of
 from hypar_sim.partition.redistribute import Region
@@ -158,8 +158,7 @@ class NodeGridCost:
 
 
 def _volumes(regions: Sequence[Region]) -> np.ndarray:
-    return np.array([sum(math.prod(max(0, hi - lo) for lo, hi in box) for box in region)
-                     for region in regions], dtype=np.float64)
+    return np.array([volume(region) for region in regions], dtype=np.float64)
 
 
 def _pre_pooling(own: graph_layout.NodeLayout, outputs: np.ndarray) -> np.ndarray:
