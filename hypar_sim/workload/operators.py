@@ -92,7 +92,8 @@ def _describe_conv(a: Attrs, shapes: list[Shape], shape: Shape, dims: list[Dims]
         pair("", a["dilation"])
     top, left = top_left("", a["padding"])
     output = (Dim.K, Dim.P, Dim.Q)
-    rows_of, cols_of = _pooled_rows(a["pool"], shape, _conv_rows(a, shapes[0]))
+    rows_of, cols_of = (Dim.P, Dim.Q) if a["pool"] is None else \
+        _pool_windows(_pool_attrs("", a["pool"]), *_conv_rows(a, shapes[0]))
     spatial = (Window(rows_of, kh, sh, top, dh, rows), Window(cols_of, kw, sw, left, dw, cols))
     if groups == 1:
         loops = {Dim.K: out, Dim.P: height, Dim.Q: width, Dim.C: channels}
@@ -115,18 +116,14 @@ def _conv_rows(a: Attrs, source: Shape) -> tuple[int, int]:
     return window(source[1], kh, sh, top, bottom, dh), window(source[2], kw, sw, left, right, dw)
 
 
-def _pooled_rows(pool: Attrs | None, shape: Shape, before: tuple[int, int]
-                 ) -> tuple[Dim | Window, Dim | Window]:
-    """The rows and columns a convolution computes for its output loops P and Q: the loops
-    themselves, or with a folded pooling the pooling windows over the pre-pooling rows
-    (`before`) that each pooled row needs."""
-    if pool is None:
-        return Dim.P, Dim.Q
-    pool = _pool_attrs("", pool)
-    (kh, kw) = pair("", pool["kernel"])
-    (sh, sw) = pair("", pool["stride"] if pool["stride"] is not None else pool["kernel"])
-    top, left = top_left("", pool["padding"])
-    return (Window(Dim.P, kh, sh, top, 1, before[0]), Window(Dim.Q, kw, sw, left, 1, before[1]))
+def _pool_windows(a: Attrs, rows: int, cols: int) -> tuple[Window, Window]:
+    """A pooling's windows over the P and Q loops of its output, on `rows` x `cols` input
+    rows and columns (a pool node's, or the pre-pooling rows of a convolution with its
+    pooling folded in)."""
+    (kh, kw) = pair("", a["kernel"])
+    (sh, sw) = pair("", a["stride"] if a["stride"] is not None else a["kernel"])
+    top, left = top_left("", a["padding"])
+    return Window(Dim.P, kh, sh, top, 1, rows), Window(Dim.Q, kw, sw, left, 1, cols)
 
 
 def _fc(where: str, a: Attrs, shapes: list[Shape]) -> Counts:
@@ -222,14 +219,11 @@ def _pool(where: str, a: Attrs, shapes: list[Shape]) -> Counts:
 
 def _describe_pool(a: Attrs, shapes: list[Shape], shape: Shape, dims: list[Dims]) -> Description:
     _, rows, cols = shapes[0]
-    (kh, kw) = pair("", a["kernel"])
-    (sh, sw) = pair("", a["stride"] if a["stride"] is not None else a["kernel"])
-    top, left = top_left("", a["padding"])
     output = dims[0]
-    read = Access((Ix(output[0]), Window(Dim.P, kh, sh, top, 1, rows),
-                   Window(Dim.Q, kw, sw, left, 1, cols)))
+    rows_of, cols_of = _pool_windows(a, rows, cols)
+    read = Access((Ix(output[0]), rows_of, cols_of))
     return Description(output, dict(zip(output, shape, strict=True)), (read,), made(output),
-                       ops_per_element=kh * kw)
+                       ops_per_element=rows_of.kernel * cols_of.kernel)
 
 
 def _global_pool(where: str, a: Attrs, shapes: list[Shape]) -> Counts:
