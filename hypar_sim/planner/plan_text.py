@@ -21,11 +21,16 @@ from hypar_sim.partition.shares import Column
 from hypar_sim.planner.plan import Choices
 
 
+def _lines(text: str) -> list[str]:
+    """The plan's entries: separated by ';' or new lines, '#' comments and blanks dropped."""
+    return [line for raw in text.replace(";", "\n").splitlines()
+            if (line := raw.split("#", 1)[0].strip())]
+
+
 def parse_plan_text(text: str, names: Sequence[str], levels: int,
                     where: str = "--plan") -> Choices:
     """Rows of kinds: levels separated by ';' or new lines, nodes by ',' or spaces."""
-    rows = [line for raw in text.replace(";", "\n").splitlines()
-            if (line := raw.split("#", 1)[0].replace(",", " ").split())]
+    rows = [row for line in _lines(text) if (row := line.replace(",", " ").split())]
     if len(rows) != levels:
         raise InputError(
             f"{where}: has {len(rows)} level(s), expected {levels} (one row of kinds per level)")
@@ -48,12 +53,6 @@ def _is_file(path: Path) -> bool:
         return False
 
 
-def read_plan_argument(value: str, names: Sequence[str], levels: int) -> Choices:
-    """A --plan value as rows of kinds per level (`read_node_plan`, transposed)."""
-    return tuple(zip(*read_node_plan(value, names, levels), strict=True)) if names else \
-        tuple(() for _ in range(levels))
-
-
 def _rows_json(data: dict, names: Sequence[str], where: str) -> str:
     """The rows of kinds of a chain's `plan --json` file ('plan' and 'layers'), as plan
     text (its layers must be the network's nodes)."""
@@ -73,10 +72,7 @@ def parse_node_plan(text: str, names: Sequence[str], levels: int,
     """A graph plan: `name: kinds` entries (or `*: kinds` for every node not named), in the
     order of `names`; every node must be covered, with one kind per level."""
     given: dict[str, Column] = {}
-    for raw in text.replace(";", "\n").splitlines():
-        line = raw.split("#", 1)[0].strip()
-        if not line:
-            continue
+    for line in _lines(text):
         if ":" not in line:
             raise InputError(f"{where}: '{line[:40]}' is not 'node: kinds' (a graph's plan names "
                              "its nodes, e.g. '*: batch batch; fc1: in in')")
@@ -112,8 +108,7 @@ def read_node_plan(value: str, names: Sequence[str], levels: int) -> list[Column
             value = _node_plan_json(value, names, where)
     elif path.suffix in (".json", ".txt", ".plan") and ":" not in value:
         raise InputError(f"{value}: plan file not found")
-    lines = [raw.split("#", 1)[0] for raw in value.replace(";", "\n").splitlines()]
-    if any(":" in line for line in lines):
+    if any(":" in line for line in _lines(value)):
         return parse_node_plan(value, names, levels, where)
     rows = parse_plan_text(value, names, levels, where)
     return [tuple(row[i] for row in rows) for i in range(len(names))]

@@ -36,7 +36,7 @@ from hypar_sim.planner import search as searches
 from hypar_sim.planner.objectives import OBJECTIVES
 from hypar_sim.planner.options import PlanOptions
 from hypar_sim.planner.plan import Plan, evaluate_plan
-from hypar_sim.planner.plan_text import read_plan_argument
+from hypar_sim.planner.plan_text import read_node_plan
 from hypar_sim.planner.traffic import TrafficModel, traffic_model
 from hypar_sim.registry import LazyRegistry
 from hypar_sim.workload.layers import Layer, LayerKind
@@ -227,9 +227,8 @@ def _exhaustive(request: PlanRequest) -> Sequence[Column]:
 
 @register_strategy("explicit", takes_plan=True)
 def _explicit(request: PlanRequest) -> Sequence[Column]:
-    choices = read_plan_argument(request.options.plan_text or "",
-                                 request.network.layer_names, request.hierarchy.levels)
-    columns = list(zip(*choices, strict=True)) if choices else [() for _ in request.network.layers]
+    columns = read_node_plan(request.options.plan_text or "", request.network.layer_names,
+                             request.hierarchy.levels)
     for layer, column in zip(request.network.layers, columns, strict=True):
         if not request.model.offered(layer, request.batch, column, request.hierarchy):
             raise InputError(
