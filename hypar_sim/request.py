@@ -29,10 +29,10 @@ from hypar_sim.partition.hierarchy import MAX_MEMBERS, Hierarchy
 from hypar_sim.partition.kinds import parse_kinds
 from hypar_sim.planner.options import PlanOptions
 from hypar_sim.planner.strategies import as_hierarchy
-from hypar_sim.planner.traffic import CHAIN_TRAFFIC_MODELS, DEFAULT_TRAFFIC_MODEL
+from hypar_sim.planner.traffic import DEFAULT_TRAFFIC_MODEL, TRAFFIC_MODELS
 from hypar_sim.sim.options import SimOptions
 from hypar_sim.workload.graph import Graph
-from hypar_sim.workload.network import Network, chain_of, graph_of, load_workload
+from hypar_sim.workload.network import Network, as_graph, chain_of, load_workload
 
 if TYPE_CHECKING:
     from hypar_sim.planner.graph_plan import GraphPlan
@@ -66,9 +66,7 @@ class RunRequest:
         `seq`; a chain given as a `Network` made a graph, `network.graph_of`)."""
         if isinstance(self.network, str):
             return load_workload(self.network, self.seq)
-        if isinstance(self.network, Network):
-            return graph_of(self.network)
-        return self.network
+        return as_graph(self.network)
 
 
 def check_seq(seq: Any) -> int | None:
@@ -170,7 +168,7 @@ def plan_request(request: RunRequest, workload: Graph | None = None) -> Plan | G
 
     workload = workload if workload is not None else request.workload()
     make = make_graph_plan
-    if request.plan.traffic_model in CHAIN_TRAFFIC_MODELS:
+    if TRAFFIC_MODELS[request.plan.traffic_model].chains_only:
         workload = chain_of(workload, f"--traffic-model {request.plan.traffic_model}")
         make = make_plan
     return make(workload, request.strategy, request.hierarchy, request.batch, request.plan_text,

@@ -21,7 +21,7 @@ from hypar_sim.sim.graph_schedule import build_graph_schedule
 from hypar_sim.sim.options import SimOptions
 from hypar_sim.sim.schedule import Schedule, build_schedule
 from hypar_sim.workload.graph import Graph
-from hypar_sim.workload.network import Network, chain_of, graph_of
+from hypar_sim.workload.network import Network, as_graph, chain_of
 
 __all__ = ["SimOptions", "simulate", "simulate_request"]
 
@@ -45,11 +45,6 @@ def simulate_request(request: RunRequest, workload: Network | Graph | None = Non
     request's network, when the caller has it loaded already)."""
     workload = workload if workload is not None else request.workload()
     return simulate(workload, plan_request(request, workload), request.hardware, request.sim)
-
-
-def as_graph(workload: Network | Graph) -> Graph:
-    """A chain made a graph (`network.graph_of`); a graph as it is."""
-    return graph_of(workload) if isinstance(workload, Network) else workload
 
 
 def _run(schedule: Schedule, hierarchy: Hierarchy, config: HardwareConfig, options: SimOptions,

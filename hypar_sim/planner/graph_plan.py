@@ -32,7 +32,6 @@ from hypar_sim.planner import memory
 from hypar_sim.planner.objectives import ESTIMATE_UNITS, OBJECTIVES
 from hypar_sim.planner.options import PlanOptions
 from hypar_sim.planner.plan_messages import (
-    GRAPH_TRAFFIC_MODELS,
     collective_of,
     fed_nodes,
     graph_layouts,
@@ -47,6 +46,7 @@ from hypar_sim.planner.strategies import (
     check_objective_of,
     graph_strategies,
 )
+from hypar_sim.planner.traffic import TRAFFIC_MODELS
 from hypar_sim.workload.graph import Graph, Node
 
 
@@ -272,9 +272,10 @@ def make_graph_plan(graph: Graph, strategy: str, hierarchy: Hierarchy, batch: in
     the layout models: `--traffic-model paper` plans a chain, `request.plan_request`);
     `config` gives the strategies with a cost model or a memory limit their hardware."""
     options = options or PlanOptions()
-    if options.traffic_model not in GRAPH_TRAFFIC_MODELS:
+    if TRAFFIC_MODELS[options.traffic_model].chains_only:  # checked by PlanOptions
+        takers = [name for name, model in TRAFFIC_MODELS.items() if not model.chains_only]
         raise InputError(f"--traffic-model: {options.traffic_model} reads chains of conv and fc "
-                         f"layers only; graph networks take {', '.join(GRAPH_TRAFFIC_MODELS)}")
+                         f"layers only; graph networks take {', '.join(takers)}")
     kinds = options.kinds
     spec = STRATEGIES.get(strategy)  # None: plan_graph names the allowed ones
     if spec is not None:  # the takers are listed (their modules loaded) only on refusal

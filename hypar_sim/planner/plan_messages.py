@@ -23,6 +23,7 @@ from hypar_sim.partition.hierarchy import Hierarchy
 from hypar_sim.partition.redistribute import Moved
 from hypar_sim.partition.shares import Column
 from hypar_sim.partition.steps import StepMessages, TransferKind
+from hypar_sim.planner.traffic import TRAFFIC_MODELS
 from hypar_sim.workload.graph import Graph
 
 Edge = tuple[int, int, int]  # (producer, consumer, input index)
@@ -111,13 +112,10 @@ def graph_steps(matrices: Mapping[StepKey, Moved], hierarchy: Hierarchy,
             sent(matrices, buckets, collective, hierarchy).items()}
 
 
-#: The traffic models a graph plan takes, and the collective each sends its steps by.
-GRAPH_TRAFFIC_MODELS = {"layout": "ring", "layout_levels": "levels"}
-
-
 def collective_of(traffic_model: str) -> str:
-    """The collective (`partition.collectives`) that sends a graph plan's steps."""
-    return GRAPH_TRAFFIC_MODELS[traffic_model]
+    """The collective (`partition.collectives`) that sends a graph plan's steps under
+    `traffic_model` (one that reads any graph: `planner.traffic`)."""
+    return TRAFFIC_MODELS[traffic_model].collective
 
 
 def gradient_buckets(graph: Graph, order: Sequence[int], word_bytes: int,

@@ -64,6 +64,9 @@ class _Phased:
     `for_phases("forward")`) those of the forward pass alone."""
 
     forward_only = False
+    #: It reads a network as HyPar's chain of conv and fc layers (`network.chain_of`); the
+    #: others read any graph, sending its steps by their `collective`.
+    chains_only = False
 
     def for_phases(self, phases: str):
         """This model for `phases` (one of `PHASES`)."""
@@ -85,6 +88,7 @@ class PaperTraffic(_Phased):
 
     name = "paper"
     summary = "HyPar's reading of its Tables 1 and 2 (batch and in, two-way levels; Fig 8)"
+    chains_only = True
     #: Every kind it can cost (the `optimal` strategy searches them all).
     kinds = tuple(_PAPER_KINDS)
 
@@ -329,8 +333,6 @@ TrafficModel = PaperTraffic | LayoutTraffic
 TRAFFIC_MODELS: dict[str, TrafficModel] = {
     m.name: m for m in (LayoutTraffic(), LevelsLayoutTraffic(), PaperTraffic())}
 DEFAULT_TRAFFIC_MODEL = "layout"
-#: The models that read a network as HyPar's chain of layers (the rest read any graph).
-CHAIN_TRAFFIC_MODELS = ("paper",)
 
 
 def traffic_model(name: str, phases: str = "training") -> TrafficModel:

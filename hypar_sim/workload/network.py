@@ -128,10 +128,12 @@ def load_network(name_or_path: str) -> Network:
     """A network as HyPar's chain of layers, by name or path: a `layers` file, or a graph
     that is such a chain (`chain_of`)."""
     path = resolve_network_path(name_or_path)
-    data = read_yaml(path) if path.suffix != ".onnx" else None
-    if isinstance(data, Mapping) and "layers" in data:
-        return parse_network(data, str(path), default_name=path.stem)
-    return chain_of(load_workload(name_or_path), name_or_path)
+    if path.suffix == ".onnx":
+        return chain_of(load_workload(name_or_path), name_or_path)
+    data = read_yaml(path)
+    if isinstance(data, Mapping) and "nodes" in data:
+        return chain_of(parse_graph(data, str(path), default_name=path.stem), name_or_path)
+    return parse_network(data, str(path), default_name=path.stem)
 
 
 def read_yaml(path: Path) -> Any:
@@ -279,6 +281,11 @@ def graph_of(network: Network) -> Graph:
                        network.name)
 
 
+def as_graph(network: Network | Graph) -> Graph:
+    """A chain made a graph (`graph_of`); a graph as it is."""
+    return graph_of(network) if isinstance(network, Network) else network
+
+
 def chain_of(graph: Graph, why: str) -> Network:
     """The graph as HyPar's chain of conv and fc layers (each layer's pooling folded in), for
     what reads only such chains (`why`, named in the error); InputError naming the first
@@ -290,7 +297,7 @@ def chain_of(graph: Graph, why: str) -> Network:
     (name, shape), *more = graph.inputs.items()
     if more or len(shape) not in (1, 3):
         raise refuse(graph.nodes[0].name, "the graph must have one input, an image or a vector")
-    current = FeatureShape(*shape) if len(shape) == 3 else FeatureShape(shape[0], 1, 1)
+    current = _feature_shape(shape)
     layers, previous = [], name
     readers = graph.consumers()
     for node in graph.nodes:
@@ -302,8 +309,8 @@ def chain_of(graph: Graph, why: str) -> Network:
             raise refuse(node.name, str(exc)) from None
         layers.append(layer)
         current, previous = layer.output, node.name
-    return Network(graph.name, FeatureShape(*shape) if len(shape) == 3 else
-                   FeatureShape(shape[0], 1, 1), tuple(layers), graph.source, graph.description)
+    return Network(graph.name, _feature_shape(shape), tuple(layers), graph.source,
+                   graph.description)
 
 
 def layer_of(node: Node) -> Layer | None:
@@ -315,10 +322,14 @@ def layer_of(node: Node) -> Layer | None:
     if len(shape) not in (1, 3):
         return None
     try:
-        return _layer_of(node, FeatureShape(*shape) if len(shape) == 3 else
-                         FeatureShape(shape[0], 1, 1))
+        return _layer_of(node, _feature_shape(shape))
     except ValueError:
         return None
+
+
+def _feature_shape(shape: tuple[int, ...]) -> FeatureShape:
+    """A chain's view of an image (channels, rows, columns) or a vector (features x 1 x 1)."""
+    return FeatureShape(*shape) if len(shape) == 3 else FeatureShape(shape[0], 1, 1)
 
 
 def _layer_of(node: Node, shape: FeatureShape) -> Layer:
