@@ -26,7 +26,6 @@ from collections.abc import Sequence
 from typing import Any
 
 from hypar_sim.hardware.config import HardwareConfig, load_hardware
-from hypar_sim.planner.graph_plan import GraphPlan
 from hypar_sim.planner.plan import Plan
 from hypar_sim.planner.traffic import DEFAULT_TRAFFIC_MODEL
 from hypar_sim.request import RunRequest, make_request, plan_request
@@ -64,7 +63,7 @@ def request(network: str | Network | Graph, strategy: str = "hypar", topology: s
 
 def plan(network: str | Network | Graph, strategy: str = "hypar",
          accelerators: int | None = None, batch: int | None = None, **kwargs: Any
-         ) -> Plan | GraphPlan:
+         ) -> Plan:
     """The plan of `strategy` and its traffic (bytes per level and layer or node), the same
     keyword arguments as `simulate` (`kinds` None: batch and in, or the strategy's paper's
     own; `objective` bytes, time or energy, estimated on `topology`; `phases` "forward": an

@@ -13,9 +13,7 @@ from hypar_sim.atomic import atomic_write_text, check_writable
 from hypar_sim.comparison import cmd_compare
 from hypar_sim.errors import InputError, Unfinished, closest
 from hypar_sim.report import (
-    bound_summary,
     bound_total,
-    graph_plan_summary,
     graphs_table,
     hardware_table,
     hardware_yaml,
@@ -303,37 +301,15 @@ def graph_dict(graph: Graph) -> dict:
 
 
 def cmd_plan(args: argparse.Namespace) -> str:
-    from hypar_sim.planner.graph_plan import GraphPlan
+    from hypar_sim.planner.bound import node_bounds
     from hypar_sim.request import plan_request
 
     request = request_from_args(args)
-    workload, config = request.workload(), request.hardware
+    graph = request.workload()
     if args.bound and request.plan.phases != "training":
         raise InputError("--bound: the lower bound counts a training step's transfers; it is "
                          "not defined for --phases forward yet")
-    plan = plan_request(request, workload)
-    if isinstance(plan, GraphPlan):  # else HyPar's reading of a chain (--traffic-model paper)
-        return _graph_plan_text(args, request, plan, workload)
-    bounds = None  # HyPar's reading of the graph's chain of layers (--traffic-model paper)
-    if args.bound:
-        from hypar_sim.planner.bound import node_bounds
-
-        bounds = node_bounds(workload, plan.batch, plan.hierarchy, request.plan.kinds,
-                             plan.word_bytes)
-    if args.json:
-        data = plan.to_dict()
-        if bounds is not None:
-            data |= {"bound_bytes": sum(bounds), "bound_bytes_per_layer": bounds}
-        return json.dumps(data, indent=2)
-    return plan_summary(plan, config.clock_hz) + (bound_summary(plan, bounds) if bounds is not None
-                                                  else "")
-
-
-def _graph_plan_text(args: argparse.Namespace, request: RunRequest, plan: Any,
-                     graph: Graph) -> str:
-    """`plan`'s output for a graph network (its bound per node)."""
-    from hypar_sim.planner.bound import node_bounds
-
+    plan = plan_request(request, graph)
     bounds = (node_bounds(graph, plan.batch, plan.hierarchy, request.plan.kinds,
                           plan.word_bytes) if args.bound else None)
     if args.json:
@@ -341,7 +317,7 @@ def _graph_plan_text(args: argparse.Namespace, request: RunRequest, plan: Any,
         if bounds is not None:
             data |= {"bound_bytes": sum(bounds), "bound_bytes_per_node": bounds}
         return json.dumps(data, indent=2)
-    return graph_plan_summary(plan, graph, request.hardware.clock_hz) + (
+    return plan_summary(plan, graph, request.hardware.clock_hz) + (
         bound_total(plan.traffic_bytes, sum(bounds)) if bounds is not None else "")
 
 

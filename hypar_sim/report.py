@@ -6,7 +6,6 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # annotations only: `networks` prints tables without loading the planner
-    from hypar_sim.planner.graph_plan import GraphPlan
     from hypar_sim.planner.plan import Plan
     from hypar_sim.workload.graph import Graph, Node
     from hypar_sim.workload.network import Network
@@ -172,29 +171,14 @@ def _kind_counts(plan: Sequence[Sequence[str]]) -> str:
     return ", ".join(f"{kind} {count}" for kind, count in counts.items())
 
 
-def plan_grid(plan: Plan) -> str:
-    """Levels as rows (H1 at the top, with its size), layers as columns, kinds in the cells."""
-    names = list(plan.layer_names)
-    legend = ""
-    if sum(max(len(n), 2) + 2 for n in names) + 24 > MAX_GRID_WIDTH:
-        legend = "\nlayers: " + "  ".join(f"{i + 1}={n}" for i, n in enumerate(names))
-        names = [str(i + 1) for i in range(len(names))]
-    rows = []
-    for level, (choices, gb) in enumerate(
-        zip(plan.choices, plan.traffic_bytes_per_level, strict=True)
-    ):
-        rows.append([f"H{level + 1} ({plan.hierarchy.sizes[level]})", *choices, f"{gb / GB:.4g}"])
-    grid = table(["level (size)", *names, "GB"], rows, "l" + "c" * len(names) + "r")
-    return grid + legend
-
-
-def graph_plan_summary(plan: GraphPlan, graph: Graph, clock_hz: float | None = None) -> str:
-    """A graph's plan: every node's kinds (top level first) and the bytes into it; for a
+def plan_summary(plan: Plan, graph: Graph, clock_hz: float | None = None) -> str:
+    """A plan: every node's kinds (top level first) and the bytes into it; for a
     time or energy objective, the planner's estimate (`planner.timed_costs`)."""
     search = f", {plan.search} search" if plan.search else ""
     head = (f"{plan.network}: strategy {plan.strategy}{search}, hierarchy {plan.hierarchy} "
             f"({plural(plan.accelerators, 'accelerator')}), batch "
-            f"{plan.batch}, traffic model layout\n\n")
+            f"{plan.batch}, traffic model {plan.traffic_model}"
+            f"{', inference (forward pass only)' if plan.phases == 'forward' else ''}\n\n")
     rows = [(node.name, op_label(node), " ".join(column) or "-", f"{moved / 1e6:.4g}")
             for node, column, moved in zip(graph.nodes, plan.columns, plan.node_bytes,
                                            strict=True)]
@@ -209,7 +193,7 @@ def graph_plan_summary(plan: GraphPlan, graph: Graph, clock_hz: float | None = N
             + " GiB)" + _estimated(plan, clock_hz))
 
 
-def _estimated(plan: Plan | GraphPlan, clock_hz: float | None) -> str:
+def _estimated(plan: Plan, clock_hz: float | None) -> str:
     """The line of the planner's estimate of a time or energy objective ('' for bytes)."""
     if plan.objective == "time":
         ms = f" = {plan.estimate / clock_hz * 1e3:.4g} ms" if clock_hz else ""
@@ -219,19 +203,6 @@ def _estimated(plan: Plan | GraphPlan, clock_hz: float | None) -> str:
     return ""
 
 
-def bound_summary(plan: Plan, bounds: Sequence[float]) -> str:
-    """The lower bound beside a plan: per layer and in total, and the plan's ratio to it."""
-    per_layer = [sum(level[i].total_bytes for level in plan.traffic)
-                 for i in range(len(plan.layer_names))]
-    rows = [(name, f"{moved / 1e6:.4g}", f"{bound / 1e6:.4g}",
-             f"{moved / bound:.2f}" if bound else "-")
-            for name, moved, bound in zip(plan.layer_names, per_layer, bounds, strict=True)]
-    return ("\n\nlower bound (planner.bound: every weight's replicas and every partial output's "
-            "holders receive one element each):\n"
-            + table(("layer", "plan MB", "bound MB", "ratio"), rows)
-            + bound_total(plan.traffic_bytes, sum(bounds)))
-
-
 def bound_total(moved: float, bound: float) -> str:
     """The bound in total and the plan's ratio to it."""
     ratio = f"the plan moves {moved / bound:.2f}x the bound" if bound else \
@@ -239,15 +210,3 @@ def bound_total(moved: float, bound: float) -> str:
     return f"\n\nlower bound {bound / GB:.4g} GB (planner.bound); {ratio}"
 
 
-def plan_summary(plan: Plan, clock_hz: float | None = None) -> str:
-    """The plan's grid of kinds and its traffic; for a time or energy objective, the
-    planner's estimate (`planner.estimate`; `run` gives the simulated figure)."""
-    search = f", {plan.search} search" if plan.search else ""
-    head = (f"{plan.network}: strategy {plan.strategy}{search}, hierarchy {plan.hierarchy} "
-            f"({plural(plan.accelerators, 'accelerator')}), batch "
-            f"{plan.batch}, traffic model {plan.traffic_model}"
-            f"{', inference (forward pass only)' if plan.phases == 'forward' else ''}\n\n")
-    step = "inference (forward pass)" if plan.phases == "forward" else "training step"
-    total = f"\n\ntotal traffic per {step}: {plan.traffic_bytes / GB:.4g} GB" \
-        + _estimated(plan, clock_hz)
-    return head + (plan_grid(plan) if plan.levels else "(one accelerator: nothing to split)") + total

@@ -25,17 +25,15 @@ from typing import TYPE_CHECKING, Any
 
 from hypar_sim.errors import InputError
 from hypar_sim.hardware.config import HardwareConfig, load_config, run_keys
-from hypar_sim.partition.hierarchy import MAX_MEMBERS, Hierarchy
+from hypar_sim.partition.hierarchy import MAX_MEMBERS, Hierarchy, as_hierarchy
 from hypar_sim.partition.kinds import parse_kinds
 from hypar_sim.planner.options import PlanOptions
-from hypar_sim.planner.strategies import as_hierarchy
-from hypar_sim.planner.traffic import DEFAULT_TRAFFIC_MODEL, TRAFFIC_MODELS
+from hypar_sim.planner.traffic import DEFAULT_TRAFFIC_MODEL
 from hypar_sim.sim.options import SimOptions
 from hypar_sim.workload.graph import Graph
-from hypar_sim.workload.network import Network, as_graph, chain_of, load_workload
+from hypar_sim.workload.network import Network, as_graph, load_workload
 
 if TYPE_CHECKING:
-    from hypar_sim.planner.graph_plan import GraphPlan
     from hypar_sim.planner.plan import Plan
 
 Overrides = tuple[tuple[str, Any], ...]
@@ -158,18 +156,12 @@ def with_strategy(request: RunRequest, strategy: str, objective: str | None = No
     return dataclasses.replace(request, strategy=strategy, plan_text=None, plan=plan)
 
 
-def plan_request(request: RunRequest, workload: Graph | None = None) -> Plan | GraphPlan:
+def plan_request(request: RunRequest, workload: Graph | None = None) -> Plan:
     """The plan of the request's strategy for its network and array, within a cube's memory
-    (`workload`: the request's, when the caller has it loaded already): a graph plan, or
-    under `--traffic-model paper` (HyPar's reading of a chain) a plan of the graph's chain
-    of layers (`network.chain_of`; a graph that is no such chain is refused)."""
-    from hypar_sim.planner.graph_plan import make_graph_plan
-    from hypar_sim.planner.strategies import make_plan
+    (`workload`: the request's, when the caller has it loaded already)."""
+    from hypar_sim.planner.plan import make_plan
 
     workload = workload if workload is not None else request.workload()
-    make = make_graph_plan
-    if TRAFFIC_MODELS[request.plan.traffic_model].chains_only:
-        workload = chain_of(workload, f"--traffic-model {request.plan.traffic_model}")
-        make = make_plan
-    return make(workload, request.strategy, request.hierarchy, request.batch, request.plan_text,
-                request.hardware.word_bytes, request.plan, request.hardware)
+    return make_plan(workload, request.strategy, request.hierarchy, request.batch,
+                           request.plan_text, request.hardware.word_bytes, request.plan,
+                           request.hardware)

@@ -11,32 +11,25 @@ from hypar_sim.errors import InputError
 from hypar_sim.hardware.config import HardwareConfig
 from hypar_sim.hardware.topology import make_topology
 from hypar_sim.partition.hierarchy import Hierarchy
-from hypar_sim.planner.graph_plan import GraphPlan
 from hypar_sim.planner.plan import Plan
 from hypar_sim.request import RunRequest, plan_request
 from hypar_sim.results import SimResult
 from hypar_sim.sim.analytic import simulate_analytic
 from hypar_sim.sim.engine import simulate_des
-from hypar_sim.sim.graph_schedule import build_graph_schedule
 from hypar_sim.sim.options import SimOptions
 from hypar_sim.sim.schedule import Schedule, build_schedule
 from hypar_sim.workload.graph import Graph
-from hypar_sim.workload.network import Network, as_graph, chain_of
+from hypar_sim.workload.network import Network, as_graph
 
 __all__ = ["SimOptions", "simulate", "simulate_request"]
 
 
-def simulate(workload: Network | Graph, plan: Plan | GraphPlan, config: HardwareConfig,
+def simulate(workload: Network | Graph, plan: Plan, config: HardwareConfig,
              options: SimOptions = SimOptions()) -> SimResult:  # noqa: B008 - frozen, immutable
     """Simulate one training step of `workload` split by `plan` (its array and batch) on the
     hardware of `config`."""
-    if isinstance(plan, GraphPlan):
-        schedule = build_graph_schedule(as_graph(workload), plan, config,
-                                        options.overlap_gradients, options.bucket_mb * 2**20)
-    else:  # HyPar's reading of a chain (`--traffic-model paper`)
-        chain = workload if isinstance(workload, Network) else \
-            chain_of(workload, f"--traffic-model {plan.traffic_model}")
-        schedule = build_schedule(chain, plan, config, options.overlap_gradients)
+    schedule = build_schedule(as_graph(workload), plan, config, options.overlap_gradients,
+                                    options.bucket_mb * 2**20)
     return _run(schedule, plan.hierarchy, config, options, plan.search)
 
 

@@ -29,8 +29,8 @@ from hypar_sim.hardware.rs_mapper import map_conv
 from hypar_sim.paper import PAPER_NETWORKS
 from hypar_sim.partition.hierarchy import Hierarchy
 from hypar_sim.partition.steps import Phase
-from hypar_sim.planner.graph_plan import make_graph_plan
-from hypar_sim.planner.strategies import PlanOptions, make_plan
+from hypar_sim.planner.options import PlanOptions
+from hypar_sim.planner.plan import make_plan
 from hypar_sim.runner import SimOptions, simulate
 from hypar_sim.sim.schedule import member_shares
 from hypar_sim.workload.network import load_network, load_workload
@@ -142,7 +142,7 @@ def bench_graphs() -> None:
         graph = load_workload(name)
         config = load_hardware()
         start = time.perf_counter()
-        plan = make_graph_plan(graph, "hypar", Hierarchy.for_count(accelerators), batch)
+        plan = make_plan(graph, "hypar", Hierarchy.for_count(accelerators), batch)
         planned = time.perf_counter()
         result = simulate(graph, plan, config)
         simulated = time.perf_counter()

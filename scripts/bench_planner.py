@@ -21,7 +21,8 @@ from hypar_sim.partition import layout, shares
 from hypar_sim.partition.hierarchy import Hierarchy
 from hypar_sim.planner import search as searches
 from hypar_sim.planner import traffic
-from hypar_sim.planner.strategies import PlanOptions, make_plan
+from hypar_sim.planner.options import PlanOptions
+from hypar_sim.planner.plan import make_plan
 from hypar_sim.workload.layers import FeatureShape, make_conv, make_fc
 from hypar_sim.workload.network import Network, load_network
 

@@ -17,7 +17,8 @@ import time
 
 from hypar_sim.hardware.config import load_hardware
 from hypar_sim.paper import PAPER_NETWORKS
-from hypar_sim.planner.strategies import PlanOptions, make_plan
+from hypar_sim.planner.options import PlanOptions
+from hypar_sim.planner.plan import make_plan
 from hypar_sim.runner import SimOptions, simulate
 from hypar_sim.workload.network import load_network
 

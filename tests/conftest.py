@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from hypar_sim.planner.strategies import PlanOptions
+from hypar_sim.planner.options import PlanOptions
 from hypar_sim.workload.layers import FeatureShape, Layer, Pool, make_conv, make_fc
 
 REPO = Path(__file__).resolve().parents[1]

@@ -16,8 +16,9 @@ from hypar_sim.partition.graph_axes import sites as graph_sites
 from hypar_sim.partition.hierarchy import Hierarchy
 from hypar_sim.planner import accpar
 from hypar_sim.planner.accpar import TYPES, Hardware, Shares, node_shares, plan_cost, plan_levels
-from hypar_sim.planner.graph_plan import GraphRequest, make_graph_plan
-from hypar_sim.planner.strategies import STRATEGIES, PlanOptions, make_plan
+from hypar_sim.planner.options import PlanOptions
+from hypar_sim.planner.plan import PlanRequest, make_plan
+from hypar_sim.planner.strategies import STRATEGIES
 from hypar_sim.workload.graph import parse_graph
 from hypar_sim.workload.layers import FeatureShape, Layer, Pool, make_conv, make_fc
 from hypar_sim.workload.network import Network, graph_of, load_network
@@ -69,13 +70,13 @@ def test_registered_with_its_own_cost_only():
     """The graph planner under the plain name, its paper's three types by default, bytes only
     (its own cost), and not under HyPar's reading of a chain (`--traffic-model paper`)."""
     spec = STRATEGIES["accpar"]
-    assert spec.graph is accpar.accpar_columns and spec.columns is None
+    assert spec.columns is accpar.accpar_columns
     assert spec.searches and spec.objectives == ("bytes",) and spec.own_cost == "its time"
     assert spec.default_kinds == ALL
     assert dict(TYPES) == {"batch": "Type-I", "in": "Type-II", "out": "Type-III"}
     lenet = load_network("lenet_c")
     with pytest.raises(InputError, match="strategy 'accpar' takes bytes"):
-        make_graph_plan(graph_of(lenet), "accpar", Hierarchy((2,)), 64,
+        make_plan(graph_of(lenet), "accpar", Hierarchy((2,)), 64,
                         options=PlanOptions(objective="time"))
     with pytest.raises(InputError, match="strategy accpar plans by its own paper's cost"):
         make_plan(lenet, "accpar", 1, 64, options=PlanOptions(traffic_model="paper"))
@@ -92,7 +93,7 @@ def test_hardware_numbers_from_the_config():
 def test_request_hardware_defaults_to_this_array():
     """A request without a config: the default config at its word size."""
     graph = graph_of(load_network("lenet_c"))
-    request = GraphRequest(graph, graph_sites(graph), 64, Hierarchy((2, 2)), ALL, "greedy",
+    request = PlanRequest(graph, graph_sites(graph), 64, Hierarchy((2, 2)), ALL, "greedy",
                            graph_layout.Costs(64, 4), [], 4)
     assert accpar.request_hardware(request) == DEFAULT
 
@@ -274,8 +275,8 @@ def test_compute_changes_the_plan_against_hypar():
     conv = make_conv("conv", FeatureShape(10, 24, 24), 2, 5, padding=2, pool=Pool(4, 4))
     graph, hierarchy = _graph(conv, make_fc("fc", conv.output, 4)), Hierarchy((2,))
     options = PlanOptions(kinds=("batch", "in"))
-    hypar = make_graph_plan(graph, "hypar", hierarchy, 7, options=options)
-    ours = make_graph_plan(graph, "accpar", hierarchy, 7, options=options)
+    hypar = make_plan(graph, "hypar", hierarchy, 7, options=options)
+    ours = make_plan(graph, "accpar", hierarchy, 7, options=options)
     assert hypar.columns == (("batch",), ("in",)) and ours.columns == (("in",), ("in",))
     assert hypar.traffic_bytes < ours.traffic_bytes
     theirs = plan_cost(graph, 7, hypar.columns, hierarchy, DEFAULT)
@@ -319,8 +320,8 @@ def test_differs_from_hypar_where_a_partial_output_has_three_readers():
           for i in (1, 2, 3)),
         {"name": "s", "type": "add", "inputs": ["b1", "b2", "b3"]}]}, "three")
     hierarchy = Hierarchy((2,))
-    hypar = make_graph_plan(graph, "hypar", hierarchy, 4, options=PlanOptions(kinds=ALL))
-    mine = make_graph_plan(graph, "accpar", hierarchy, 4, options=PlanOptions(kinds=ALL))
+    hypar = make_plan(graph, "hypar", hierarchy, 4, options=PlanOptions(kinds=ALL))
+    mine = make_plan(graph, "accpar", hierarchy, 4, options=PlanOptions(kinds=ALL))
     assert hypar.columns[:4] == (("out",),) * 4
     assert mine.columns[:4] == (("in",),) + (("out",),) * 3
     per_element = 4 / DEFAULT.link_bytes_per_s
@@ -335,20 +336,20 @@ def test_differs_from_hypar_where_a_partial_output_has_three_readers():
 
 def test_kinds_and_offered_are_honoured():
     graph, lenet = _branches(), graph_of(load_network("lenet_c"))
-    only = make_graph_plan(graph, "accpar", Hierarchy((2,)), 8, options=PlanOptions(
+    only = make_plan(graph, "accpar", Hierarchy((2,)), 8, options=PlanOptions(
         kinds=("batch", "spatial")))
     assert set(only.columns) == {("batch",)}
-    default = make_graph_plan(lenet, "accpar", Hierarchy((2,)), 64)  # AccPar's own three
-    assert default.columns == make_graph_plan(lenet, "accpar", Hierarchy((2,)), 64,
+    default = make_plan(lenet, "accpar", Hierarchy((2,)), 64)  # AccPar's own three
+    assert default.columns == make_plan(lenet, "accpar", Hierarchy((2,)), 64,
                                               options=PlanOptions(kinds=ALL)).columns
     with pytest.raises(InputError, match="--kinds: accpar searches batch, in and out"):
-        make_graph_plan(graph, "accpar", Hierarchy((2,)), 8,
+        make_plan(graph, "accpar", Hierarchy((2,)), 8,
                         options=PlanOptions(kinds=("spatial",)))
     with pytest.raises(InputError, match="accpar cannot split node a"):
-        make_graph_plan(graph, "accpar", Hierarchy((2,)), 1, options=PlanOptions(
+        make_plan(graph, "accpar", Hierarchy((2,)), 1, options=PlanOptions(
             kinds=("batch",)))
     with pytest.raises(InputError, match=r"accpar cannot split node conv1 \(conv\)"):
-        make_graph_plan(lenet, "accpar", Hierarchy((2,)), 64, options=PlanOptions(
+        make_plan(lenet, "accpar", Hierarchy((2,)), 64, options=PlanOptions(
             kinds=("in",)))
     with pytest.raises(InputError, match="accpar cannot cost kind"):
         plan_cost(graph, 8, [("spatial",)] * 5, Hierarchy((2,)), DEFAULT)

@@ -6,7 +6,6 @@ import pytest
 
 import hypar_sim
 from hypar_sim.errors import InputError
-from hypar_sim.planner.graph_plan import GraphPlan
 from hypar_sim.planner.plan import Plan
 
 
@@ -23,8 +22,8 @@ def test_simulate_is_the_command_lines_run_and_takes_config_keys():
 
 def test_plan_and_compare_take_chains_and_graphs():
     assert isinstance(hypar_sim.plan("vgg_a", traffic_model="paper"), Plan)  # HyPar's reading
-    assert isinstance(hypar_sim.plan("vgg_a"), GraphPlan)
-    assert isinstance(hypar_sim.plan("resnet18", accelerators=4, batch=16), GraphPlan)
+    assert isinstance(hypar_sim.plan("vgg_a"), Plan)
+    assert isinstance(hypar_sim.plan("resnet18", accelerators=4, batch=16), Plan)
     runs = hypar_sim.compare("lenet_c", accelerators=4, batch=64, engine="analytic")
     assert [r.strategy for r in runs] == ["data", "model", "trick", "hypar"]
     graphs = hypar_sim.compare("resnet18", accelerators=4, batch=16, engine="analytic")

@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 from hypar_sim.errors import InputError
 from hypar_sim.partition.hierarchy import Hierarchy
 from hypar_sim.planner.bound import node_bounds
-from hypar_sim.planner.graph_plan import make_graph_plan
-from hypar_sim.planner.strategies import PlanOptions, make_plan
+from hypar_sim.planner.options import PlanOptions
+from hypar_sim.planner.plan import make_plan
 from hypar_sim.workload.layers import FeatureShape, make_conv
 from hypar_sim.workload.network import Network, graph_of
 from tests.conftest import run_cli
@@ -88,7 +88,7 @@ def test_cli_prints_the_bound_and_the_ratio(tmp_path):
 @pytest.mark.parametrize("kinds", [("batch", "in"), ("batch", "in", "out", "heads", "groups")])
 def test_graph_plans_are_never_below_the_bound(name, kinds):
     from hypar_sim.planner.bound import node_bounds
-    from hypar_sim.planner.graph_plan import plan_graph
+    from hypar_sim.planner.plan import plan_graph
     from tests import test_graph_plan as graphs
 
     graph = {"residual": graphs.residual, "inception": graphs.inception,
@@ -105,7 +105,7 @@ def test_graph_plans_are_never_below_the_bound(name, kinds):
 
 def test_graph_bound_is_tight_on_the_token_mlp():
     from hypar_sim.planner.bound import node_bounds
-    from hypar_sim.planner.graph_plan import plan_graph
+    from hypar_sim.planner.plan import plan_graph
     from tests.test_graph_plan import mlp_graph
 
     graph, hierarchy = mlp_graph(), Hierarchy.binary(1)
@@ -130,7 +130,7 @@ def test_no_strategy_moves_less_than_the_bound(net, hierarchy, batch, kinds, str
     graph = graph_of(net)
     bound = sum(node_bounds(graph, batch, hierarchy, kinds, 4))
     try:
-        plan = make_graph_plan(graph, strategy, hierarchy, batch,
+        plan = make_plan(graph, strategy, hierarchy, batch,
                                options=PlanOptions(kinds, "greedy", "layout"))
     except InputError:
         return  # no kind of these splits some layer, or the strategy takes none of them

@@ -26,8 +26,8 @@ def test_networks_one(cli):
 def test_plan_table(cli):
     result = cli("plan", "vgg_a", "--traffic-model", "paper")
     assert result.returncode == 0
-    assert "H4" in result.stdout and "1.469 GB" in result.stdout
-    assert "traffic model paper" in result.stdout
+    assert "level 4: 0.7437 GB" in result.stdout and "1.469 GB" in result.stdout
+    assert "traffic model paper" in result.stdout and "batch batch batch in" in result.stdout
     default = cli("plan", "vgg_a")  # a graph plan: a column of kinds per node
     assert default.returncode == 0 and "traffic model layout" in default.stdout
     assert "conv1" in default.stdout and "level 4:" in default.stdout
@@ -149,7 +149,8 @@ def test_plan_json_is_accepted_back_by_plan_file(tmp_path):
 def test_exhaustive_search_says_how_many_plans_it_will_visit(capsys):
     """With progress on (the command line turns it on when stderr is a terminal), the
     exhaustive search's bar starts at 0 of every plan it will try."""
-    from hypar_sim.planner.strategies import PlanOptions, make_plan
+    from hypar_sim.planner.options import PlanOptions
+    from hypar_sim.planner.plan import make_plan
     from hypar_sim.workload.network import load_network
 
     make_plan(load_network("lenet_c"), "exhaustive", 2, 64,

@@ -16,8 +16,8 @@ from hypar_sim.hardware.transfer import rounds_cycles
 from hypar_sim.partition.collectives import COLLECTIVES, levels
 from hypar_sim.partition.hierarchy import Hierarchy
 from hypar_sim.partition.redistribute import Moved, member_products
-from hypar_sim.planner.graph_plan import make_graph_plan
-from hypar_sim.planner.strategies import PlanOptions, make_plan
+from hypar_sim.planner.options import PlanOptions
+from hypar_sim.planner.plan import make_plan
 from hypar_sim.runner import SimOptions, simulate
 from hypar_sim.workload.graph import parse_graph
 from hypar_sim.workload.network import load_network
@@ -115,7 +115,7 @@ def test_levels_model_keeps_the_plans_and_bytes_and_the_engines_agree(sizes, str
     if as_graph:
         net = parse_graph(nodes_of(net), "cifar_c")
     config = load_hardware()
-    plan = make_graph_plan if as_graph else make_plan
+    plan = make_plan if as_graph else make_plan
     plans = {model: plan(net, strategy, hierarchy, 96, options=PlanOptions(traffic_model=model))
              for model in ("layout", "layout_levels")}
     assert plans["layout"].columns == plans["layout_levels"].columns

@@ -250,13 +250,16 @@ def test_sfc_compute_dram_is_near_one_pass():
     with the buffer's blocking by energy (fc2's filters read once). The issue's 1.2x is
     not reached: fc2's and fc3's error backward (8,192 channels of errors a sample reduced
     to 512) still move 2.3x their tensors, their gradients 1.4x."""
-    from hypar_sim.planner.strategies import make_plan
-    from hypar_sim.sim.schedule import member_shares
+    from hypar_sim.planner.plan import make_plan
+    from hypar_sim.planner.traffic import traffic_model
 
     network = load_network("sfc")
-    plan = make_plan(network, "hypar", Hierarchy.for_count(16), 256, config=CONFIG, options=PAPER)
+    hierarchy = Hierarchy.for_count(16)
+    plan = make_plan(network, "hypar", hierarchy, 256, config=CONFIG, options=PAPER)
     moved = once = 0
-    for shares in member_shares(network, plan):
+    model = traffic_model("paper")
+    for layer, column in zip(network.layers, plan.columns, strict=True):
+        shares = model.member_shares(layer, 256, column, hierarchy)
         for phase in CONV_PHASES:
             work = phase_work(forward_piece(shares[0]), phase)
             moved += phase_cost(shares[0], phase, CONFIG).dram_bytes / CONFIG.word_bytes

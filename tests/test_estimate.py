@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import subprocess
 import sys
@@ -13,14 +14,18 @@ from hypar_sim import api
 from hypar_sim.errors import InputError
 from hypar_sim.hardware.config import load_hardware
 from hypar_sim.hardware.topology import make_topology
+from hypar_sim.partition.graph_axes import sites as graph_sites
 from hypar_sim.partition.hierarchy import Hierarchy
 from hypar_sim.partition.kinds import BATCH, IN
-from hypar_sim.planner import search
+from hypar_sim.planner import own_strategies, search
+from hypar_sim.planner.chain_costs import ChainCosts
 from hypar_sim.planner.estimate import Estimator
-from hypar_sim.planner.strategies import PlanOptions, make_plan
+from hypar_sim.planner.options import PlanOptions
+from hypar_sim.planner.plan import make_plan
+from hypar_sim.planner.strategies import offered_columns
 from hypar_sim.planner.traffic import traffic_model
 from hypar_sim.runner import SimOptions, simulate
-from hypar_sim.workload.network import load_network
+from hypar_sim.workload.network import as_graph, load_network
 
 
 def _setup(name: str, accelerators: int, objective: str = "time", topology: str = "htree",
@@ -45,7 +50,8 @@ def test_estimate_matches_the_analytic_engine_on_uniform_plans(strategy, model, 
     network, config, hierarchy, estimator = _setup("cifar_c", 16, objective, model=model)
     plan = make_plan(network, strategy, hierarchy, 64, options=PlanOptions(traffic_model=model))
     estimate = estimator.total(network.layers, 64, plan.columns, hierarchy, 4)
-    result = simulate(network, plan, config, SimOptions(engine="analytic"))
+    # the estimate sends each layer's gradients alone (no 25 MiB buckets)
+    result = simulate(network, plan, config, SimOptions(engine="analytic", bucket_mb=0))
     measured = result.latency_cycles if objective == "time" else result.energy_pj
     assert estimate == pytest.approx(measured, rel=0.01)
 
@@ -60,19 +66,27 @@ def test_level_pattern_of_a_binary_htree():
 
 @pytest.mark.parametrize("objective", ["time", "energy"])
 def test_joint_dp_under_the_estimate_is_exact_for_each_weight(objective):
-    """For every weight w the joint DP's plan has the least DP cost of all plans of a
+    """For every weight w the exact search's plan has the least cost of all plans of a
     3-layer chain on 4 accelerators (brute force over the estimator's own and boundary
-    costs)."""
+    costs, as the planner's tables: `chain_costs.ChainCosts`)."""
     network, _, hierarchy, estimator = _setup("lenet_c", 4, objective)
     layers = network.layers[:3]
+    graph = as_graph(dataclasses.replace(network, layers=layers))
+    costs = ChainCosts(graph, estimator, traffic_model("layout"), 64, 4)
+    sites = graph_sites(graph)
+    options = offered_columns(sites, 64, hierarchy, ("batch", "in", "out"), costs)
     for weight in (0.0, 0.5, 1.0):
         estimator.weight = weight
-        kinds = ("batch", "in", "out")
-        columns = search.joint(estimator, layers, 64, hierarchy, kinds, 4)
-        cost, brute = search.brute_force(estimator, layers, 64, hierarchy, kinds, 4)
+        factors = own_strategies._factors(graph, sites, options, hierarchy, costs)
+        domains = [len(o) for o in options]
+        cost, exact = search.minimise(domains, factors, range(len(sites)))
+        _, brute = search.every_assignment(domains, factors)
+        columns = [opts[i] for opts, i in zip(options, exact, strict=True)]
         dp_cost = _dp_cost(estimator, layers, hierarchy, columns)
         assert dp_cost == pytest.approx(cost, rel=1e-12)
-        assert _dp_cost(estimator, layers, hierarchy, brute) == pytest.approx(cost, rel=1e-12)
+        brute_columns = [opts[i] for opts, i in zip(options, brute, strict=True)]
+        assert _dp_cost(estimator, layers, hierarchy, brute_columns) == \
+            pytest.approx(cost, rel=1e-12)
 
 
 def _dp_cost(estimator, layers, hierarchy, columns) -> float:
@@ -115,7 +129,7 @@ def test_time_objective_changes_the_plan_where_bytes_mislead():
                         options=PlanOptions(search="joint", objective="time"), config=config)
     assert by_time.objective == "time" and by_bytes.objective == "bytes"
     assert by_time.traffic_bytes > by_bytes.traffic_bytes
-    analytic = SimOptions(engine="analytic")
+    analytic = SimOptions(engine="analytic", bucket_mb=0)  # as the estimate sends gradients
     faster = simulate(network, by_time, config, analytic).latency_cycles
     assert faster < 0.95 * simulate(network, by_bytes, config, analytic).latency_cycles
     assert by_time.estimate == pytest.approx(faster, rel=0.05)

@@ -14,7 +14,8 @@ from hypar_sim.experiments.common import geomean
 from hypar_sim.experiments.reproduce import load_figure, reproduce
 from hypar_sim.hardware.config import load_hardware
 from hypar_sim.partition.hierarchy import Hierarchy
-from hypar_sim.planner.strategies import PlanOptions, make_plan
+from hypar_sim.planner.options import PlanOptions
+from hypar_sim.planner.plan import make_plan
 from hypar_sim.runner import SimOptions, simulate
 from hypar_sim.workload.network import load_network
 from tests.conftest import PAPER, REPO

@@ -14,11 +14,11 @@ from hypar_sim.errors import InputError
 from hypar_sim.hardware.config import load_hardware
 from hypar_sim.partition.hierarchy import Hierarchy
 from hypar_sim.partition.steps import Phase
-from hypar_sim.planner.graph_plan import evaluate_graph_plan, make_graph_plan
+from hypar_sim.planner.options import PlanOptions
+from hypar_sim.planner.plan import evaluate_plan, make_plan
 from hypar_sim.planner.plan_text import parse_node_plan
-from hypar_sim.planner.strategies import PlanOptions
 from hypar_sim.runner import SimOptions, simulate
-from hypar_sim.sim.graph_schedule import build_graph_schedule
+from hypar_sim.sim.schedule import build_schedule
 from hypar_sim.workload.dims import Dim
 from hypar_sim.workload.graph import parse_graph
 from hypar_sim.workload.network import load_workload
@@ -69,7 +69,7 @@ def test_plan_json_reads_back_as_an_explicit_plan(cli, tmp_path):
 
 def test_trick_splits_fc_nodes_by_input_and_the_rest_by_batch():
     graph = load_workload("resnet18")
-    plan = make_graph_plan(graph, "trick", Hierarchy.binary(2), 16)
+    plan = make_plan(graph, "trick", Hierarchy.binary(2), 16)
     for node, column in zip(graph.nodes, plan.columns, strict=True):
         assert set(column) == ({"in"} if node.op == "fc" else {"batch"}), node.name
 
@@ -82,11 +82,11 @@ def test_an_inference_moves_the_forward_stages_alone(graph, strategy):
     and computes the forward phase alone; bytes sent = received = the plan's traffic."""
     hierarchy, batch = Hierarchy.for_count(4), 8
     options = PlanOptions(("batch", "in", "out", "heads"), phases="forward")
-    plan = make_graph_plan(graph, strategy, hierarchy, batch, options=options)
-    training = make_graph_plan(graph, strategy, hierarchy, batch,
+    plan = make_plan(graph, strategy, hierarchy, batch, options=options)
+    training = make_plan(graph, strategy, hierarchy, batch,
                                options=PlanOptions(("batch", "in", "out", "heads")))
     assert plan.phases == "forward" and plan.traffic_bytes <= training.traffic_bytes
-    schedule = build_graph_schedule(graph, plan, HW)
+    schedule = build_schedule(graph, plan, HW)
     assert {key[1].phase for key in schedule.steps} <= {Phase.FORWARD}
     assert {task.phase for task in schedule.computes} == {Phase.FORWARD}
     assert_sent_equals_received_equals(schedule, plan.traffic_bytes)
@@ -102,8 +102,8 @@ def test_forward_of_the_same_plan_is_its_training_steps_forward_part():
     hierarchy, batch = Hierarchy((2, 2)), 4
     text = "*: batch batch"
     options = PlanOptions(("batch", "in", "out", "heads"))
-    training = make_graph_plan(graph, "explicit", hierarchy, batch, text, options=options)
-    forward = make_graph_plan(graph, "explicit", hierarchy, batch, text,
+    training = make_plan(graph, "explicit", hierarchy, batch, text, options=options)
+    forward = make_plan(graph, "explicit", hierarchy, batch, text,
                               options=PlanOptions(("batch", "in", "out", "heads"),
                                                   phases="forward"))
     assert forward.traffic_bytes == 0 < training.traffic_bytes  # batch: only gradients move
@@ -116,10 +116,10 @@ def test_seed_strategies_plan_by_their_training_cost_and_count_the_forward_pass(
     """tofu on resnet18 with --phases forward: its plan of a training step (its paper's
     cost), whose inference moves that plan's forward stages alone."""
     graph, hierarchy = load_workload("resnet18"), Hierarchy((2, 2))
-    training = make_graph_plan(graph, "tofu", hierarchy, 16)
-    forward = make_graph_plan(graph, "tofu", hierarchy, 16, options=PlanOptions(phases="forward"))
+    training = make_plan(graph, "tofu", hierarchy, 16)
+    forward = make_plan(graph, "tofu", hierarchy, 16, options=PlanOptions(phases="forward"))
     assert forward.columns == training.columns and forward.search == "its paper's training-cost"
-    again = evaluate_graph_plan(graph, "tofu", "", 16, hierarchy, training.columns,
+    again = evaluate_plan(graph, "tofu", "", 16, hierarchy, training.columns,
                                 phases="forward")
     assert forward.traffic_bytes == again.traffic_bytes < training.traffic_bytes
 
@@ -165,8 +165,8 @@ def test_a_registered_operator_is_planned_and_simulated_from_its_description(con
     assert graph.macs_per_sample == c1.macs + c2.macs
     hierarchy, batch = Hierarchy((2, 2)), 4
     for kinds in (("batch", "in", "out", "spatial"),):
-        plan = make_graph_plan(graph, "hypar", hierarchy, batch, options=PlanOptions(kinds))
-        schedule = build_graph_schedule(graph, plan, HW)
+        plan = make_plan(graph, "hypar", hierarchy, batch, options=PlanOptions(kinds))
+        schedule = build_schedule(graph, plan, HW)
         sent = sum(m.bytes for m in schedule.messages)
         assert sent == pytest.approx(plan.traffic_bytes, rel=1e-12)
         forward = sum(cost.macs for task in schedule.computes if task.phase is Phase.FORWARD
@@ -175,7 +175,7 @@ def test_a_registered_operator_is_planned_and_simulated_from_its_description(con
         assert forward == graph.macs_per_sample * batch
         result = simulate(graph, plan, HW, SimOptions(engine="analytic"))
         assert result.traffic_bytes == pytest.approx(plan.traffic_bytes, rel=1e-12)
-    explicit = make_graph_plan(graph, "explicit", hierarchy, batch,
+    explicit = make_plan(graph, "explicit", hierarchy, batch,
                                "*: batch batch; c1: spatial out; c2: in spatial",
                                options=PlanOptions(("batch", "in", "out", "spatial")))
     assert explicit.columns[0] == ("spatial", "out") and explicit.traffic_bytes > 0
@@ -202,11 +202,11 @@ def test_a_broadcast_scale_is_planned():
     assert scale.desc.output == (Dim.K, Dim.P, Dim.Q)
     assert scale.desc.reads[1].axes == (Ix(Dim.K), Whole(1), Whole(1))
     for kinds in (("batch", "in"), ("batch", "in", "out", "spatial")):
-        plan = make_graph_plan(graph, "hypar", Hierarchy((2, 2)), 4, options=PlanOptions(kinds))
-        schedule = build_graph_schedule(graph, plan, HW)
+        plan = make_plan(graph, "hypar", Hierarchy((2, 2)), 4, options=PlanOptions(kinds))
+        schedule = build_schedule(graph, plan, HW)
         assert sum(m.bytes for m in schedule.messages) == pytest.approx(plan.traffic_bytes,
                                                                         rel=1e-12)
-    spatial = make_graph_plan(graph, "explicit", Hierarchy((2,)), 2,
+    spatial = make_plan(graph, "explicit", Hierarchy((2,)), 2,
                               "*: batch; conv: spatial; scale: spatial",
                               options=PlanOptions(("batch", "spatial")))
     assert spatial.traffic_bytes > 0  # the scale's map arrives split by rows, its gate whole
@@ -220,7 +220,7 @@ def test_a_node_that_cannot_be_described_is_refused_by_name():
         {"name": "fc", "type": "fc", "out_features": 4}]}, "odd")
     assert graph.nodes[0].desc is None and graph.nodes[1].macs == 10 * 16 * 4
     with pytest.raises(InputError, match="node odd \\(tensor_op\\): no input has the output's"):
-        make_graph_plan(graph, "data", Hierarchy((2,)), 4)
+        make_plan(graph, "data", Hierarchy((2,)), 4)
 
 
 def test_a_tensor_read_alike_by_q_k_and_v_moves_once():
@@ -238,13 +238,13 @@ def test_a_tensor_read_alike_by_q_k_and_v_moves_once():
         {"name": "k", "type": "fc", "out_features": 16, "inputs": ["ln"]},
         {"name": "v", "type": "fc", "out_features": 16, "inputs": ["ln"]}]}, "qkv")
     kinds = PlanOptions(("batch", "in", "out", "spatial"))
-    plan = make_graph_plan(graph, "explicit", Hierarchy((2, 2)), 1,
+    plan = make_plan(graph, "explicit", Hierarchy((2, 2)), 1,
                            "ln: spatial spatial; *: out out", options=kinds)
     assert dict(zip(plan.node_names, plan.node_bytes, strict=True)) == {
         "ln": 768.0, "q": 3072.0, "k": 0.0, "v": 0.0}
-    schedule = build_graph_schedule(graph, plan, HW)
+    schedule = build_schedule(graph, plan, HW)
     assert sum(m.bytes for m in schedule.messages) == plan.traffic_bytes == 3840.0
-    best = make_graph_plan(graph, "hypar", Hierarchy((2, 2)), 1, options=kinds)
+    best = make_plan(graph, "hypar", Hierarchy((2, 2)), 1, options=kinds)
     assert best.traffic_bytes <= plan.traffic_bytes  # the search counts the gather once too
 
 
@@ -266,14 +266,14 @@ def test_a_replicated_layer_norm_is_read_where_it_is():
     and an all-gather, 4 x 96 elements each, 3,072 B; the norm's scale and shift gradients
     are copies on its replicas: 0 B (768 B when the norm was split by tokens, 3,840 B in all)."""
     kinds = PlanOptions(("batch", "in", "out", "spatial", "replicate"))
-    plan = make_graph_plan(_qkv(), "explicit", Hierarchy((2, 2)), 1,
+    plan = make_plan(_qkv(), "explicit", Hierarchy((2, 2)), 1,
                            "ln: replicate replicate; *: out out", options=kinds)
     assert dict(zip(plan.node_names, plan.node_bytes, strict=True)) == {
         "ln": 1536.0, "q": 1536.0, "k": 0.0, "v": 0.0}
-    schedule = build_graph_schedule(_qkv(), plan, HW)
+    schedule = build_schedule(_qkv(), plan, HW)
     assert_sent_equals_received_equals(schedule, plan.traffic_bytes)
     assert plan.traffic_bytes == 3072.0
-    mixed = make_graph_plan(_qkv(), "explicit", Hierarchy((2, 2)), 1,
+    mixed = make_plan(_qkv(), "explicit", Hierarchy((2, 2)), 1,
                             "ln: replicate replicate; q: replicate replicate; *: out out",
                             options=kinds)
     assert mixed.traffic_bytes == 3072.0  # k's and v's partial errors still all-reduced
@@ -294,7 +294,7 @@ def test_replicas_hold_copies_not_partial_sums():
     graph = parse_graph({"inputs": {"x": [32]}, "nodes": [
         {"name": "fc", "type": "fc", "out_features": 32}]}, "fc")
     kinds = PlanOptions(("batch", "replicate"))
-    plan = make_graph_plan(graph, "explicit", Hierarchy((2, 2)), 4, "fc: batch replicate",
+    plan = make_plan(graph, "explicit", Hierarchy((2, 2)), 4, "fc: batch replicate",
                            options=kinds)
     # 32 x 32 = 1,024 weights (4,096 B), partial over the two batch halves, copies within
     # each: the halves' first members 0 and 2 reduce-scatter (each sends the other 512: 4,096
@@ -302,7 +302,7 @@ def test_replicas_hold_copies_not_partial_sums():
     # 512 + 1,024 + 1,024 elements: 12,288 B). Data parallelism's ring all-reduce over four
     # partials: 2 x 4 x 3/4 x 4,096 B = 24,576 B.
     assert plan.traffic_bytes == 4096 + 12288
-    data = make_graph_plan(graph, "data", Hierarchy((2, 2)), 4, options=kinds)
+    data = make_plan(graph, "data", Hierarchy((2, 2)), 4, options=kinds)
     assert data.traffic_bytes == 24576
 
 
@@ -317,10 +317,10 @@ def test_bert_base_offers_a_replicated_layer_norm():
     text = "*: replicate replicate; " + "; ".join(
         f"{node.name}: out out" for node in graph.nodes
         if node.op == "fc" and node.name.endswith(("_q", "_k", "_v", "fc1")))
-    plan = make_graph_plan(graph, "explicit", Hierarchy((2, 2)), 1, text, options=kinds)
+    plan = make_plan(graph, "explicit", Hierarchy((2, 2)), 1, text, options=kinds)
     for name in norms:
         assert plan.columns[plan.node_names.index(name)] == ("replicate", "replicate")
-    schedule = build_graph_schedule(graph, plan, HW)
+    schedule = build_schedule(graph, plan, HW)
     assert_sent_equals_received_equals(schedule, plan.traffic_bytes)
 
 
@@ -343,9 +343,9 @@ def test_a_product_broadcasts_its_leading_axes_and_an_fc_follows_a_transpose():
     assert shaped.node("mm").desc.reads[1].axes[0] == Whole(1)
     for g in (plain, shaped):
         assert g.node("mm").macs == 4 * 8 * 16 * 32
-        plan = make_graph_plan(g, "hypar", Hierarchy((2, 2)), 8,
+        plan = make_plan(g, "hypar", Hierarchy((2, 2)), 8,
                                options=PlanOptions(("batch", "in", "out", "heads")))
-        schedule = build_graph_schedule(g, plan, HW)
+        schedule = build_schedule(g, plan, HW)
         assert_sent_equals_received_equals(schedule, plan.traffic_bytes)
     transposed = parse_graph({"inputs": {"ids": [32]}, "nodes": [
         {"name": "emb", "type": "embedding", "vocab": 100, "dim": 32},
@@ -362,7 +362,7 @@ def test_a_product_broadcasts_its_leading_axes_and_an_fc_follows_a_transpose():
 ])
 def test_node_plans_refuse_repeats_and_missing_files(text, fragment):
     with pytest.raises(InputError, match=re.escape(fragment)):
-        make_graph_plan(load_workload("resnet18"), "explicit", Hierarchy((2, 2)), 8, text)
+        make_plan(load_workload("resnet18"), "explicit", Hierarchy((2, 2)), 8, text)
 
 
 @pytest.mark.parametrize("body", ['{"nodes": 3}', '{"nodes": [{"name": "conv1", "kinds": "in"}]}'])
@@ -370,7 +370,7 @@ def test_a_malformed_node_plan_file_is_one_line(tmp_path, body):
     path = tmp_path / "plan.json"
     path.write_text(body)
     with pytest.raises(InputError, match="not a plan file") as info:
-        make_graph_plan(load_workload("resnet18"), "explicit", Hierarchy((2, 2)), 8, str(path))
+        make_plan(load_workload("resnet18"), "explicit", Hierarchy((2, 2)), 8, str(path))
     assert "\n" not in str(info.value)
 
 
@@ -382,6 +382,6 @@ def test_a_replica_above_a_batch_split_reduces_within_itself():
     graph = parse_graph({"inputs": {"x": [256]}, "nodes": [
         {"name": "a", "type": "act", "function": "relu"},
         {"name": "fc", "type": "fc", "out_features": 256}]}, "g")
-    plan = make_graph_plan(graph, "explicit", Hierarchy((2, 2)), 8, "*: rep batch",
+    plan = make_plan(graph, "explicit", Hierarchy((2, 2)), 8, "*: rep batch",
                            options=PlanOptions(("batch", "replicate")))
     assert plan.traffic_bytes_per_level == (0.0, 1048576.0)

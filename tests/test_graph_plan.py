@@ -15,9 +15,9 @@ from hypar_sim.errors import InputError
 from hypar_sim.partition import graph_layout
 from hypar_sim.partition.graph_axes import sites as graph_sites
 from hypar_sim.partition.hierarchy import Hierarchy
-from hypar_sim.planner.graph_plan import evaluate_graph_plan, make_graph_plan, plan_graph
+from hypar_sim.planner.options import PlanOptions
+from hypar_sim.planner.plan import evaluate_plan, make_plan, plan_graph
 from hypar_sim.planner.plan_messages import shared_table, sharing_edges
-from hypar_sim.planner.strategies import PlanOptions
 from hypar_sim.planner.traffic import TRAFFIC_MODELS
 from hypar_sim.workload.graph import parse_graph
 from hypar_sim.workload.layers import FeatureShape, make_conv, make_fc
@@ -93,7 +93,7 @@ def test_residual_block_joint_search_is_exact(kinds):
     plan = plan_graph(graph, "hypar", hierarchy, 4, kinds, "joint")
     best, _ = every_plan_total(graph, 4, hierarchy, kinds)
     assert plan.traffic_bytes == pytest.approx(best, rel=1e-12)
-    again = evaluate_graph_plan(graph, "hypar", "joint", 4, hierarchy, plan.columns)
+    again = evaluate_plan(graph, "hypar", "joint", 4, hierarchy, plan.columns)
     assert again.traffic_bytes == plan.traffic_bytes
     assert sum(plan.traffic_bytes_per_level) == pytest.approx(plan.traffic_bytes, rel=1e-12)
 
@@ -102,14 +102,14 @@ def test_optimal_is_the_brute_force_minimum_over_every_split_kind():
     """`optimal` on a graph searches every kind but replicate (unless named) over all
     levels at once: the brute-force least total, never above hypar's or a fixed plan's."""
     graph, hierarchy = residual(), Hierarchy.binary(2)
-    plan = make_graph_plan(graph, "optimal", hierarchy, 4)
+    plan = make_plan(graph, "optimal", hierarchy, 4)
     kinds = ("batch", "in", "out", "spatial")  # the block has no heads, nor groups
     best, _ = every_plan_total(graph, 4, hierarchy, kinds)
     assert plan.traffic_bytes == pytest.approx(best, rel=1e-12)
     assert "replicate" not in {k for column in plan.columns for k in column}
     for other in ("hypar", "data", "model", "trick", "tofu", "accpar", "grid"):
-        assert plan.traffic_bytes <= make_graph_plan(graph, other, hierarchy, 4).traffic_bytes
-    named = make_graph_plan(graph, "optimal", Hierarchy((2,)), 4,
+        assert plan.traffic_bytes <= make_plan(graph, other, hierarchy, 4).traffic_bytes
+    named = make_plan(graph, "optimal", Hierarchy((2,)), 4,
                             options=PlanOptions(kinds=(*kinds, "replicate")))
     assert named.traffic_bytes == 0  # every node computed whole everywhere: nothing moves
 
@@ -117,13 +117,13 @@ def test_optimal_is_the_brute_force_minimum_over_every_split_kind():
 @pytest.mark.parametrize("kinds", [("batch", "in"), ("batch", "in", "out")])
 def test_exhaustive_tries_every_plan_and_finds_the_brute_force_minimum(kinds):
     graph, hierarchy = residual(), Hierarchy.binary(2)
-    plan = make_graph_plan(graph, "exhaustive", hierarchy, 4, options=PlanOptions(kinds=kinds))
+    plan = make_plan(graph, "exhaustive", hierarchy, 4, options=PlanOptions(kinds=kinds))
     best, columns = every_plan_total(graph, 4, hierarchy, kinds)
     assert plan.traffic_bytes == pytest.approx(best, rel=1e-12)
     assert list(plan.columns) == columns  # ties: the first in enumeration order, as numpy's
     with pytest.raises(InputError, match=r"^--strategy exhaustive: about 10\^20 plans of resnet18 "
                        r"to try, more than 4,194,304; .* or optimal"):
-        make_graph_plan(load_workload("resnet18"), "exhaustive", Hierarchy((2,)), 4)
+        make_plan(load_workload("resnet18"), "exhaustive", Hierarchy((2,)), 4)
 
 
 def test_an_exact_search_too_large_is_refused_in_one_line():
@@ -134,10 +134,10 @@ def test_an_exact_search_too_large_is_refused_in_one_line():
                        r"costs [\d,]+ pairs of columns \(up to \d+ columns of kinds "
                        r"batch,in,out,spatial per node over 4 levels\), more than 131,072; use "
                        r"fewer --kinds, fewer levels \(--accelerators\) or hypar"):
-        make_graph_plan(graph, "optimal", Hierarchy.binary(4), 16)
+        make_plan(graph, "optimal", Hierarchy.binary(4), 16)
     with pytest.raises(InputError, match=r"^--strategy hypar --search joint: .* or --search "
                        r"greedy \(level by level\)$"):
-        make_graph_plan(graph, "hypar", Hierarchy.binary(4), 16,
+        make_plan(graph, "hypar", Hierarchy.binary(4), 16,
                         options=PlanOptions(("batch", "in", "out"), search="joint"))
 
 
@@ -145,7 +145,7 @@ def test_a_batch_too_small_for_the_array_says_which_batch_would_do():
     with pytest.raises(InputError, match=r"no kind of batch can split node conv1 .* on the "
                        r"top 2 level\(s\) \(2x2\) of the array; .* with batch 2, fewer samples "
                        r"than the 4 groups of these levels: use a batch of at least 4"):
-        make_graph_plan(load_workload("resnet18"), "data", Hierarchy((2, 2, 2)), 2)
+        make_plan(load_workload("resnet18"), "data", Hierarchy((2, 2, 2)), 2)
 
 
 def test_the_skip_edge_changes_the_optimum():
@@ -155,7 +155,7 @@ def test_the_skip_edge_changes_the_optimum():
     with_skip, plan = every_plan_total(graph, 4, hierarchy, ("batch", "in"))
     _, blind = every_plan_total(graph, 4, hierarchy, ("batch", "in"), skip=("sum", 1))
     assert plan != blind
-    cost_of_blind = evaluate_graph_plan(graph, "x", "", 4, hierarchy, blind).traffic_bytes
+    cost_of_blind = evaluate_plan(graph, "x", "", 4, hierarchy, blind).traffic_bytes
     assert cost_of_blind > with_skip
     assert plan_graph(graph, "hypar", hierarchy, 4, ("batch", "in"), "joint").traffic_bytes \
         == pytest.approx(with_skip, rel=1e-12)
@@ -192,7 +192,7 @@ def test_a_chain_graph_costs_what_the_chain_model_says():
         chain += sum(float(model.boundary_costs(a, b, batch, [ca], [cb], hierarchy, 4)[0, 0])
                      for a, b, ca, cb in ((first, second, columns[0], columns[1]),
                                           (second, last, columns[1], columns[2])))
-        graphed = evaluate_graph_plan(graph, "x", "", batch, hierarchy, columns)
+        graphed = evaluate_plan(graph, "x", "", batch, hierarchy, columns)
         assert graphed.traffic_bytes == pytest.approx(chain, rel=1e-12), columns
 
 
@@ -212,7 +212,8 @@ def test_cnn_graphs_plan_on_16_and_64_accelerators(name, accelerators):
 
 def test_graph_plan_errors_name_the_node_or_flag():
     with pytest.raises(InputError, match=r"strategy: unknown 'soybeans' \(did you mean "
-                                          r"'soybean'\?\); allowed: hypar, optimal, data, model, trick"):
+                                          r"'soybean'\?\); allowed: hypar, optimal, "
+                                          r"exhaustive, explicit, data, model, trick"):
         plan_graph(residual(), "soybeans", Hierarchy.binary(2), 8)
     with pytest.raises(InputError, match="no kind of spatial can split node"):
         plan_graph(residual(), "hypar", Hierarchy.binary(2), 8, ("spatial",))
@@ -280,7 +281,7 @@ def test_attention_block_search_is_exact():
     # Megatron-LM's split: projections by output features (= by head), heads through the
     # attention, the output projection by input features: only the loss's partial sums move
     megatron = [("out",), ("heads",), ("heads",)] * 3 + [("heads",)] * 4 + [("out",), ("in",)]
-    split = evaluate_graph_plan(graph, "x", "", 2, hierarchy, megatron)
+    split = evaluate_plan(graph, "x", "", 2, hierarchy, megatron)
     assert split.traffic_bytes == 2 * (2 * 4 * 8) * 4  # reduce and gather of batch x 4 x 8
     best_three = plan_graph(graph, "hypar", hierarchy, 2, ("batch", "in", "out", "heads"),
                             "joint")
@@ -312,9 +313,9 @@ def test_a_grouped_convolution_is_split_by_whole_groups():
     layout = graph_layout.layout(sites[2], 2, ("groups",), hierarchy)
     assert layout.outputs()[1] == (((0, 2), (4, 8), (0, 4), (0, 4)),)
     assert layout.reads(0)[0] == (((0, 2), (0, 4), (0, 4), (0, 4)),)
-    plan = evaluate_graph_plan(graph, "x", "", 2, hierarchy, [("out",), ("out",), ("groups",)])
+    plan = evaluate_plan(graph, "x", "", 2, hierarchy, [("out",), ("out",), ("groups",)])
     assert plan.traffic_bytes == 0
-    by_out = evaluate_graph_plan(graph, "x", "", 2, hierarchy, [("out",), ("out",), ("out",)])
+    by_out = evaluate_plan(graph, "x", "", 2, hierarchy, [("out",), ("out",), ("out",)])
     assert by_out.traffic_bytes > 0  # within-group output channels: every group's inputs
     assert not graph_layout.offered(sites[2], 2, ("groups",), Hierarchy((8,)))
     depthwise = load_workload("mobilenet_v2")

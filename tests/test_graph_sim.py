@@ -11,11 +11,11 @@ import pytest
 from hypar_sim.errors import InputError
 from hypar_sim.hardware.config import load_hardware
 from hypar_sim.partition.hierarchy import Hierarchy
-from hypar_sim.planner.graph_plan import make_graph_plan
-from hypar_sim.planner.strategies import PlanOptions
+from hypar_sim.planner.options import PlanOptions
+from hypar_sim.planner.plan import make_plan
 from hypar_sim.request import make_request
 from hypar_sim.runner import SimOptions, simulate, simulate_request
-from hypar_sim.sim.graph_schedule import build_graph_schedule
+from hypar_sim.sim.schedule import build_schedule
 from hypar_sim.workload.graph import parse_graph
 from hypar_sim.workload.network import load_workload
 from tests.conftest import assert_sent_equals_received_equals, run_cli
@@ -39,9 +39,9 @@ CASES = [(residual(), ("batch", "in")), (inception(), ("batch", "in", "out", "sp
 @pytest.mark.parametrize("topology", ["htree", "torus", "ideal"])
 def test_bytes_sent_equal_received_equal_planner_traffic(graph, kinds, accelerators, topology):
     hw = HW
-    plan = make_graph_plan(graph, "hypar", Hierarchy.for_count(accelerators), 12,
+    plan = make_plan(graph, "hypar", Hierarchy.for_count(accelerators), 12,
                            options=PlanOptions(kinds))
-    schedule = build_graph_schedule(graph, plan, hw)
+    schedule = build_schedule(graph, plan, hw)
     assert_sent_equals_received_equals(schedule, plan.traffic_bytes)
     result = simulate(graph, plan, hw, SimOptions(topology=topology, bucket_mb=0))
     assert result.traffic_bytes == pytest.approx(plan.traffic_bytes, rel=1e-12)
@@ -70,9 +70,9 @@ def test_buckets_fuse_gradient_steps_and_keep_the_bytes():
     """DDP-style buckets: ResNet-18's 41 weighted nodes' all-reduces in a few steps."""
     graph = load_workload("resnet18")
     hw = HW
-    plan = make_graph_plan(graph, "data", Hierarchy.binary(2), 16)
-    one_each = build_graph_schedule(graph, plan, hw, bucket_bytes=0)
-    fused = build_graph_schedule(graph, plan, hw)
+    plan = make_plan(graph, "data", Hierarchy.binary(2), 16)
+    one_each = build_schedule(graph, plan, hw, bucket_bytes=0)
+    fused = build_schedule(graph, plan, hw)
     gradients = [key for key in one_each.steps if key[1].value == "gradient"]
     buckets = [key for key in fused.steps if key[1].value == "gradient"]
     assert len(gradients) == 41 and 1 < len(buckets) <= graph.params * 4 / (25 * 2**20) + 1
@@ -85,9 +85,9 @@ def test_compute_counts_every_mac_of_the_forward_pass():
     node's box covers its output once; a split reduction's members share its MACs)."""
     graph = load_workload("mobilenet_v2")
     hw = HW
-    plan = make_graph_plan(graph, "hypar", Hierarchy.binary(2), 8,
+    plan = make_plan(graph, "hypar", Hierarchy.binary(2), 8,
                            options=PlanOptions(("batch", "in", "out")))
-    schedule = build_graph_schedule(graph, plan, hw)
+    schedule = build_schedule(graph, plan, hw)
     forward = sum(cost.macs for task in schedule.tasks
                   if getattr(task, "phase", None) is not None and task.phase.value == "forward"
                   and graph.nodes[task.layer].op in ("conv", "fc")
@@ -133,8 +133,8 @@ def test_inception_branches_run_side_by_side_when_they_fit():
 
     graph = inception()
     hw = HW
-    plan = make_graph_plan(graph, "data", Hierarchy.for_count(1), 1)
-    schedule = build_graph_schedule(graph, plan, hw)
+    plan = make_plan(graph, "data", Hierarchy.for_count(1), 1)
+    schedule = build_schedule(graph, plan, hw)
     together = [[graph.nodes[c.layer].name for c in task.computes] for task in schedule.tasks
                 if isinstance(task, Parallel) and task.computes[0].phase.value == "forward"]
     assert ["b1", "b2r", "b3r"] in together

@@ -9,7 +9,7 @@ from hypar_sim.hardware.config import load_hardware
 from hypar_sim.partition import graph_layout
 from hypar_sim.partition.graph_axes import sites as graph_sites
 from hypar_sim.partition.hierarchy import Hierarchy
-from hypar_sim.planner.graph_plan import make_graph_plan
+from hypar_sim.planner.plan import make_plan
 from hypar_sim.runner import SimOptions, simulate
 from hypar_sim.workload.network import load_workload
 
@@ -24,7 +24,7 @@ def test_resnet18_plans_and_runs(strategy):
     """16 accelerators, batch 64, each strategy's own kinds: offered columns, and the analytic
     engine moves exactly the plan's bytes."""
     graph, hierarchy = load_workload("resnet18"), Hierarchy.for_count(16)
-    plan = make_graph_plan(graph, strategy, hierarchy, 64)
+    plan = make_plan(graph, strategy, hierarchy, 64)
     assert plan.strategy == strategy and _offered(graph, 64, hierarchy, plan.columns)
     result = simulate(graph, plan, load_hardware(),
                             SimOptions(engine="analytic"))
@@ -36,6 +36,6 @@ def test_resnet18_plans_and_runs(strategy):
 def test_a_three_by_two_hierarchy(strategy, network, batch):
     """A 3-way level above a 2-way one: a column of two kinds per node, every one offered."""
     graph, hierarchy = load_workload(network), Hierarchy((3, 2))
-    plan = make_graph_plan(graph, strategy, hierarchy, batch)
+    plan = make_plan(graph, strategy, hierarchy, batch)
     assert all(len(column) == 2 for column in plan.columns)
     assert _offered(graph, batch, hierarchy, plan.columns) and plan.traffic_bytes > 0

@@ -14,9 +14,10 @@ from hypar_sim.partition import graph_layout
 from hypar_sim.partition.graph_axes import sites as graph_sites
 from hypar_sim.partition.hierarchy import Hierarchy
 from hypar_sim.planner import grid
-from hypar_sim.planner.graph_plan import GraphRequest, make_graph_plan
+from hypar_sim.planner.options import PlanOptions
+from hypar_sim.planner.plan import PlanRequest, make_plan
 from hypar_sim.planner.plan_messages import graph_edges
-from hypar_sim.planner.strategies import STRATEGIES, PlanOptions, make_plan
+from hypar_sim.planner.strategies import STRATEGIES
 from hypar_sim.workload.graph import parse_graph
 from hypar_sim.workload.layers import FeatureShape, Pool, make_conv, make_fc
 from hypar_sim.workload.network import Network, graph_of, load_network
@@ -25,8 +26,8 @@ ALL = ("batch", "spatial", "out", "in")
 MIB = 2 ** 20
 
 
-def _request(graph, hierarchy, batch, kinds=ALL) -> GraphRequest:
-    return GraphRequest(graph, graph_sites(graph), batch, hierarchy, tuple(kinds), "greedy",
+def _request(graph, hierarchy, batch, kinds=ALL) -> PlanRequest:
+    return PlanRequest(graph, graph_sites(graph), batch, hierarchy, tuple(kinds), "greedy",
                         graph_layout.Costs(batch, 4), [], 4)
 
 
@@ -84,7 +85,7 @@ def test_registered():
     """The graph planner under the plain name, the paper's four dimensions by default, its
     own cost only, and not under HyPar's reading of a chain (`--traffic-model paper`)."""
     spec = STRATEGIES["grid"]
-    assert spec.graph is not None and spec.columns is None and spec.searches
+    assert spec.columns is not None and spec.searches
     assert spec.default_kinds == grid.GRID_KINDS == ALL
     assert spec.objectives == ("bytes",) and spec.own_cost == "Eq. 10 words"
     with pytest.raises(InputError, match="strategy grid plans by its own paper's cost"):
@@ -154,7 +155,7 @@ def test_hand_worked_attention_product():
              for kind in ALL}
     assert words == {"batch": 0, "spatial": 16, "out": 16, "in": 32}
     assert grid.node_grid_cost(site, 2, ("spatial",), hierarchy).eq10_words == 56
-    plan = make_graph_plan(graph, "grid", hierarchy, 2)
+    plan = make_plan(graph, "grid", hierarchy, 2)
     assert plan.columns == (("batch",),)
 
 
@@ -287,8 +288,8 @@ def test_differs_from_hypar_on_sconv():
     moves fewer real bytes, grid's plan has the lower paper cost."""
     graph, hierarchy = graph_of(load_network("sconv")), Hierarchy((2, 2, 2, 2))
     options = PlanOptions(kinds=("batch", "in"), search="joint")
-    mine = make_graph_plan(graph, "grid", hierarchy, 256, options=options)
-    hypar = make_graph_plan(graph, "hypar", hierarchy, 256, options=options)
+    mine = make_plan(graph, "grid", hierarchy, 256, options=options)
+    hypar = make_plan(graph, "hypar", hierarchy, 256, options=options)
     assert all(column == ("batch",) * 4 for column in hypar.columns)
     assert mine.columns[2] == ("batch", "batch", "batch", "in")
     sites = graph_sites(graph)
@@ -323,8 +324,8 @@ def test_differs_from_hypar_on_a_residual_block():
         {"name": "fc", "type": "fc", "out_features": 10}]}, "residual")
     hierarchy, batch = Hierarchy((2,)), 16
     options = PlanOptions(kinds=ALL)
-    mine = make_graph_plan(graph, "grid", hierarchy, batch, options=options)
-    hypar = make_graph_plan(graph, "hypar", hierarchy, batch, options=options)
+    mine = make_plan(graph, "grid", hierarchy, batch, options=options)
+    hypar = make_plan(graph, "hypar", hierarchy, batch, options=options)
     assert hypar.columns == (("batch",),) * 5
     assert mine.columns == (("out",), ("batch",), ("batch",), ("batch",), ("in",))
     sites, costs = graph_sites(graph), graph_layout.Costs(batch, 4)

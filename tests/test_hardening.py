@@ -266,7 +266,9 @@ def test_fuzz_random_networks_plans_and_hardware(net, levels, data, link, pus, t
     config = load_hardware(overrides={"link_bandwidth_gbps": link, "pus_per_cube": pus})
     choices = tuple(tuple(data.draw(st.sampled_from(["batch", "in"]))  # HyPar's dp and mp
                           for _ in net.layers) for _ in range(levels))
-    plan = evaluate_plan(net, batch, choices, "explicit", model="paper")
+    columns = tuple(zip(*choices, strict=True)) if choices else tuple(() for _ in net.layers)
+    plan = evaluate_plan(net, "explicit", "", batch, Hierarchy.binary(levels), columns,
+                         traffic_model="paper")
     schedule = build_schedule(net, plan, config)
     messages = schedule.messages
     assert sum(m.bytes for m in messages) == plan.traffic_bytes
@@ -320,15 +322,15 @@ def layout_plans(draw):
 def test_fuzz_layout_model_on_any_hierarchy(case, link, pus, topology):
     net, hierarchy, batch, choices = case
     config = load_hardware(overrides={"link_bandwidth_gbps": link, "pus_per_cube": pus})
-    plan = evaluate_plan(net, batch, choices, "explicit", hierarchy=hierarchy, model="layout")
+    columns = tuple(zip(*choices, strict=True)) if choices else tuple(() for _ in net.layers)
+    plan = evaluate_plan(net, "explicit", "", batch, hierarchy, columns)
     schedule = build_schedule(net, plan, config)
     messages = schedule.messages
     assert math.isclose(sum(m.bytes for m in messages), plan.traffic_bytes, rel_tol=1e-12)
     assert all(m.src != m.dst and m.bytes > 0 and 0 <= m.level < hierarchy.levels
                for m in messages)
-    for layer_shares in schedule.shares:
-        assert all(share.samples >= 1 and share.channels >= 1 and share.kernels >= 1
-                   for share in layer_shares)
+    for own in plan.layouts:  # every member holds at least one index of every loop
+        assert (own.box_sizes() >= 1).all()
     results = {}
     for name in (topology, "ideal"):
         result = simulate(net, plan, config, SimOptions(topology=name))

@@ -7,9 +7,8 @@ import pytest
 from hypar_sim.hardware.config import load_hardware
 from hypar_sim.partition.hierarchy import Hierarchy
 from hypar_sim.partition.steps import Phase
-from hypar_sim.planner.graph_plan import make_graph_plan
-from hypar_sim.planner.plan import evaluate_plan
-from hypar_sim.planner.strategies import PlanOptions, make_plan
+from hypar_sim.planner.options import PlanOptions
+from hypar_sim.planner.plan import evaluate_plan, make_plan
 from hypar_sim.runner import SimOptions, simulate
 from hypar_sim.sim.schedule import build_schedule
 from hypar_sim.workload.network import load_network, load_workload
@@ -44,7 +43,8 @@ def test_inference_moves_only_forward_bytes_and_they_add_up(model, strategy):
         assert result.traffic_bytes == pytest.approx(plan.traffic_bytes, rel=1e-12)
         assert [a.sent_bytes for a in result.per_accelerator] == \
             pytest.approx([sent[m] for m in range(4)])
-    training = evaluate_plan(net, batch, plan.choices, strategy, 4, hierarchy, model)
+    training = evaluate_plan(net, strategy, "", batch, hierarchy, plan.columns,
+                             traffic_model=model)
     assert plan.traffic_bytes <= training.traffic_bytes
     assert simulate(net, training, config).latency_cycles > result.latency_cycles
 
@@ -70,8 +70,8 @@ def test_single_sample_inference_splits_the_sample():
     options = PlanOptions(("batch", "in", "out", "spatial"), phases="forward")
     plan = make_plan(net, "hypar", 4, 1, options=options)
     assert "batch" not in {kind for row in plan.choices for kind in row}
-    assert 0 < plan.traffic_bytes < evaluate_plan(net, 1, plan.choices, "hypar", 4,
-                                                  Hierarchy.binary(4), "layout").traffic_bytes
+    assert 0 < plan.traffic_bytes < evaluate_plan(net, "hypar", "", 1, Hierarchy.binary(4),
+                                                  plan.columns).traffic_bytes
 
 
 @pytest.mark.parametrize("strategy", ["soybean", "accpar", "tofu", "grid"])
@@ -79,8 +79,8 @@ def test_a_seed_strategy_runs_its_training_plan_forward(strategy):
     """A seed planner costs a training step (its paper's cost): with --phases forward its
     plan is that of a training step, counted for the forward pass alone."""
     net = load_workload("cifar_c")
-    training = make_graph_plan(net, strategy, Hierarchy.for_count(4), 64)
-    forward = make_graph_plan(net, strategy, Hierarchy.for_count(4), 64,
+    training = make_plan(net, strategy, Hierarchy.for_count(4), 64)
+    forward = make_plan(net, strategy, Hierarchy.for_count(4), 64,
                               options=PlanOptions(phases="forward"))
     assert forward.columns == training.columns and forward.phases == "forward"
     assert forward.traffic_bytes < training.traffic_bytes

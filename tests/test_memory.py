@@ -13,26 +13,21 @@ from hypothesis import strategies as st
 from hypar_sim.errors import InputError
 from hypar_sim.hardware.config import load_hardware
 from hypar_sim.partition.hierarchy import Hierarchy
-from hypar_sim.partition.steps import largest_receive
-from hypar_sim.planner import memory
-from hypar_sim.planner.graph_plan import make_graph_plan
-from hypar_sim.planner.plan import evaluate_plan
-from hypar_sim.planner.strategies import PlanOptions, make_plan
-from hypar_sim.planner.traffic import traffic_model
+from hypar_sim.planner.options import PlanOptions
+from hypar_sim.planner.plan import evaluate_plan, make_plan
 from hypar_sim.runner import SimOptions, simulate
-from hypar_sim.workload.network import load_network, load_workload
+from hypar_sim.workload.network import as_graph, load_network, load_workload
 
 MIB = 2**20
 
 
 def _needs(network, batch, hierarchy):
     """Every batch/in plan of a chain on `hierarchy`: (bytes per cube, columns)."""
-    model = traffic_model("layout")
+    graph = as_graph(network)
     plans = []
     for columns in itertools.product(itertools.product(("batch", "in"), repeat=hierarchy.levels),
                                      repeat=len(network.layers)):
-        need = memory.plan_footprint("layout", network.layers, batch, columns, hierarchy, 4) \
-            + largest_receive(model.steps(network.layers, batch, columns, hierarchy, 4))
+        need = evaluate_plan(graph, "x", "", batch, hierarchy, columns).footprint_bytes
         plans.append((need, columns))
     return plans
 
@@ -59,8 +54,8 @@ def test_fitted_plan_is_the_best_that_fits(name, slack):
                        config=_config(capacity))
     need = next(n for n, columns in plans if columns == fitted.columns)
     assert need <= capacity < free_need
-    best = min(evaluate_plan(network, batch, tuple(zip(*columns, strict=True)), "x", 4, hierarchy,
-                             "layout").traffic_bytes for n, columns in plans if n <= capacity)
+    best = min(evaluate_plan(network, "x", "", batch, hierarchy, columns).traffic_bytes
+               for n, columns in plans if n <= capacity)
     assert best <= fitted.traffic_bytes <= best * (1 + slack)
     assert fitted.traffic_bytes > free.traffic_bytes
 
@@ -111,18 +106,18 @@ def test_graph_plans_fit_a_cube_or_give_the_need_and_the_capacity(graph_name, st
     from tests import test_graph_plan
 
     graph, hierarchy, batch = getattr(test_graph_plan, graph_name)(), Hierarchy.for_count(4), 8
-    capacity = make_graph_plan(graph, "data", hierarchy, batch).footprint_bytes / 2
+    capacity = make_plan(graph, "data", hierarchy, batch).footprint_bytes / 2
     config = load_hardware(overrides={"cube_capacity_gib": capacity / 2**30})
     options = PlanOptions(GRAPH_KINDS)
     try:
-        plan = make_graph_plan(graph, strategy, hierarchy, batch, options=options, config=config)
+        plan = make_plan(graph, strategy, hierarchy, batch, options=options, config=config)
     except InputError as exc:
         message = str(exc)
         assert "\n" not in message and f"{capacity / 2**30:.3g} GiB" in message
         assert "needs" in message and strategy not in ("hypar", "optimal") or "no plan" in message
         return
     assert plan.footprint_bytes <= capacity
-    free = make_graph_plan(graph, strategy, hierarchy, batch, options=options)
+    free = make_plan(graph, strategy, hierarchy, batch, options=options)
     assert plan.footprint_bytes <= free.footprint_bytes
     simulate(graph, plan, config, SimOptions(engine="analytic", bucket_mb=0))  # no refusal
 
@@ -133,7 +128,7 @@ def test_graph_footprint_is_what_the_simulator_checks():
     goes at that capacity and is refused at half of it; the parts add up."""
     graph, hierarchy = load_workload("resnet18"), Hierarchy((3, 2))
     for strategy in ("data", "hypar", "model"):
-        plan = make_graph_plan(graph, strategy, hierarchy, 12,
+        plan = make_plan(graph, strategy, hierarchy, 12,
                                options=PlanOptions(("batch", "in", "out")))
         parts = dict(plan.footprint_parts)
         assert set(parts) == {"weights", "gradients", "activations", "buffers"}
@@ -164,10 +159,10 @@ def test_no_graph_plan_is_over_capacity(graph_name, strategy, fraction, sizes):
     from tests import test_graph_plan
 
     graph, hierarchy, batch = getattr(test_graph_plan, graph_name)(), Hierarchy(sizes), 12
-    capacity = make_graph_plan(graph, "data", hierarchy, batch).footprint_bytes * fraction
+    capacity = make_plan(graph, "data", hierarchy, batch).footprint_bytes * fraction
     config = load_hardware(overrides={"cube_capacity_gib": capacity / 2**30})
     try:
-        plan = make_graph_plan(graph, strategy, hierarchy, batch, options=PlanOptions(
+        plan = make_plan(graph, strategy, hierarchy, batch, options=PlanOptions(
             ("batch", "in", "out", "heads")), config=config)
     except InputError as exc:
         assert str(exc).startswith("capacity:") or "--kinds" in str(exc)

@@ -1,16 +1,18 @@
-"""The searches against brute force on random chains (hypothesis), under both traffic models."""
+"""The planner's searches against brute force on random chains (hypothesis), under both
+traffic models."""
 
 from __future__ import annotations
 
 import itertools
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
+from hypar_sim.errors import InputError
 from hypar_sim.partition.hierarchy import Hierarchy
-from hypar_sim.planner import search
-from hypar_sim.planner.plan import evaluate_plan
+from hypar_sim.planner.options import PlanOptions
+from hypar_sim.planner.plan import make_plan
 from hypar_sim.planner.traffic import traffic_model
 from hypar_sim.workload.layers import FeatureShape, make_conv, make_fc
 from hypar_sim.workload.network import Network
@@ -64,16 +66,26 @@ def greedy_brute_force(model, net, batch, hierarchy, kinds):
     return columns
 
 
+def _plan(net, batch, hierarchy, kinds, model_name, strategy="hypar", search="greedy"):
+    options = PlanOptions(tuple(kinds), search, model_name)
+    return make_plan(net, strategy, hierarchy, batch, options=options)
+
+
 @settings(max_examples=100, deadline=None)
 @given(networks(), st.sampled_from([2, 16, 64, 256, 1024]), st.integers(1, 3))
 def test_paper_greedy_equals_greedy_brute_force(net, batch, levels):
+    """HyPar's Algorithm 2 (hypar's greedy search, on the graph's exact elimination) costs
+    what trying every assignment of each level gives."""
     model, hierarchy = traffic_model("paper"), Hierarchy.binary(levels)
+    assume(batch % hierarchy.members == 0)  # HyPar's reading halves the batch
     if len(net.layers) > 6:
         net = Network(net.name, net.input, net.layers[:6])
-    found = search.greedy(model, net.layers, batch, hierarchy, ("batch", "in"), 4)
+    found = _plan(net, batch, hierarchy, ("batch", "in"), "paper")
     expected = greedy_brute_force(model, net, batch, hierarchy, ("batch", "in"))
-    assert plan_cost(model, net, batch, hierarchy, found) == \
+    assert plan_cost(model, net, batch, hierarchy, found.columns) == \
         plan_cost(model, net, batch, hierarchy, expected)
+    assert found.traffic_bytes == pytest.approx(plan_cost(model, net, batch, hierarchy,
+                                                          found.columns), rel=1e-12)
 
 
 @pytest.mark.parametrize("model_name, kinds", [("paper", ("batch", "in")),
@@ -82,19 +94,18 @@ def test_paper_greedy_equals_greedy_brute_force(net, batch, levels):
 @given(net=networks(max_layers=4, max_channels=8, max_size=8, max_out=16),
        sizes=st.sampled_from([(2,), (2, 2), (3,), (3, 2), (2, 3)]))
 def test_joint_equals_brute_force_and_beats_greedy(model_name, kinds, net, sizes):
+    """hypar's joint search finds the least bytes of every plan (exhaustive), never more than
+    its greedy search, and its cost is the plan's reported traffic (the same transfers)."""
     model, hierarchy = traffic_model(model_name), Hierarchy(sizes)
     if model_name == "paper" and not hierarchy.is_binary:
         return
     try:
-        joint = search.joint(model, net.layers, 8, hierarchy, kinds, 4)
-    except ValueError:  # no kind offered to some layer (InputError)
+        joint = _plan(net, 8, hierarchy, kinds, model_name, search="joint")
+    except InputError:  # no kind offered to some layer, or a batch HyPar cannot halve
         return
-    best, _ = search.brute_force(model, net.layers, 8, hierarchy, kinds, 4)
-    joint_cost = plan_cost(model, net, 8, hierarchy, joint)
+    best = _plan(net, 8, hierarchy, kinds, model_name, "exhaustive").traffic_bytes
+    joint_cost = plan_cost(model, net, 8, hierarchy, joint.columns)
     assert joint_cost == pytest.approx(best, rel=1e-12, abs=1e-6)
-    greedy = search.greedy(model, net.layers, 8, hierarchy, kinds, 4)
+    greedy = _plan(net, 8, hierarchy, kinds, model_name).columns
     assert joint_cost <= plan_cost(model, net, 8, hierarchy, greedy) * (1 + 1e-12) + 1e-6
-    # the searches' costs are the plan's reported traffic (the same transfers)
-    choices = tuple(zip(*joint, strict=True))
-    plan = evaluate_plan(net, 8, choices, "hypar", 4, hierarchy, model_name)
-    assert plan.traffic_bytes == pytest.approx(joint_cost, rel=1e-12, abs=1e-6)
+    assert joint.traffic_bytes == pytest.approx(joint_cost, rel=1e-12, abs=1e-6)

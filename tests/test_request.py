@@ -9,7 +9,7 @@ import pytest
 
 from hypar_sim.errors import InputError
 from hypar_sim.partition.hierarchy import Hierarchy
-from hypar_sim.planner.strategies import make_plan
+from hypar_sim.planner.plan import make_plan
 from hypar_sim.request import make_request, plan_request
 from hypar_sim.workload.network import load_network
 

@@ -13,10 +13,11 @@ from hypar_sim.partition import graph_layout
 from hypar_sim.partition.graph_axes import sites
 from hypar_sim.partition.hierarchy import Hierarchy
 from hypar_sim.planner import soybean
-from hypar_sim.planner.graph_dp import every_assignment, minimise
-from hypar_sim.planner.graph_plan import GraphRequest, make_graph_plan
+from hypar_sim.planner.options import PlanOptions
+from hypar_sim.planner.plan import PlanRequest, make_plan
+from hypar_sim.planner.search import every_assignment, minimise
 from hypar_sim.planner.soybean import SOYBEAN_KINDS, Tiling, conversion
-from hypar_sim.planner.strategies import STRATEGIES, PlanOptions, make_plan
+from hypar_sim.planner.strategies import STRATEGIES
 from hypar_sim.workload.graph import Graph, parse_graph
 from hypar_sim.workload.layers import FeatureShape, Layer, Pool, make_conv, make_fc
 from hypar_sim.workload.network import Network, available_networks, graph_of, load_network
@@ -35,15 +36,15 @@ def _cost(graph: Graph, batch: int, columns, hierarchy: Hierarchy) -> float:
 
 
 def _request(graph: Graph, batch: int, hierarchy: Hierarchy,
-             kinds=SOYBEAN_KINDS) -> GraphRequest:
-    return GraphRequest(graph, sites(graph), batch, hierarchy, tuple(kinds), "",
+             kinds=SOYBEAN_KINDS) -> PlanRequest:
+    return PlanRequest(graph, sites(graph), batch, hierarchy, tuple(kinds), "",
                         graph_layout.Costs(batch, 4), [])
 
 
 def test_registered():
     """The module registers the strategy itself, with its paper's kinds and cost."""
     spec = STRATEGIES["soybean"]
-    assert spec.searches and spec.graph is soybean.soybean_columns
+    assert spec.searches and spec.columns is soybean.soybean_columns
     assert spec.default_kinds == ("batch", "in", "out") and spec.own_cost == "Eq. 3 bytes"
 
 
@@ -186,17 +187,17 @@ def test_three_way_level_plans_under_the_layout_model():
 
 def test_kinds_and_offered_are_honoured():
     graph = graph_of(load_network("lenet_c"))
-    only_batch = make_graph_plan(graph, "soybean", Hierarchy((2,)), 256,
+    only_batch = make_plan(graph, "soybean", Hierarchy((2,)), 256,
                                  options=PlanOptions(kinds=("batch",)))
     assert {kind for column in only_batch.columns for kind in column} == {"batch"}
-    plan = make_graph_plan(graph, "soybean", Hierarchy((2, 2)), 256,
+    plan = make_plan(graph, "soybean", Hierarchy((2, 2)), 256,
                            options=PlanOptions(kinds=("batch", "in")))
     assert {kind for column in plan.columns for kind in column} == {"batch", "in"}
     with pytest.raises(InputError, match="soybean cannot split node conv1"):
-        make_graph_plan(graph, "soybean", Hierarchy((2,)), 256, options=PlanOptions(
+        make_plan(graph, "soybean", Hierarchy((2,)), 256, options=PlanOptions(
             kinds=("in",)))
     with pytest.raises(InputError, match="--kinds: soybean searches batch, in and out"):
-        make_graph_plan(graph, "soybean", Hierarchy((2,)), 256, options=PlanOptions(
+        make_plan(graph, "soybean", Hierarchy((2,)), 256, options=PlanOptions(
             kinds=("spatial",)))
     with pytest.raises(InputError, match="plan: soybean cannot cost kind"):
         soybean.plan_costs(graph, 256, [("spatial",)] * len(graph.nodes), Hierarchy((2,)))
@@ -247,7 +248,7 @@ def test_costs_are_hypars_but_for_pooling(levels):
         assert cost == pytest.approx(hypar.traffic_bytes + extra, rel=1e-12), name
     sfc = load_network("sfc")
     hypar = make_plan(sfc, "hypar", levels, 256, options=PAPER)
-    ours = make_graph_plan(graph_of(sfc), "soybean", hierarchy, 256,
+    ours = make_plan(graph_of(sfc), "soybean", hierarchy, 256,
                            options=PlanOptions(kinds=("batch", "in")))
     assert ours.columns == hypar.columns
     assert _cost(graph_of(sfc), 256, ours.columns, hierarchy) == hypar.traffic_bytes
@@ -266,7 +267,7 @@ def test_plan_differs_from_hypar():
     fc = make_fc("fc", conv.output, 6)
     network, graph, one = Network("test", conv.input, (conv, fc)), _graph(conv, fc), Hierarchy((2,))
     hypar = make_plan(network, "hypar", 1, 8, options=PAPER)
-    ours = make_graph_plan(graph, "soybean", one, 8, options=PlanOptions(kinds=("batch", "in")))
+    ours = make_plan(graph, "soybean", one, 8, options=PlanOptions(kinds=("batch", "in")))
     assert hypar.choices == (("batch", "in"),) and hypar.traffic_bytes == 4 * (72 + 96 + 512)
     assert ours.columns == (("batch",), ("batch",)) and ours.traffic_bytes == 4 * (72 + 768)
     assert _cost(graph, 8, hypar.columns, one) == 4 * (72 + 512 + 256 + 96)

@@ -14,7 +14,8 @@ from hypar_sim.cli import main
 from hypar_sim.hardware.config import load_hardware
 from hypar_sim.hardware.topology import make_topology
 from hypar_sim.partition.hierarchy import Hierarchy
-from hypar_sim.planner.strategies import PlanOptions, make_plan
+from hypar_sim.planner.options import PlanOptions
+from hypar_sim.planner.plan import make_plan
 from hypar_sim.sim.engine import Lanes, simulate_des
 from hypar_sim.sim.schedule import build_schedule
 from hypar_sim.sim.symmetry import classify, orbit_labels

@@ -9,8 +9,9 @@ from hypar_sim.errors import InputError
 from hypar_sim.hardware.config import load_hardware
 from hypar_sim.partition.graph_axes import sites
 from hypar_sim.partition.hierarchy import Hierarchy
-from hypar_sim.planner.graph_plan import GraphRequest, _plan_cost, _timed_costs, make_graph_plan
-from hypar_sim.planner.strategies import PlanOptions
+from hypar_sim.planner.options import PlanOptions
+from hypar_sim.planner.plan import PlanRequest, _plan_cost, _timed_costs, make_plan
+from hypar_sim.planner.traffic import traffic_model
 from hypar_sim.runner import SimOptions, simulate
 from hypar_sim.workload.network import load_workload
 
@@ -24,9 +25,9 @@ def _simulated(graph, plan, objective: str) -> float:
 
 
 def _estimated(graph, plan, objective: str) -> float:
-    costs = _timed_costs(graph, plan.batch, plan.hierarchy, 4, "training", objective, "htree",
-                         CONFIG)
-    request = GraphRequest(graph, sites(graph), plan.batch, plan.hierarchy, (), "", costs, [])
+    costs, _ = _timed_costs(graph, plan.batch, plan.hierarchy, 4, traffic_model("layout"),
+                            objective, "htree", CONFIG, True)
+    request = PlanRequest(graph, sites(graph), plan.batch, plan.hierarchy, (), "", costs, [])
     return _plan_cost(request, plan.columns)
 
 
@@ -36,8 +37,8 @@ def test_a_chain_of_blocks_is_estimated_as_the_analytic_engine_runs_it(objective
     (0.1%: the gradient all-reduces overlap the backward pass, the estimate adds them);
     the plan's own estimate is the search's value of its columns."""
     graph = load_workload("resnet18")
-    plan = make_graph_plan(graph, "hypar", Hierarchy.for_count(4), 16,
-                           options=PlanOptions(objective=objective), config=CONFIG)
+    plan = make_plan(graph, "hypar", Hierarchy.for_count(4), 16,
+                     options=PlanOptions(objective=objective), config=CONFIG)
     assert plan.objective == objective
     assert plan.estimate == pytest.approx(_estimated(graph, plan, objective), rel=1e-12)
     assert plan.estimate == pytest.approx(_simulated(graph, plan, objective), rel=2e-3)
@@ -48,8 +49,8 @@ def test_side_by_side_branches_make_the_estimate_an_upper_bound():
     """inception_v1's branches run side by side in the simulator: the serial estimate of the
     step is above it, by less than a tenth."""
     graph = load_workload("inception_v1")
-    plan = make_graph_plan(graph, "hypar", Hierarchy.for_count(4), 8,
-                           options=PlanOptions(objective="time"), config=CONFIG)
+    plan = make_plan(graph, "hypar", Hierarchy.for_count(4), 8,
+                     options=PlanOptions(objective="time"), config=CONFIG)
     ratio = plan.estimate / _simulated(graph, plan, "time")
     assert 1.0 < ratio < 1.1
 
@@ -61,7 +62,7 @@ def test_time_and_energy_weigh_what_replicating_costs():
     where that pays, and the simulator runs the plans faster and on less energy."""
     graph, hierarchy = load_workload("resnet18"), Hierarchy.for_count(2)
     kinds = ("batch", "in", "out", "replicate")
-    plans = {objective: make_graph_plan(graph, "optimal", hierarchy, 2, config=CONFIG,
+    plans = {objective: make_plan(graph, "optimal", hierarchy, 2, config=CONFIG,
                                         options=PlanOptions(kinds=kinds, objective=objective))
              for objective in ("bytes", "time", "energy")}
     assert plans["bytes"].traffic_bytes == 0
@@ -75,5 +76,5 @@ def test_a_strategy_with_its_own_cost_refuses_another_objective():
     with pytest.raises(InputError, match=r"^--objective: strategy 'tofu' takes bytes \(its own "
                        r"cost\), not time; strategies that minimise time: hypar, optimal, "
                        r"exhaustive$"):
-        make_graph_plan(load_workload("resnet18"), "tofu", Hierarchy.for_count(4), 16,
+        make_plan(load_workload("resnet18"), "tofu", Hierarchy.for_count(4), 16,
                         options=PlanOptions(objective="time"))

@@ -16,9 +16,10 @@ from hypar_sim.partition.graph_axes import sites
 from hypar_sim.partition.hierarchy import Hierarchy
 from hypar_sim.partition.shares import Column
 from hypar_sim.planner import tofu
-from hypar_sim.planner.graph_plan import make_graph_plan, plan_graph
+from hypar_sim.planner.options import PlanOptions
+from hypar_sim.planner.plan import make_plan, plan_graph
 from hypar_sim.planner.plan_messages import graph_edges
-from hypar_sim.planner.strategies import STRATEGIES, PlanOptions
+from hypar_sim.planner.strategies import STRATEGIES
 from hypar_sim.runner import SimOptions, simulate
 from hypar_sim.workload.graph import Graph, parse_graph
 from hypar_sim.workload.layers import FeatureShape, Layer, Pool, make_conv, make_fc
@@ -55,7 +56,7 @@ def _unit_plans(graph: Graph, batch: int, hierarchy: Hierarchy,
 def test_registered() -> None:
     """The module registers the strategy itself, with its paper's kinds and cost."""
     spec = STRATEGIES["tofu"]
-    assert spec.searches and spec.graph is tofu.tofu_columns
+    assert spec.searches and spec.columns is tofu.tofu_columns
     assert spec.default_kinds == ("batch", "in", "out", "spatial")
     assert spec.own_cost == "its bytes"
 
@@ -319,7 +320,7 @@ def test_any_hierarchy(sizes: tuple[int, ...]) -> None:
     Tofu's kinds per layer that the layout offers (cifar_c's first conv has 3 input
     channels: never split 5 ways by in)."""
     graph, hierarchy = load_workload("cifar_c"), Hierarchy(sizes)
-    plan = make_graph_plan(graph, "tofu", hierarchy, 100)
+    plan = make_plan(graph, "tofu", hierarchy, 100)
     assert all(len(column) == len(sizes) and set(column) <= set(tofu.TOFU_KINDS)
                for column in plan.columns)
     assert _offered_everywhere(graph, 100, hierarchy, plan.columns)
@@ -331,7 +332,7 @@ def test_resnet18_plans_and_runs() -> None:
     """16 accelerators, batch 64, Tofu's kinds: every node's column is offered, every unit's
     nodes share it, and the analytic engine runs the plan with the planner's bytes."""
     graph, hierarchy = load_workload("resnet18"), Hierarchy.for_count(16)
-    plan = make_graph_plan(graph, "tofu", hierarchy, 64)
+    plan = make_plan(graph, "tofu", hierarchy, 64)
     assert _offered_everywhere(graph, 64, hierarchy, plan.columns)
     coarse = tofu.coarsen(graph)
     assert all(len({plan.columns[i] for i in unit}) == 1 for unit in coarse.units)
@@ -366,7 +367,7 @@ def test_units_share_a_column() -> None:
     add, relu = names.index("s5b1_add"), names.index("s5b1_relu")
     coarse = tofu.coarsen(graph)
     assert coarse.unit_of[add] == coarse.unit_of[relu]
-    plan = make_graph_plan(graph, "tofu", hierarchy, 256,
+    plan = make_plan(graph, "tofu", hierarchy, 256,
                            options=PlanOptions(kinds=("batch", "in")))
     for unit in coarse.units:
         assert len({plan.columns[i] for i in unit}) == 1
@@ -381,8 +382,8 @@ def test_kinds_honoured() -> None:
     with pytest.raises(InputError, match="--kinds: no kind of batch can split node c0"):
         plan_graph(downsample_block(), "tofu", Hierarchy((2, 2, 2)), 4, ("batch",))
     lenet = load_workload("lenet_c")
-    plan = make_graph_plan(lenet, "tofu", Hierarchy((2, 2, 2, 2)), 256,
+    plan = make_plan(lenet, "tofu", Hierarchy((2, 2, 2, 2)), 256,
                            options=PlanOptions(kinds=("batch", "out")))
     assert {kind for column in plan.columns for kind in column} <= {"batch", "out"}
-    plan = make_graph_plan(lenet, "tofu", Hierarchy((2, 2, 2, 2)), 256)
+    plan = make_plan(lenet, "tofu", Hierarchy((2, 2, 2, 2)), 256)
     assert "in" not in plan.columns[0]  # one input channel: in is never offered

@@ -12,7 +12,7 @@ from hypar_sim.experiments.common import PAPER_MODEL, QUICK_NETWORKS, Figure, di
 from hypar_sim.figure_style import SMALL, TINY
 from hypar_sim.paper import PAPER_NETWORKS
 from hypar_sim.partition.kinds import DP, MP, paper_label
-from hypar_sim.planner.strategies import make_plan
+from hypar_sim.planner.plan import make_plan
 from hypar_sim.workload.network import load_network
 
 #: Section 6.2.1 of the paper, as checks on the plans: (network, description, test).

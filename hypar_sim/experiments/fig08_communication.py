@@ -30,7 +30,7 @@ from hypar_sim.paper import (
     PAPER_NETWORKS,
     VGG_B_HYPAR_GB_CONSISTENT,
 )
-from hypar_sim.planner.strategies import make_plan
+from hypar_sim.planner.plan import make_plan
 from hypar_sim.workload.network import load_network
 
 

@@ -18,7 +18,7 @@ from hypar_sim.experiments.common import QUICK_NETWORKS, Figure, geomean, markdo
 from hypar_sim.paper import DISPLAY_NAMES, PAPER_NETWORKS
 from hypar_sim.partition.kinds import DEFAULT_KINDS, Dim, kind_of
 from hypar_sim.planner.options import PlanOptions
-from hypar_sim.planner.strategies import make_plan
+from hypar_sim.planner.plan import make_plan
 from hypar_sim.workload.network import load_network
 
 _HYPAR = DEFAULT_KINDS

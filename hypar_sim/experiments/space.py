@@ -17,7 +17,7 @@ from matplotlib import patheffects
 from hypar_sim.experiments.common import PAPER_MODEL, markdown_table, rows_frame
 from hypar_sim.figure_style import SMALL
 from hypar_sim.partition.kinds import DP, MP, paper_label
-from hypar_sim.planner.strategies import make_plan
+from hypar_sim.planner.plan import make_plan
 from hypar_sim.sweep import Case
 from hypar_sim.workload.network import load_network
 

@@ -301,6 +301,14 @@ class Costs:
     #: forms of `partition.totals` (bytes only: a cost in time or energy sums its steps).
     closed_forms = True
 
+    def offered(self, site: Site, batch: int, column: Column, hierarchy: Hierarchy) -> bool:
+        """Whether a node may take `column` (the module's `offered`)."""
+        return offered(site, batch, column, hierarchy)
+
+    def node_layout(self, site: Site, column: Column, hierarchy: Hierarchy) -> NodeLayout:
+        """The members' boxes a footprint is read from (the module's `layout`)."""
+        return layout(site, self.batch, column, hierarchy)
+
     def edge_table(self, producer: Site, consumer: Site, index: int,
                    producer_columns: Sequence[Column], columns: Sequence[Column],
                    hierarchy: Hierarchy) -> np.ndarray:
@@ -373,7 +381,7 @@ class Costs:
         (`member_footprint_bytes`)."""
         key = (geometry(site), column, hierarchy)
         if key not in self._footprints:
-            own = layout(site, self.batch, column, hierarchy)
+            own = self.node_layout(site, column, hierarchy)
             self._footprints[key] = member_footprint_bytes(own, self.word_bytes,
                                                            not self.forward_only)
         kept = self._footprints[key]

@@ -155,3 +155,13 @@ class Hierarchy:
 
     def __str__(self) -> str:
         return "x".join(map(str, self.sizes)) if self.sizes else "1"
+
+
+def as_hierarchy(levels_or_hierarchy: int | Hierarchy) -> Hierarchy:
+    """A Hierarchy, or an int number of two-way levels (HyPar's 2**H array)."""
+    if isinstance(levels_or_hierarchy, Hierarchy):
+        return levels_or_hierarchy
+    levels = levels_or_hierarchy
+    if isinstance(levels, bool) or not isinstance(levels, int) or not 0 <= levels <= 20:
+        raise InputError(f"levels: must be an integer from 0 to 20, got {levels!r}")
+    return Hierarchy.binary(levels)

@@ -1,15 +1,15 @@
-"""The phases of a training step, why bytes move, and where each transfer sits in the step.
+"""The phases of a training step, why bytes move, and the messages of one step.
 
-Every transfer kind says after which computation it is sent and before which
-one it must have arrived (`StepRule`); the schedule places sends and waits by
-these rules alone, whichever traffic model produced the messages.
+Every transfer kind belongs to a phase and either reduces what members send or
+gathers it; the schedule (`sim.schedule`) places each kind's sends and waits
+around the computations of the node it is keyed to.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from enum import Enum, StrEnum
+from enum import StrEnum
 from typing import NamedTuple
 
 import numpy as np
@@ -22,17 +22,6 @@ class Phase(StrEnum):
     BACKWARD = "backward"
     GRADIENT = "gradient"
     UPDATE = "update"
-
-
-class Slot(Enum):
-    """Places around one layer's computations where sends and waits go."""
-
-    FORWARD_BEFORE = 0
-    FORWARD_AFTER = 1
-    BACKWARD_BEFORE = 2  # before the error-backward (and the weight gradient) of the layer
-    BACKWARD_AFTER = 3
-    GRADIENT_AFTER = 4
-    UPDATE_BEFORE = 5
 
 
 class TransferKind(StrEnum):
@@ -72,36 +61,6 @@ _PHASES = {
     TransferKind.ERROR_GATHER: Phase.BACKWARD, TransferKind.GRADIENT: Phase.GRADIENT,
     TransferKind.GRADIENT_GATHER: Phase.GRADIENT,
 }
-
-
-@dataclass(frozen=True)
-class StepRule:
-    """Send after `send`, wait at `wait` of the layer `wait_offset` away (the layer
-    before: -1); `blocking` rules are used when gradients do not overlap."""
-
-    send: Slot
-    wait: Slot
-    wait_offset: int = 0
-
-
-_OVERLAPPED = {
-    TransferKind.RELAYOUT_FEATURE: StepRule(Slot.FORWARD_BEFORE, Slot.FORWARD_BEFORE),
-    TransferKind.PARTIAL_SUM: StepRule(Slot.FORWARD_AFTER, Slot.FORWARD_AFTER),
-    TransferKind.RELAYOUT_ERROR: StepRule(Slot.BACKWARD_AFTER, Slot.BACKWARD_BEFORE, -1),
-    TransferKind.ERROR_REDUCE: StepRule(Slot.BACKWARD_AFTER, Slot.BACKWARD_BEFORE, -1),
-    TransferKind.ERROR_GATHER: StepRule(Slot.BACKWARD_BEFORE, Slot.BACKWARD_BEFORE),
-    TransferKind.GRADIENT: StepRule(Slot.GRADIENT_AFTER, Slot.UPDATE_BEFORE),
-    TransferKind.GRADIENT_GATHER: StepRule(Slot.UPDATE_BEFORE, Slot.UPDATE_BEFORE),
-}
-_BLOCKING = _OVERLAPPED | {
-    TransferKind.GRADIENT: StepRule(Slot.GRADIENT_AFTER, Slot.GRADIENT_AFTER),
-    TransferKind.GRADIENT_GATHER: StepRule(Slot.GRADIENT_AFTER, Slot.GRADIENT_AFTER),
-}
-
-
-def step_rule(kind: TransferKind, overlap_gradients: bool) -> StepRule:
-    """Where the sends and waits of `kind` go."""
-    return (_OVERLAPPED if overlap_gradients else _BLOCKING)[kind]
 
 
 class Message(NamedTuple):

@@ -48,11 +48,11 @@ first layer, read off the DP's back-pointers (so the minimum is not exact), from
 (`Com_Cost_Inter_Layer_Block`: the inter-layer table with Type-II and Type-III exchanged, which
 we could not derive from the tensors' layouts). The paper's own multi-path section was not
 available to us. Here each level is an exact min-sum over the whole graph
-(`graph_dp.minimise`, variables in topological order, states: a node's type at this level; on
+(`search.minimise`, variables in topological order, states: a node's type at this level; on
 a chain, the authors' DP): node costs are unary tables, edge costs pairwise ones, a skip edge
 an edge like any other. Levels are decided from the top down on the shares the levels above
 leave (`h_partition`, as HyPar's Algorithm 2; `--search joint` does not change it). A graph too
-entangled for the exact elimination falls back to `graph_dp.local_search` (noted).
+entangled for the exact elimination falls back to `search.local_search` (noted).
 
 Where this hardware forces a difference: levels of k > 2 members (the same types with 1/k
 shares); the bandwidth between a level's groups is one link's (the H-tree joins them through
@@ -84,10 +84,10 @@ from hypar_sim.partition.hierarchy import Hierarchy
 from hypar_sim.partition.kinds import Dim, kind_of, listed
 from hypar_sim.partition.redistribute import Region
 from hypar_sim.partition.shares import Column
-from hypar_sim.planner.graph_dp import Factor, minimise_or_search
-from hypar_sim.planner.graph_plan import GraphRequest
+from hypar_sim.planner.plan import PlanRequest
 from hypar_sim.planner.plan_messages import graph_edges
-from hypar_sim.planner.strategies import register_graph_strategy
+from hypar_sim.planner.search import Factor, minimise_or_search
+from hypar_sim.planner.strategies import register_strategy
 from hypar_sim.workload.graph import Graph
 
 __all__ = ["TYPES", "AccParPlan", "Hardware", "Shares", "accpar_columns", "check_types",
@@ -119,8 +119,8 @@ class Hardware:
                    config.link_bandwidth_gbps * 1e9 / 8)
 
 
-def request_hardware(request: GraphRequest) -> Hardware:
-    """The cost model's numbers: from the request's hardware (`make_graph_plan` passes it),
+def request_hardware(request: PlanRequest) -> Hardware:
+    """The cost model's numbers: from the request's hardware (`make_plan` passes it),
     else the default hardware at the request's word size."""
     config = request.config
     if config is None:
@@ -357,9 +357,9 @@ def plan_cost(graph: Graph, batch: int, columns: Sequence[Column], hierarchy: Hi
                        fixed=columns)
 
 
-@register_graph_strategy("accpar", searches=True, default_kinds=tuple(TYPES),
+@register_strategy("accpar", searches=True, default_kinds=tuple(TYPES),
                          own_cost="its time")
-def accpar_columns(request: GraphRequest) -> list[Column]:
+def accpar_columns(request: PlanRequest) -> list[Column]:
     """AccPar's plan of a graph over the allowed kinds it has types for (its own cost: bytes
     objective only, as the registry says)."""
     kinds = [kind for kind in TYPES if kind in request.kinds]

@@ -122,9 +122,6 @@ class Estimator:
     _phases: dict = field(default_factory=dict, repr=False)
     _sent: dict = field(default_factory=dict, repr=False)
 
-    #: Levels are coupled (compute of a whole column, max over levels).
-    separable_by_level = False
-
     def __post_init__(self) -> None:
         self._table = EnergyTable.from_config(self.config)
         self._static_pj = self._table.pj_per_action[Action.STATIC_PU_CYCLE] \
@@ -137,10 +134,6 @@ class Estimator:
 
     def offered(self, layer: Layer, batch: int, column: Column, hierarchy: Hierarchy) -> bool:
         return self.model.offered(layer, batch, column, hierarchy)
-
-    def offered_columns(self, layer: Layer, batch: int, hierarchy: Hierarchy,
-                        kinds: Sequence[str]) -> Sequence[Column]:
-        return self.model.offered_columns(layer, batch, hierarchy, kinds)
 
     # -- the planner's interface ---------------------------------------------------------
 

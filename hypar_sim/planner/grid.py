@@ -83,9 +83,9 @@ from hypar_sim.partition.hierarchy import Hierarchy
 from hypar_sim.partition.kinds import GRAPH_EXTRA_KINDS, Dim, kind_of
 from hypar_sim.partition.redistribute import Region
 from hypar_sim.partition.shares import Column
-from hypar_sim.planner.graph_plan import GraphRequest
+from hypar_sim.planner.plan import PlanRequest
 from hypar_sim.planner.plan_messages import graph_edges
-from hypar_sim.planner.strategies import register_graph_strategy
+from hypar_sim.planner.strategies import register_strategy
 from hypar_sim.workload.graph import Node
 
 __all__ = ["GRID_KINDS", "NodeGrid", "NodeGridCost", "agreement", "choose", "grid_columns",
@@ -244,7 +244,7 @@ class _Planner:
     """One planning run: the request, the nodes' columns so far, offered columns and grid
     costs remembered by geometry (networks repeat their blocks)."""
 
-    def __init__(self, request: GraphRequest, kinds: Sequence[str],
+    def __init__(self, request: PlanRequest, kinds: Sequence[str],
                  capacity_bytes: float | None) -> None:
         self.request, self.kinds, self.capacity_bytes = request, tuple(kinds), capacity_bytes
         self.every = list(itertools.product(kinds, repeat=request.hierarchy.levels))
@@ -313,7 +313,7 @@ class _Planner:
         return best
 
 
-def grid_columns(request: GraphRequest, capacity_bytes: float | None = None) -> list[Column]:
+def grid_columns(request: PlanRequest, capacity_bytes: float | None = None) -> list[Column]:
     """Every contraction on its cheapest grid under the paper's cost and `capacity_bytes`
     (`choose`; one cube, bytes; None: unlimited); every other node following its producers."""
     kinds = [k for k in (*GRID_KINDS, *GRAPH_EXTRA_KINDS) if k in request.kinds]
@@ -334,7 +334,7 @@ def grid_columns(request: GraphRequest, capacity_bytes: float | None = None) -> 
     return planner.columns
 
 
-@register_graph_strategy("grid", searches=True, default_kinds=GRID_KINDS,
+@register_strategy("grid", searches=True, default_kinds=GRID_KINDS,
                          own_cost="Eq. 10 words")
-def _grid(request: GraphRequest) -> list[Column]:
+def _grid(request: PlanRequest) -> list[Column]:
     return grid_columns(request, request.capacity_bytes)

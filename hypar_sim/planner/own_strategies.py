@@ -3,7 +3,7 @@ cost tables (`graph_layout.Costs`, or `timed_costs.TimedCosts` for time and ener
 
 - `hypar`: HyPar's search generalised to graphs: `greedy` decides level by level from the
   top, each level exactly over the whole graph (min-sum variable elimination in topological
-  order, `graph_dp`); `joint` decides all levels at once, exactly, where the graph's state
+  order, `search`); `joint` decides all levels at once, exactly, where the graph's state
   space allows.
 - `optimal`: the joint search over every kind but replicate; `exhaustive`: every plan tried.
 - `data` (batch everywhere), `model` (in wherever a node can take it, else batch), `trick`
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -21,15 +22,20 @@ from hypar_sim.errors import InputError
 from hypar_sim.partition import graph_layout
 from hypar_sim.partition.graph_axes import Site
 from hypar_sim.partition.hierarchy import Hierarchy
-from hypar_sim.partition.kinds import BATCH, IN
+from hypar_sim.partition.kinds import BATCH, IN, KINDS
 from hypar_sim.partition.shares import Column
-from hypar_sim.planner.graph_dp import Factor, every_assignment, minimise_or_search
-from hypar_sim.planner.graph_plan import GraphRequest, no_option_error, offered_columns
+from hypar_sim.planner.objectives import OBJECTIVES
 from hypar_sim.planner.plan_messages import graph_edges, shared_table, sharing_edges
 from hypar_sim.planner.plan_text import read_node_plan
-from hypar_sim.planner.search import MAX_BRUTE_FORCE_PLANS
-from hypar_sim.planner.strategies import register_graph_columns
+from hypar_sim.planner.search import Factor, every_assignment, minimise_or_search
+from hypar_sim.planner.strategies import no_option_error, offered_columns, register_strategy
 from hypar_sim.workload.graph import Graph, Node
+
+if TYPE_CHECKING:
+    from hypar_sim.planner.plan import PlanRequest
+
+#: Most whole plans the `exhaustive` strategy will enumerate.
+MAX_BRUTE_FORCE_PLANS = 2**22
 
 #: Most cells of one table over a tensor's producer and its consumers (some may read it
 #: alike: one transfer serves them); beyond that, each edge is costed as if alone, and the
@@ -85,7 +91,7 @@ def _greedy(graph: Graph, sites: Sequence[Site], batch: int, hierarchy: Hierarch
         options = []
         for site, prefix in zip(sites, columns, strict=True):
             offered = [prefix + (k,) for k in kinds
-                       if graph_layout.offered(site, batch, prefix + (k,), upper)]
+                       if costs.offered(site, batch, prefix + (k,), upper)]
             if not offered:
                 raise no_option_error(site.node, kinds, upper, batch)
             options.append(offered)
@@ -105,7 +111,7 @@ def _joint(graph: Graph, sites: Sequence[Site], batch: int, hierarchy: Hierarchy
            kinds: Sequence[str], costs: graph_layout.Costs, notes: list[str],
            price: float = 0.0, strategy: str = "hypar --search joint") -> list[Column]:
     """The exact plan over all levels at once (every node's columns of `kinds`)."""
-    options = offered_columns(sites, batch, hierarchy, kinds)
+    options = offered_columns(sites, batch, hierarchy, kinds, costs)
     cells = sum(len(options[p]) * len(options[c]) for p, c, k in graph_edges(graph)
                 if costs.chained(sites[p], sites[c], k, [*options[p], *options[c]]) is None)
     if cells > MAX_TABLE_CELLS:
@@ -122,17 +128,17 @@ def _joint(graph: Graph, sites: Sequence[Site], batch: int, hierarchy: Hierarchy
                   price=price)
 
 
-def _fixed(sites: Sequence[Site], batch: int, hierarchy: Hierarchy,
-           preferred: Callable[[Node], str]) -> list[Column]:
+def _fixed(request: PlanRequest, preferred: Callable[[Node], str]) -> list[Column]:
     """Every node the kind `preferred` picks for it at every level, batch where it cannot
     take that kind."""
+    batch, hierarchy = request.batch, request.hierarchy
     columns = []
-    for site in sites:
+    for site in request.sites:
         column: Column = ()
         for level in range(hierarchy.levels):
             upper = Hierarchy(hierarchy.sizes[:level + 1])
             for kind in (preferred(site.node), BATCH):
-                if graph_layout.offered(site, batch, column + (kind,), upper):
+                if request.costs.offered(site, batch, column + (kind,), upper):
                     column += (kind,)
                     break
             else:
@@ -141,24 +147,25 @@ def _fixed(sites: Sequence[Site], batch: int, hierarchy: Hierarchy,
     return columns
 
 
-@register_graph_columns("hypar")
-def _hypar(request: GraphRequest) -> list[Column]:
+@register_strategy("hypar", searches=True, honours_search=True, objectives=OBJECTIVES)
+def _hypar(request: PlanRequest) -> list[Column]:
     find = _joint if request.search == "joint" else _greedy
     return find(request.graph, request.sites, request.batch, request.hierarchy, request.kinds,
                 request.costs, request.notes, request.memory_price)
 
 
-@register_graph_columns("optimal")
-def _optimal(request: GraphRequest) -> list[Column]:
+@register_strategy("optimal", searches=True, objectives=OBJECTIVES, default_kinds=tuple(KINDS))
+def _optimal(request: PlanRequest) -> list[Column]:
     """The exact least-bytes plan over all levels and every allowed kind (`_joint`)."""
     return _joint(request.graph, request.sites, request.batch, request.hierarchy,
                   request.kinds, request.costs, request.notes, request.memory_price, "optimal")
 
 
-@register_graph_columns("exhaustive")
-def _exhaustive(request: GraphRequest) -> list[Column]:
-    """Every plan of the allowed kinds tried (`graph_dp.every_assignment`)."""
-    options = offered_columns(request.sites, request.batch, request.hierarchy, request.kinds)
+@register_strategy("exhaustive", searches=True, objectives=OBJECTIVES)
+def _exhaustive(request: PlanRequest) -> list[Column]:
+    """Every plan of the allowed kinds tried (`search.every_assignment`)."""
+    options = offered_columns(request.sites, request.batch, request.hierarchy, request.kinds,
+                              request.costs)
     count = math.prod(len(o) for o in options)
     if count > MAX_BRUTE_FORCE_PLANS:
         many = f"{count:,}" if count < 10**12 else f"about 10^{math.floor(math.log10(count))}"
@@ -172,12 +179,12 @@ def _exhaustive(request: GraphRequest) -> list[Column]:
     return [opts[i] for opts, i in zip(options, choice, strict=True)]
 
 
-@register_graph_columns("explicit")
-def _explicit(request: GraphRequest) -> list[Column]:
+@register_strategy("explicit", takes_plan=True)
+def _explicit(request: PlanRequest) -> list[Column]:
     names = [site.node.name for site in request.sites]
     columns = read_node_plan(request.plan_text or "", names, request.hierarchy.levels)
     for site, column in zip(request.sites, columns, strict=True):
-        if not graph_layout.offered(site, request.batch, column, request.hierarchy):
+        if not request.costs.offered(site, request.batch, column, request.hierarchy):
             raise InputError(
                 f"--plan: node {site.node.name} ({site.node.op}, output {list(site.node.shape)}) "
                 f"cannot take ({' '.join(column)}) on hierarchy {request.hierarchy} with batch "
@@ -186,18 +193,18 @@ def _explicit(request: GraphRequest) -> list[Column]:
     return columns
 
 
-@register_graph_columns("data")
-def _data(request: GraphRequest) -> list[Column]:
-    return _fixed(request.sites, request.batch, request.hierarchy, lambda node: BATCH)
+@register_strategy("data")
+def _data(request: PlanRequest) -> list[Column]:
+    return _fixed(request, lambda node: BATCH)
 
 
-@register_graph_columns("model")
-def _model(request: GraphRequest) -> list[Column]:
-    return _fixed(request.sites, request.batch, request.hierarchy, lambda node: IN)
+@register_strategy("model")
+def _model(request: PlanRequest) -> list[Column]:
+    return _fixed(request, lambda node: IN)
 
 
-@register_graph_columns("trick")
-def _trick(request: GraphRequest) -> list[Column]:
+@register_strategy("trick")
+def _trick(request: PlanRequest) -> list[Column]:
     """Krizhevsky's "one weird trick" (arXiv:1404.5997) on a graph: fully-connected nodes
     (weighted multiply-accumulates without a window) split their input channels (mp), every
     other node the batch (dp)."""
@@ -206,4 +213,4 @@ def _trick(request: GraphRequest) -> list[Column]:
         fc = desc is not None and desc.weights is not None and desc.channel is not None \
             and not desc.window
         return IN if fc else BATCH
-    return _fixed(request.sites, request.batch, request.hierarchy, kind)
+    return _fixed(request, kind)

@@ -23,7 +23,7 @@ from hypar_sim.partition.hierarchy import Hierarchy
 from hypar_sim.partition.redistribute import Moved
 from hypar_sim.partition.shares import Column
 from hypar_sim.partition.steps import StepMessages, TransferKind
-from hypar_sim.planner.traffic import TRAFFIC_MODELS
+from hypar_sim.planner.traffic import TRAFFIC_MODELS, TrafficModel
 from hypar_sim.workload.graph import Graph
 
 Edge = tuple[int, int, int]  # (producer, consumer, input index)
@@ -192,7 +192,9 @@ def sent(matrices: Mapping[StepKey, Moved], buckets: Sequence[Sequence[int]] = (
     return steps
 
 
-def graph_layouts(graph: Graph, batch: int, hierarchy: Hierarchy,
-                  columns: Sequence[Column]) -> list[graph_layout.NodeLayout]:
-    return [graph_layout.layout(site, batch, column, hierarchy)
+def graph_layouts(graph: Graph, batch: int, hierarchy: Hierarchy, columns: Sequence[Column],
+                  model: TrafficModel | None = None) -> list[graph_layout.NodeLayout]:
+    """Every node's layout under its column, as `model` (default: `layout`) lays it out."""
+    model = model or TRAFFIC_MODELS["layout"]
+    return [model.node_layout(site, batch, column, hierarchy)
             for site, column in zip(graph_sites(graph), columns, strict=True)]

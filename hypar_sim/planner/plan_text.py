@@ -18,7 +18,6 @@ from pathlib import Path
 from hypar_sim.errors import InputError, closest
 from hypar_sim.partition.kinds import resolve_kind
 from hypar_sim.partition.shares import Column
-from hypar_sim.planner.plan import Choices
 
 
 def _lines(text: str) -> list[str]:
@@ -28,8 +27,8 @@ def _lines(text: str) -> list[str]:
 
 
 def parse_plan_text(text: str, names: Sequence[str], levels: int,
-                    where: str = "--plan") -> Choices:
-    """Rows of kinds: levels separated by ';' or new lines, nodes by ',' or spaces."""
+                    where: str = "--plan") -> tuple[tuple[str, ...], ...]:
+    """Rows of kinds ([level][node]): levels separated by ';' or new lines, nodes by ',' or spaces."""
     rows = [row for line in _lines(text) if (row := line.replace(",", " ").split())]
     if len(rows) != levels:
         raise InputError(

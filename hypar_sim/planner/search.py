@@ -1,20 +1,15 @@
-"""Plan searches over split kinds: HyPar's level-by-level DP and a joint DP over all levels.
+"""The exact minimum of a sum of cost tables over a graph: min-sum variable elimination.
 
-Every cost a traffic model gives is either a layer's own (it depends on the
-layer's column: its kind at every level) or a boundary's (it depends on two
-adjacent columns), so a chain is solved by one DP over layers (`chain_dp`):
-
-- `greedy` (HyPar's Algorithm 2, generalised): level by level from the top,
-  a DP over layers whose state is the layer's kind at that level, the upper
-  levels fixed and the lower ones not yet split (Algorithm 1 on the
-  sub-arrays; with kinds batch and in on two-way levels it is exactly
-  Algorithm 1 with com = com_h + 2 * com_n).
-- `joint`: one DP whose state is the layer's whole column; exact over the
-  plan (kinds^levels states a layer, a boundary is a matrix of them).
-- `brute_force`: every plan, for the tests and the `exhaustive` strategy.
-
-Ties go to the earlier kind (registry order: batch first), and back-tracking
-prefers it from the last layer backwards, as HyPar's Algorithm 1 does here.
+A plan of a graph network gives every unit (a variable) one of its options;
+the cost is a sum of tables, each over one unit (its own costs) or two (an
+edge's redistribution). On a chain this is HyPar's layer-wise DP; on a graph
+a tensor read by several units (a residual's skip, an inception block's
+input) couples them. Eliminating the variables one by one in a given order
+(bucket elimination: Dechter, "Bucket elimination: a unifying framework for
+reasoning", Artificial Intelligence 113, 1999) is exact; it costs the product
+of the domains of the variables a step joins, so the order matters: a
+topological order keeps that to the tensors alive at once (two in a
+residual block, five in an inception block). Ties go to the lowest option.
 """
 
 from __future__ import annotations
@@ -22,179 +17,145 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
 from hypar_sim.errors import InputError
-from hypar_sim.partition.hierarchy import Hierarchy
-from hypar_sim.partition.shares import Column
-from hypar_sim.planner.traffic import TrafficModel
-from hypar_sim.workload.layers import Layer
 
+#: The searches of the `hypar` strategy (`--search`): level by level, or all levels at once.
 SEARCHES = ("greedy", "joint")
 
-#: Most whole plans `brute_force` will enumerate.
-MAX_BRUTE_FORCE_PLANS = 2**22
+#: Most cells one elimination step may build (numpy arrays of float64).
+MAX_STATES = 2**24
 
 
-def chain_dp(own: Sequence[np.ndarray], boundary: Sequence[np.ndarray]) -> tuple[float, list[int]]:
-    """Minimal sum of own[l][s_l] + boundary[l][s_{l-1}, s_l]; (cost, state per layer).
-    Ties go to the earliest state. A few states a layer (HyPar's two) are solved with
-    Python floats, many with numpy: the same sums in the same order either way."""
-    if not own:
-        return 0.0, []
-    if max(len(costs) for costs in own) <= _FEW_STATES:
-        return _chain_dp_floats(own, boundary)
-    best = np.asarray(own[0], dtype=float)
-    back = []
-    for costs, matrix in zip(own[1:], boundary, strict=True):
-        total = best[:, None] + matrix
-        pointer = np.argmin(total, axis=0)  # the first (earliest state) on ties
-        best = total[pointer, np.arange(total.shape[1])] + costs
-        back.append(pointer)
-    return _backtrack(best.tolist(), back)
+class StateLimit(InputError):
+    """An exact elimination would need more than MAX_STATES cells in one step."""
+
+    def __init__(self, message: str, cells: int) -> None:
+        super().__init__(message)
+        self.cells = cells
 
 
-#: Most states a layer for which `chain_dp` uses Python floats.
-_FEW_STATES = 4
+@dataclass(frozen=True)
+class Factor:
+    """A cost table with one axis per variable, in the order of `variables`."""
+
+    variables: tuple[int, ...]
+    table: np.ndarray
 
 
-def _chain_dp_floats(own: Sequence[np.ndarray],
-                     boundary: Sequence[np.ndarray]) -> tuple[float, list[int]]:
-    best = [float(c) for c in own[0]]
-    back = []
-    for costs, matrix in zip(own[1:], boundary, strict=True):
-        rows = matrix.tolist()
-        pointer, new = [], []
-        for j, cost in enumerate(costs.tolist()):
-            column = [b + row[j] for b, row in zip(best, rows, strict=True)]
-            i = column.index(min(column))
-            pointer.append(i)
-            new.append(column[i] + cost)
-        best = new
-        back.append(pointer)
-    return _backtrack(best, back)
+def _aligned(factor: Factor, variables: tuple[int, ...]) -> np.ndarray:
+    """The factor's table broadcastable over `variables` (a superset of its own)."""
+    order = sorted(range(len(factor.variables)), key=lambda i: variables.index(
+        factor.variables[i]))
+    table = np.transpose(factor.table, order)
+    shape = [1] * len(variables)
+    for axis, var in enumerate(sorted(factor.variables, key=variables.index)):
+        shape[variables.index(var)] = table.shape[axis]
+    return table.reshape(shape)
 
 
-def _backtrack(best: list[float], back: list) -> tuple[float, list[int]]:
-    state = best.index(min(best))
-    states = [state]
-    for pointer in reversed(back):
-        states.append(int(pointer[states[-1]]))
-    return float(best[state]), states[::-1]
+def minimise(domains: Sequence[int], factors: Sequence[Factor],
+             order: Sequence[int]) -> tuple[float, list[int]]:
+    """(least total cost, the option of every variable) over all assignments; `order` is
+    the elimination order (every variable once)."""
+    if sorted(order) != list(range(len(domains))):
+        raise ValueError("order must list every variable once")
+    pending = list(factors)
+    steps = []  # (variable, the variables its choice depends on, argmin table)
+    for var in order:
+        bucket = [f for f in pending if var in f.variables]
+        pending = [f for f in pending if var not in f.variables]
+        others = tuple(sorted({v for f in bucket for v in f.variables} - {var}))
+        joined = (var, *others)
+        cells = int(np.prod([domains[v] for v in joined]))
+        if cells > MAX_STATES:
+            raise StateLimit(f"--search: an exact plan of this graph needs {cells:,} states in "
+                             f"one step (more than {MAX_STATES:,}); use --search greedy, fewer "
+                             "kinds or fewer levels", cells)
+        total = np.zeros([domains[v] for v in joined])
+        for factor in bucket:
+            total = total + _aligned(factor, joined)
+        choice = np.argmin(total, axis=0)
+        steps.append((var, others, choice))
+        pending.append(Factor(others, np.take_along_axis(total, choice[None], axis=0)[0]))
+    cost = float(sum(float(f.table) for f in pending))
+    assignment = [0] * len(domains)
+    for var, others, choice in reversed(steps):
+        assignment[var] = int(choice[tuple(assignment[v] for v in others)])
+    return cost, assignment
 
 
-def _no_kind(layer: Layer, kinds: Sequence[str], where: str) -> InputError:
-    return InputError(f"--kinds: no kind of {','.join(kinds)} can split layer {layer.name} "
-                      f"{where}; allowed: kinds whose dimension has at least as many "
-                      "indices as the level has members (e.g. batch)")
+def local_search(domains: Sequence[int], factors: Sequence[Factor],
+                 order: Sequence[int], sweeps: int = 50) -> tuple[float, list[int]]:
+    """A good assignment where the exact elimination is too wide (DenseNet's concatenations
+    join every earlier layer): each variable in `order` takes its best option given those
+    already chosen, then every variable in turn moves to its best option given all the
+    others (iterated conditional modes, Besag, J. R. Stat. Soc. B 48, 1986) until none
+    improves. Not exact; the caller says so."""
+    touching: dict[int, list[Factor]] = {v: [] for v in range(len(domains))}
+    for factor in factors:
+        for v in factor.variables:
+            touching[v].append(factor)
+    assignment = [0] * len(domains)
+    chosen: set[int] = set()
+
+    def options(v: int, known: set[int] | None) -> np.ndarray:
+        totals = np.zeros(domains[v])
+        for factor in touching[v]:
+            if known is not None and any(u not in known for u in factor.variables if u != v):
+                continue
+            index = tuple(slice(None) if u == v else assignment[u] for u in factor.variables)
+            totals = totals + factor.table[index]
+        return totals
+
+    for v in order:
+        assignment[v] = int(np.argmin(options(v, chosen)))
+        chosen.add(v)
+    for _ in range(sweeps):
+        moved = False
+        for v in order:
+            totals = options(v, None)
+            best = int(np.argmin(totals))
+            if totals[best] < totals[assignment[v]]:
+                assignment[v], moved = best, True
+        if not moved:
+            break
+    cost = sum(float(f.table[tuple(assignment[u] for u in f.variables)]) for f in factors)
+    return cost, assignment
 
 
-def _costs(model: TrafficModel, layers: Sequence[Layer], batch: int,
-           columns: Sequence[Sequence[Column]], hierarchy: Hierarchy,
-           word_bytes: int, level: int = 0) -> tuple[list[np.ndarray], list[np.ndarray]]:
-    """Own and boundary costs; with `level` > 0 and a model whose levels separate, only
-    that level's (the levels above are the same for every option)."""
-    last = len(layers) - 1
-    extra = {"from_level": level} if level and model.separable_by_level else {}
-    own = [model.own_costs(layer, batch, cols, hierarchy, word_bytes, index == last, **extra)
-           for index, (layer, cols) in enumerate(zip(layers, columns, strict=True))]
-    boundary = [model.boundary_costs(layers[i - 1], layers[i], batch, columns[i - 1],
-                                     columns[i], hierarchy, word_bytes, **extra)
-                for i in range(1, len(layers))]
-    return own, boundary
-
-
-def _plan_terms(model: TrafficModel, layers: Sequence[Layer], batch: int,
-                columns: Sequence[Column], hierarchy: Hierarchy,
-                word_bytes: int) -> tuple[list[float], list[float]]:
-    """One plan's terms of the DP's sum: every layer's own cost, every boundary's."""
-    last = len(layers) - 1
-    own = [float(model.own_costs(layer, batch, [column], hierarchy, word_bytes,
-                                 index == last)[0])
-           for index, (layer, column) in enumerate(zip(layers, columns, strict=True))]
-    between = [float(model.boundary_costs(layers[i - 1], layers[i], batch, [columns[i - 1]],
-                                          [columns[i]], hierarchy, word_bytes)[0, 0])
-               for i in range(1, len(layers))]
-    return own, between
-
-
-def layer_costs(model: TrafficModel, layers: Sequence[Layer], batch: int,
-                columns: Sequence[Column], hierarchy: Hierarchy, word_bytes: int) -> list[float]:
-    """Every layer's own cost plus those of the boundaries on both its sides."""
-    own, between = _plan_terms(model, layers, batch, columns, hierarchy, word_bytes)
-    for i, cost in enumerate(between):
-        own[i] += cost
-        own[i + 1] += cost
-    return own
-
-
-def chain_cost(model: TrafficModel, layers: Sequence[Layer], batch: int,
-               columns: Sequence[Column], hierarchy: Hierarchy, word_bytes: int) -> float:
-    """The DP's sum for one plan: every layer's own cost and every boundary's."""
-    own, between = _plan_terms(model, layers, batch, columns, hierarchy, word_bytes)
-    return sum(own) + sum(between)
-
-
-def greedy(model: TrafficModel, layers: Sequence[Layer], batch: int, hierarchy: Hierarchy,
-           kinds: Sequence[str], word_bytes: int) -> list[Column]:
-    """Level by level from the top: the best kinds at each level given those above."""
-    columns: list[Column] = [() for _ in layers]
-    for level in range(hierarchy.levels):
-        upper = Hierarchy(hierarchy.sizes[:level + 1])
-        options = []
-        for layer, prefix in zip(layers, columns, strict=True):
-            offered = [prefix + (kind,) for kind in kinds
-                       if model.offered(layer, batch, prefix + (kind,), upper)]
-            if not offered:
-                raise _no_kind(layer, kinds, f"at level {level + 1}")
-            options.append(offered)
-        own, boundary = _costs(model, layers, batch, options, upper, word_bytes, level)
-        _, states = chain_dp(own, boundary)
-        columns = [opts[state] for opts, state in zip(options, states, strict=True)]
-    return columns
-
-
-def all_columns(model: TrafficModel, layer: Layer, batch: int, hierarchy: Hierarchy,
-                kinds: Sequence[str]) -> list[Column]:
-    """Every column of `kinds` the model offers `layer` (registry order, top level first)."""
-    columns = list(model.offered_columns(layer, batch, hierarchy, kinds))
-    if not columns:
-        raise _no_kind(layer, kinds, f"on hierarchy {hierarchy}")
-    return columns
-
-
-def joint(model: TrafficModel, layers: Sequence[Layer], batch: int, hierarchy: Hierarchy,
-          kinds: Sequence[str], word_bytes: int) -> list[Column]:
-    """The cheapest plan over all levels at once (one DP, whole columns as states)."""
-    options = [all_columns(model, layer, batch, hierarchy, kinds) for layer in layers]
-    own, boundary = _costs(model, layers, batch, options, hierarchy, word_bytes)
-    _, states = chain_dp(own, boundary)
-    return [opts[state] for opts, state in zip(options, states, strict=True)]
-
-
-def brute_force(model: TrafficModel, layers: Sequence[Layer], batch: int, hierarchy: Hierarchy,
-                kinds: Sequence[str], word_bytes: int,
-                progress: bool = False) -> tuple[float, list[Column]]:
-    """Every plan tried (ties: the first in enumeration order, last layer varying fastest);
-    with `progress`, a bar on stderr that starts by saying how many plans it will visit."""
-    options = [all_columns(model, layer, batch, hierarchy, kinds) for layer in layers]
-    count = math.prod(len(o) for o in options)
-    if count > MAX_BRUTE_FORCE_PLANS:
-        raise InputError(f"--strategy exhaustive: {count} plans to try, more than "
-                         f"{MAX_BRUTE_FORCE_PLANS}; use a smaller network, fewer levels or kinds, "
-                         "or --search joint")
-    own, boundary = _costs(model, layers, batch, options, hierarchy, word_bytes)
-    best: tuple[float, tuple[int, ...]] | None = None
-    plans = itertools.product(*(range(len(o)) for o in options))
+def every_assignment(domains: Sequence[int], factors: Sequence[Factor],
+                     progress: bool = False) -> tuple[float, list[int]]:
+    """(least total cost, the option of every variable) by trying every assignment (ties:
+    the first in enumeration order, the last variable varying fastest); with `progress`, a
+    bar on stderr that starts by saying how many it will try."""
+    assignments = itertools.product(*(range(size) for size in domains))
     if progress:
         from tqdm import tqdm
 
-        plans = tqdm(plans, total=count, unit="plan", desc="exhaustive", mininterval=0.5)
-    for states in plans:
-        cost = sum(own[i][s] for i, s in enumerate(states)) + sum(
-            boundary[i - 1][states[i - 1], states[i]] for i in range(1, len(states)))
+        assignments = tqdm(assignments, total=math.prod(domains), unit="plan",
+                           desc="exhaustive", mininterval=0.5)
+    best: tuple[float, tuple[int, ...]] | None = None
+    for states in assignments:
+        cost = sum(float(f.table[tuple(states[v] for v in f.variables)]) for f in factors)
         if best is None or cost < best[0]:
-            best = (float(cost), states)
+            best = (cost, states)
     assert best is not None
-    return best[0], [opts[s] for opts, s in zip(options, best[1], strict=True)]
+    return best[0], list(best[1])
+
+
+def minimise_or_search(domains: Sequence[int], factors: Sequence[Factor], order: Sequence[int],
+                       notes: list[str] | None = None, approximate: bool = True) -> list[int]:
+    """The exact assignment (`minimise`), or where the graph is too entangled for it and
+    `approximate` allows, the local search's, with a line in `notes` saying so."""
+    try:
+        return minimise(domains, factors, order)[1]
+    except StateLimit as limit:
+        if not approximate:
+            raise
+        if notes is not None:
+            notes.append(f"local search where the exact elimination needed {limit.cells:,} states")
+        return local_search(domains, factors, order)[1]

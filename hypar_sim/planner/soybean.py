@@ -33,7 +33,7 @@ a matrix with a stored tiling:
 - **Tilings** of a tensor: split along its sample axis, along an axis some node's kind
   splits, or r; R <-> C is a change of split axis (each member keeps 1/k^2 of its part).
 - **One cut** (§4.2.2, Eqs. 4-5): the least sum over every node's kind and every tensor's
-  stored (forward, error) tilings, an exact min-sum elimination over the graph (`graph_dp`;
+  stored (forward, error) tilings, an exact min-sum elimination over the graph (`search`;
   on a chain, the DP over its layers with state tau_l = the tilings of F_{l+1} and E_{l+1}).
   **k cuts** (§4.3, Algorithm 1, Theorem 1): the top level of the hierarchy is the first cut
   (§5.1: the slowest links), then the groups' tile graphs (each node's split loops divided
@@ -81,10 +81,10 @@ from hypar_sim.partition.graph_axes import sites
 from hypar_sim.partition.hierarchy import Hierarchy
 from hypar_sim.partition.kinds import KINDS, kind_of, listed
 from hypar_sim.partition.shares import Column
-from hypar_sim.planner.graph_dp import Factor, minimise, minimise_or_search
-from hypar_sim.planner.graph_plan import GraphRequest
+from hypar_sim.planner.plan import PlanRequest
 from hypar_sim.planner.plan_messages import graph_edges
-from hypar_sim.planner.strategies import register_graph_strategy
+from hypar_sim.planner.search import Factor, minimise, minimise_or_search
+from hypar_sim.planner.strategies import register_strategy
 from hypar_sim.workload.dims import Dim
 from hypar_sim.workload.graph import Graph
 from hypar_sim.workload.tdl import Access, Flat, Grouped, Whole
@@ -183,7 +183,7 @@ class _Cut:
     above (`columns`), and its products; with `fixed`, every node's kind is given (the cost
     of a plan), its tensors' tilings still those `kinds` offer."""
 
-    def __init__(self, request: GraphRequest, columns: Sequence[Column], level: int,
+    def __init__(self, request: PlanRequest, columns: Sequence[Column], level: int,
                  kinds: Sequence[str], fixed: Sequence[str] | None = None) -> None:
         self.request, self.columns, self.level = request, columns, level
         self.parts = request.hierarchy.sizes[level]
@@ -320,9 +320,9 @@ class _Cut:
         return np.array(costs)
 
 
-@register_graph_strategy("soybean", searches=True, default_kinds=SOYBEAN_KINDS,
+@register_strategy("soybean", searches=True, default_kinds=SOYBEAN_KINDS,
                          own_cost="Eq. 3 bytes")
-def soybean_columns(request: GraphRequest) -> list[Column]:
+def soybean_columns(request: PlanRequest) -> list[Column]:
     """Algorithm 1 (§4.3) over the allowed kinds that have a matrix dimension: the top
     level's cut first, then each level below on the groups' tile graphs (it minimises its
     own Eq. 3 bytes: no other objective)."""
@@ -349,7 +349,7 @@ def plan_costs(graph: Graph, batch: int, columns: Sequence[Column], hierarchy: H
     if bad:
         raise InputError(f"plan: soybean cannot cost kind(s) {','.join(bad)}; allowed: "
                          f"{', '.join(SOYBEAN_KINDS)}")
-    request = GraphRequest(graph, sites(graph), batch, hierarchy, tuple(kinds), "",
+    request = PlanRequest(graph, sites(graph), batch, hierarchy, tuple(kinds), "",
                            graph_layout.Costs(batch, word_bytes), [], word_bytes)
     deltas = []
     for level, groups in enumerate(hierarchy.subarray_counts):

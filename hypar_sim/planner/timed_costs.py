@@ -2,7 +2,7 @@
 on a graph network.
 
 `graph_layout.Costs` gives the bytes of a node's own steps under a column and of an edge
-under a pair of columns; the searches of `planner.graph_plan` add them up. `TimedCosts`
+under a pair of columns; the searches of `planner.plan` add them up. `TimedCosts`
 gives the same tables in step time or energy, from the simulator's own models:
 
 - a node's own cost: its compute, every phase (forward, backward, gradient, update) on its

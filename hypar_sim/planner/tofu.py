@@ -50,7 +50,7 @@ simulator's integer boxes (`graph_layout.layout`).
 Recursion (Tofu Sec 5.2, `recursive_search`). k workers are factorised k = k_1 ... k_m;
 step i partitions each group's graph k_i ways. Here step i is level i of the hierarchy, top
 first (the default hierarchy is the prime factors largest first, Tofu's k_i >= k_(i+1)):
-the exact min-sum search over the coarsened graph's units (`graph_dp.minimise`, states: a
+the exact min-sum search over the coarsened graph's units (`search.minimise`, states: a
 unit's kind at this level; Tofu runs the DP of its [14] on the linear coarsened graph, and
 variable elimination is that DP on a fork-join) picks every unit's kind given the kinds
 above. Step i's cost is group G_0's (the members whose coordinates above level i are 0)
@@ -71,7 +71,7 @@ tensor read by two consumers are charged per reading edge, as the layout model d
 norm statistics are per member; a tied projection's weights are costed as its own. Besides
 Tofu's kinds, `heads` and `groups` are taken when asked (loop dimensions of an operator,
 which Tofu's TDL analysis would find). The plan's real bytes are the layout model's
-(`graph_plan.evaluate_graph_plan`), not this cost.
+(`plan.evaluate_plan`), not this cost.
 """
 
 from __future__ import annotations
@@ -89,10 +89,10 @@ from hypar_sim.partition.hierarchy import Hierarchy
 from hypar_sim.partition.kinds import GRAPH_EXTRA_KINDS, Dim, kind_of
 from hypar_sim.partition.redistribute import Region
 from hypar_sim.partition.shares import Column
-from hypar_sim.planner.graph_dp import Factor, minimise_or_search
-from hypar_sim.planner.graph_plan import GraphRequest
+from hypar_sim.planner.plan import PlanRequest
 from hypar_sim.planner.plan_messages import graph_edges
-from hypar_sim.planner.strategies import register_graph_strategy
+from hypar_sim.planner.search import Factor, minimise_or_search
+from hypar_sim.planner.strategies import register_strategy
 from hypar_sim.planner.tofu_regions import relayout, tensor_cost
 from hypar_sim.workload.graph import Graph, Node
 
@@ -385,8 +385,8 @@ def plan_costs(graph: Graph, batch: int, columns: Sequence[Column], hierarchy: H
     return tuple(deltas)
 
 
-@register_graph_strategy("tofu", searches=True, default_kinds=TOFU_KINDS, own_cost="its bytes")
-def tofu_columns(request: GraphRequest) -> list[Column]:
+@register_strategy("tofu", searches=True, default_kinds=TOFU_KINDS, own_cost="its bytes")
+def tofu_columns(request: PlanRequest) -> list[Column]:
     """Tofu's recursive search over the coarsened graph, `--kinds` & Tofu's loop dimensions,
     the levels as its steps (its own recursion: `--search` does not apply)."""
     if request.search == "joint":

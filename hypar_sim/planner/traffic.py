@@ -13,7 +13,6 @@ come from the same transfers, so the two cannot disagree.
 from __future__ import annotations
 
 import copy
-import itertools
 import math
 from collections.abc import Sequence
 from functools import lru_cache
@@ -21,14 +20,18 @@ from functools import lru_cache
 import numpy as np
 
 from hypar_sim.errors import InputError, closest
-from hypar_sim.partition import layout, shares, totals
+from hypar_sim.partition import graph_layout, layout, shares, totals
 from hypar_sim.partition.collectives import COLLECTIVES
+from hypar_sim.partition.graph_axes import Site
 from hypar_sim.partition.hierarchy import Hierarchy
-from hypar_sim.partition.kinds import BATCH, IN, KINDS
+from hypar_sim.partition.kinds import BATCH, IN, KINDS, Dim
+from hypar_sim.partition.redistribute import Moved
 from hypar_sim.partition.shares import Column, Share
 from hypar_sim.partition.steps import Phase, StepMessages, TransferKind
 from hypar_sim.planner.comm_model import LayerSplit, Parallelism, layer_transfers, pair_costs
+from hypar_sim.workload.graph import Graph
 from hypar_sim.workload.layers import Layer
+from hypar_sim.workload.network import layer_of
 
 StepKey = tuple[int, TransferKind]
 
@@ -67,6 +70,9 @@ class _Phased:
     #: It reads a network as HyPar's chain of conv and fc layers (`network.chain_of`); the
     #: others read any graph, sending its steps by their `collective`.
     chains_only = False
+    #: Its gradient steps may be fused in buckets (the layout models' all-reduces, as
+    #: data-parallel frameworks fuse them); HyPar exchanges each layer's as it is computed.
+    fuses_gradients = True
 
     def for_phases(self, phases: str):
         """This model for `phases` (one of `PHASES`)."""
@@ -89,6 +95,7 @@ class PaperTraffic(_Phased):
     name = "paper"
     summary = "HyPar's reading of its Tables 1 and 2 (batch and in, two-way levels; Fig 8)"
     chains_only = True
+    fuses_gradients = False
     #: Every kind it can cost (the `optimal` strategy searches them all).
     kinds = tuple(_PAPER_KINDS)
 
@@ -127,12 +134,6 @@ class PaperTraffic(_Phased):
         that does not divide is refused when the plan is evaluated)."""
         return _PAPER_KINDS.keys() >= set(column)
 
-    def offered_columns(self, layer: Layer, batch: int, hierarchy: Hierarchy,
-                        kinds: Sequence[str]) -> list[Column]:
-        """Every column of `kinds` `offered` accepts (`itertools.product` order)."""
-        return [column for column in itertools.product(kinds, repeat=hierarchy.levels)
-                if self.offered(layer, batch, column, hierarchy)]
-
     def member_shares(self, layer: Layer, batch: int, column: Column,
                       hierarchy: Hierarchy) -> list[Share]:
         """Every member holds the same share: the batch and input-channel fractions after
@@ -147,35 +148,14 @@ class PaperTraffic(_Phased):
                       (0, layer.output.height), (0, layer.output.width))
         return [share] * hierarchy.members
 
-    def layer_traffic(self, layers: Sequence[Layer], batch: int, columns: Sequence[Column],
-                      hierarchy: Hierarchy, word_bytes: int) -> list[list[tuple[float, float]]]:
-        """[level][layer] (intra, inter) bytes, all pairs, both directions."""
-        table = []
-        for level in range(hierarchy.levels):
-            pairs = hierarchy.subarray_counts[level]
-            row, previous = [], None
-            for layer, column in zip(layers, columns, strict=True):
-                split = _paper_share(layer, batch, column[:level], word_bytes)
-                choice = _PAPER_KINDS[column[level]]
-                intra, inter = pair_costs(split, previous, choice, self.forward_only)
-                row.append((pairs * intra, pairs * inter))
-                previous = choice
-            table.append(row)
-        return table
-
-    #: A level's costs do not depend on the kinds below it, nor the levels above on its
-    #: kinds: the greedy search may cost the level it decides alone (Algorithm 1's O(L)).
-    separable_by_level = True
-
     def own_costs(self, layer: Layer, batch: int, columns: Sequence[Column],
-                  hierarchy: Hierarchy, word_bytes: int, last: bool,
-                  from_level: int = 0) -> np.ndarray:
-        """Bytes of each column's own steps, levels `from_level` and below."""
+                  hierarchy: Hierarchy, word_bytes: int, last: bool) -> np.ndarray:
+        """Bytes of each column's own steps, every level's pairs."""
         groups = hierarchy.subarray_counts
         costs = []
         for column in columns:
             cost = 0.0
-            for level in range(from_level, len(column)):
+            for level in range(len(column)):
                 own, _ = _paper_pair_costs(layer, batch, column[:level], word_bytes,
                                            self.forward_only)
                 cost += groups[level] * own[column[level]]
@@ -184,12 +164,12 @@ class PaperTraffic(_Phased):
 
     def boundary_costs(self, producer: Layer, consumer: Layer, batch: int,
                        producer_columns: Sequence[Column], columns: Sequence[Column],
-                       hierarchy: Hierarchy, word_bytes: int, from_level: int = 0) -> np.ndarray:
-        """Bytes across the boundary for every pair of columns, levels `from_level` and below."""
+                       hierarchy: Hierarchy, word_bytes: int) -> np.ndarray:
+        """Bytes across the boundary for every pair of columns, every level's pairs."""
         groups = hierarchy.subarray_counts
         costs = np.zeros((len(producer_columns), len(columns)))
         for j, column in enumerate(columns):
-            for level in range(from_level, len(column)):
+            for level in range(len(column)):
                 if column[level] != IN:
                     continue  # only a batch -> in boundary moves bytes (Table 2)
                 inter = groups[level] * _paper_pair_costs(consumer, batch, column[:level],
@@ -225,6 +205,39 @@ class PaperTraffic(_Phased):
                 for key, pieces in parts.items()}
 
 
+    # -- a plan of a chain graph (`planner.plan`) ----------------------------------
+
+    def node_layout(self, site: Site, batch: int, column: Column,
+                    hierarchy: Hierarchy) -> graph_layout.NodeLayout:
+        """Every member the same box of a chain layer's node: its `member_shares` samples and
+        input channels, every other loop whole (what the schedule computes and the cube
+        keeps under HyPar's equal shares)."""
+        share = self.member_shares(layer_of(site.node), batch, column, hierarchy)[0]
+        extents = {**graph_layout.loops(site, batch), Dim.N: share.batch,
+                   site.desc.reduction: share.channels}
+        return graph_layout.NodeLayout(site, {dim: np.tile([0, extent], (hierarchy.members, 1))
+                                              for dim, extent in extents.items()})
+
+    def plan_costs(self, graph: Graph, batch: int, word_bytes: int) -> graph_layout.Costs:
+        """The planner's tables of a chain graph: this model's own and boundary bytes."""
+        from hypar_sim.planner.chain_costs import ChainCosts
+
+        return ChainCosts(graph, self, self, batch, word_bytes)
+
+    def plan_matrices(self, graph: Graph, layouts: Sequence[graph_layout.NodeLayout],
+                      batch: int, word_bytes: int) -> dict[StepKey, Moved]:
+        """None: HyPar's pairs are messages already (`graph_steps`)."""
+        return {}
+
+    def graph_steps(self, graph: Graph, columns: Sequence[Column],
+                    matrices: dict[StepKey, Moved], batch: int, hierarchy: Hierarchy,
+                    word_bytes: int, buckets: Sequence[Sequence[int]] = ()
+                    ) -> dict[StepKey, StepMessages]:
+        """The chain's `steps`, keyed by node; no buckets (HyPar exchanges a layer's gradient
+        as it is computed)."""
+        layers = [layer_of(node) for node in graph.nodes]
+        return self.steps(layers, batch, columns, hierarchy, word_bytes)
+
 class LayoutTraffic(_Phased):
     """The redistribution rule on the members' real layouts (`partition.layout`)."""
 
@@ -239,12 +252,7 @@ class LayoutTraffic(_Phased):
 
     def check(self, hierarchy: Hierarchy, kinds: Sequence[str], batch: int,
               searches: bool) -> None:
-        """Any kind that splits a dimension, any level size, any batch."""
-        chained = self.kinds
-        unsplit = [k for k in kinds if k not in chained]
-        if unsplit:
-            raise InputError(f"--kinds: {', '.join(unsplit)} takes graph networks only (a "
-                             f"chain's layers take {', '.join(chained)})")
+        """Any kind, any level size, any batch (what a node cannot take it is not offered)."""
 
     def check_plan(self, layers: Sequence[Layer], batch: int, columns: Sequence[Column],
                    hierarchy: Hierarchy) -> None:
@@ -253,18 +261,11 @@ class LayoutTraffic(_Phased):
     def offered(self, layer: Layer, batch: int, column: Column, hierarchy: Hierarchy) -> bool:
         return shares.offered(layer, batch, column, hierarchy)
 
-    def offered_columns(self, layer: Layer, batch: int, hierarchy: Hierarchy,
-                        kinds: Sequence[str]) -> tuple[Column, ...]:
-        """Every column of `kinds` `offered` accepts (`itertools.product` order)."""
-        return shares.offered_columns(layer, batch, hierarchy, kinds)
-
     def member_shares(self, layer: Layer, batch: int, column: Column,
                       hierarchy: Hierarchy) -> list[Share]:
         """Every member's integer box (uneven where a dimension does not divide)."""
         return shares.column_shares(layer, batch, column, hierarchy)
 
-    #: Costs on real layouts couple the levels: the greedy search costs whole columns.
-    separable_by_level = False
     #: How a step's bytes become messages (`partition.collectives`).
     collective = "ring"
 
@@ -292,15 +293,33 @@ class LayoutTraffic(_Phased):
             return steps
         return {key: messages for key, messages in steps.items() if self._keep(key[1])}
 
-    def layer_traffic(self, layers: Sequence[Layer], batch: int, columns: Sequence[Column],
-                      hierarchy: Hierarchy, word_bytes: int) -> list[list[tuple[float, float]]]:
-        table = [[[0.0, 0.0] for _ in layers] for _ in range(hierarchy.levels)]
-        for messages in self.steps(layers, batch, columns, hierarchy, word_bytes).values():
-            side = 0 if messages.kind.is_intra else 1
-            for level, size in zip(messages.level.tolist(), messages.bytes.tolist(), strict=True):
-                table[level][messages.layer][side] += size
-        return [[(intra, inter) for intra, inter in row] for row in table]
+    # -- a plan of a graph (`planner.plan`) ----------------------------------------
 
+    def node_layout(self, site: Site, batch: int, column: Column,
+                    hierarchy: Hierarchy) -> graph_layout.NodeLayout:
+        """Every member's box of the node under its column (`graph_layout.layout`)."""
+        return graph_layout.layout(site, batch, column, hierarchy)
+
+    def plan_costs(self, graph: Graph, batch: int, word_bytes: int) -> graph_layout.Costs:
+        """The planner's tables: bytes of the rule on the nodes' layouts (`graph_layout`)."""
+        return graph_layout.Costs(batch, word_bytes, self.forward_only)
+
+    def plan_matrices(self, graph: Graph, layouts: Sequence[graph_layout.NodeLayout],
+                      batch: int, word_bytes: int) -> dict[StepKey, Moved]:
+        """Bytes [src, dst] of every step (`plan_messages.graph_matrices`)."""
+        from hypar_sim.planner.plan_messages import graph_matrices
+
+        return graph_matrices(graph, layouts, batch, word_bytes, self.forward_only)
+
+    def graph_steps(self, graph: Graph, columns: Sequence[Column],
+                    matrices: dict[StepKey, Moved], batch: int, hierarchy: Hierarchy,
+                    word_bytes: int, buckets: Sequence[Sequence[int]] = ()
+                    ) -> dict[StepKey, StepMessages]:
+        """The steps' `matrices` sent by the model's collective, gradients fused in
+        `buckets` (`plan_messages.graph_steps`)."""
+        from hypar_sim.planner.plan_messages import graph_steps
+
+        return graph_steps(matrices, hierarchy, buckets, self.collective)
 
 @lru_cache(maxsize=4)
 def _layout_steps(collective: str, layers: tuple[Layer, ...], batch: int,

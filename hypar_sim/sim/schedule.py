@@ -1,53 +1,56 @@
-"""One training step as work: the ordered tasks of every member and the messages.
+"""One training step as work: every member's ordered tasks and the messages.
 
-The traffic model of the plan gives every message (`planner.traffic`: the
-planner's own function, so their bytes add up to the planner's traffic) and
-every member's share of every layer; shares may differ by one sample,
-channel or row where a dimension does not divide, so computations carry a
-cost per member. The task order is the same for all members:
+The messages are the transfer matrices of the graph plan (`partition.graph_layout`,
+the same the planner sums, sent by the `ring` collective), grouped into steps
+keyed like a chain's: an edge's forward reduce by its producer (PARTIAL_SUM),
+its forward gather by its consumer (RELAYOUT_FEATURE), its backward reduce by
+the consumer (ERROR_REDUCE), its backward gather by the producer
+(ERROR_GATHER); a node's gradient all-reduce by the node (GRADIENT,
+GRADIENT_GATHER); the loss by the output node (PARTIAL_SUM, ERROR_GATHER).
 
-- forward, layer by layer: sends and waits before the layer (its input into
-  its layout), compute, sends and waits after it (its partial outputs);
-- backward, from the last layer: waits for the errors it needs, error
-  backward (not for the first layer), sends of its input errors, weight
-  gradient, sends of the gradient;
-- update, layer by layer: waits for the gradients, update.
-
-Where each transfer kind is sent and awaited is its `partition.steps.StepRule`
-(with `overlap_gradients`, the default, a layer's gradient exchange runs
-while the backward pass goes on and only its update waits, as HyPar's text
-ties the exchange to the update: configs/hypar_paper.yaml gives the quote;
-without it each layer's backward pass waits for it). A member with no
-message in a step does not wait for it.
+Every member runs the graph generation by generation (a node's generation is
+one more than its latest input's): forward, the backward pass in reverse,
+then the updates. A generation's nodes are independent; those whose busiest
+PU counts fit the cube's PUs together run side by side (`Parallel`: as long
+as the longest; each PU streams from its own vault), the rest one after
+another. A node's inputs are gathered before its generation runs and its
+partial outputs reduced after it; its output error gathered before its
+backward pass, its input errors reduced while its generation computes its
+gradients (waited after them, as a chain's). Gradients are fused in
+buckets (`planner.plan_messages.gradient_buckets`); a bucket's all-reduce is sent
+once its last gradient is computed and overlaps the rest of the backward
+pass (waited before the first update of its nodes) unless
+`overlap_gradients` is off. Each member's activations, weights and gradients
+must fit its cube.
 """
 
 from __future__ import annotations
 
-import dataclasses
-from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
 
-from hypar_sim.hardware.capacity import check_capacity, footprint
+from hypar_sim.hardware.capacity import Footprint, check_capacity
 from hypar_sim.hardware.config import HardwareConfig
-from hypar_sim.hardware.costs import PieceCost, phase_cost
+from hypar_sim.hardware.costs import PieceCost
+from hypar_sim.hardware.graph_costs import node_cost
+from hypar_sim.partition import graph_layout
 from hypar_sim.partition.hierarchy import Hierarchy
-from hypar_sim.partition.shares import Share
 from hypar_sim.partition.steps import (
     Message,
     Phase,
-    Slot,
     StepMessages,
     TransferKind,
     largest_receive,
-    step_rule,
 )
 from hypar_sim.planner.plan import Plan
+from hypar_sim.planner.plan_messages import fed_nodes, gradient_buckets, graph_layouts
 from hypar_sim.planner.traffic import traffic_model
-from hypar_sim.workload.network import Network
+from hypar_sim.sim.defaults import DEFAULT_BUCKET_MB
+from hypar_sim.workload.graph import Graph
+from hypar_sim.workload.network import Network, as_graph
 
 StepKey = tuple[int, TransferKind]  # (layer index, why)
 
@@ -111,11 +114,6 @@ class Units:
     traffic_model: str
     phases: str = "training"  # or "forward" (inference)
 
-    @classmethod
-    def of_plan(cls, network: Network, plan: Plan) -> Units:
-        return cls(network.name, plan.strategy, plan.batch, plan.hierarchy, network.layer_names,
-                   plan.choices, plan.traffic_model, plan.phases)
-
 
 @dataclass(frozen=True)
 class Schedule:
@@ -126,7 +124,6 @@ class Schedule:
     tasks: tuple[Task, ...]  # the same order for every member
     steps: dict[StepKey, StepMessages]  # all messages of the array, per step
     overlap_gradients: bool = True
-    shares: tuple[tuple[Share, ...], ...] = ()  # a chain's [layer][member] shares
 
     @property
     def accelerators(self) -> int:
@@ -187,84 +184,131 @@ class FlatMessages:
                    np.repeat(np.arange(len(steps)), [len(step) for step in steps]))
 
 
-def plan_messages(network: Network, plan: Plan) -> dict[StepKey, StepMessages]:
-    """Every message of the plan, grouped by (layer, kind)."""
-    model = traffic_model(plan.traffic_model, plan.phases)
-    return model.steps(network.layers, plan.batch, plan.columns, plan.hierarchy, plan.word_bytes)
 
-
-def member_shares(network: Network, plan: Plan) -> tuple[tuple[Share, ...], ...]:
-    """[layer][member]: what every member computes of every layer."""
-    model = traffic_model(plan.traffic_model)
-    return tuple(tuple(model.member_shares(layer, plan.batch, column, plan.hierarchy))
-                 for layer, column in zip(network.layers, plan.columns, strict=True))
-
-
-def _step_tasks(steps: dict[StepKey, StepMessages], overlap: bool) -> dict[
-        tuple[Slot, int], list[Send | Wait]]:
-    """Sends and waits of every step, by (slot, layer), in the order they run there."""
-    placed: dict[tuple[Slot, int], list[tuple[int, int, Send | Wait]]] = defaultdict(list)
-    order = list(TransferKind)
-    for key in steps:
-        layer, kind = key
-        rule = step_rule(kind, overlap)
-        rank = order.index(kind)
-        placed[(rule.send, layer)].append((rank, 0, Send(key)))
-        placed[(rule.wait, layer + rule.wait_offset)].append((rank, 1, Wait(key)))
-    return {slot: [task for *_, task in sorted(tasks, key=lambda t: t[:2])]
-            for slot, tasks in placed.items()}
-
-
-def build_schedule(network: Network, plan: Plan, config: HardwareConfig,
-                   overlap_gradients: bool = True) -> Schedule:
-    """Tasks and messages of one training step (a plan for inference: of its forward pass
-    alone); refuses a plan that does not fit a cube. Inference keeps no gradients; its
-    activations are counted as a training step keeps them (a bound: a layer's input could
-    be freed once the next layer has its own)."""
-    shares = member_shares(network, plan)
-    steps = plan_messages(network, plan)
-    buffers = largest_receive(steps)
+def build_schedule(workload: Graph | Network, plan: Plan, config: HardwareConfig,
+                         overlap_gradients: bool = True,
+                         bucket_bytes: float = DEFAULT_BUCKET_MB * 2**20) -> Schedule:
+    """Tasks and messages of one training step of `workload` (a graph, or a chain read as
+    one) under `plan` (gradients fused in buckets of `bucket_bytes`, 0: one all-reduce per
+    node; see `graph_steps`)."""
+    graph = as_graph(workload)
+    hierarchy, batch = plan.hierarchy, plan.batch
     forward_only = plan.phases == "forward"
-    for member_footprints in {tuple(layer[m] for layer in shares)
-                              for m in range(plan.accelerators)}:
-        kept = [footprint(share, config.word_bytes) for share in member_footprints]
-        if forward_only:
-            kept = [dataclasses.replace(item, gradients_bytes=0.0) for item in kept]
-        check_capacity(kept, buffers, config, network.name)
+    model = traffic_model(plan.traffic_model, plan.phases)
+    layouts, matrices = list(plan.layouts), plan.matrices  # what the planner evaluated
+    if not layouts or plan.word_bytes != config.word_bytes:
+        layouts = graph_layouts(graph, batch, hierarchy, plan.columns, model)
+        matrices = model.plan_matrices(graph, layouts, batch, config.word_bytes)
+    generations = graph.generations()
+    backward = [i for generation in reversed(generations) for i in reversed(generation)]
+    buckets = [] if forward_only else gradient_buckets(
+        graph, backward, config.word_bytes, bucket_bytes if model.fuses_gradients else 0)
+    steps = model.graph_steps(graph, plan.columns, matrices, batch, hierarchy,
+                              config.word_bytes, buckets)
+    _check_fits(graph, layouts, plan, config, not forward_only)
+    fed = fed_nodes(graph)
 
-    distinct = []  # per layer: its distinct shares, and each member's position among them
-    for layer_shares in shares:
-        position: dict[Share, int] = {}
-        distinct.append((position, [position.setdefault(s, len(position)) for s in layer_shares]))
+    shapes = [own.box_sizes() for own in layouts]
 
-    def cost(index: int, phase: Phase) -> Compute:
-        position, of_member = distinct[index]
-        costs = [phase_cost(share, phase, config, index == 0) for share in position]
-        return Compute(index, phase, tuple(costs[i] for i in of_member))
+    def compute(i: int, phase: Phase) -> Compute:
+        """Members with boxes of the same sizes share one cost."""
+        _, first, inverse = np.unique(shapes[i], axis=0, return_index=True,
+                                      return_inverse=True)
+        distinct = [node_cost(layouts[i], int(m), phase, config, graph.nodes[i].name in fed)
+                    for m in first]
+        return Compute(i, phase, tuple(distinct[j] for j in inverse.reshape(-1)))
 
-    around = _step_tasks(steps, overlap_gradients)
+    def exchange(key: StepKey) -> list[Task]:
+        return [Send(key), Wait(key)] if key in steps else []
 
-    def at(slot: Slot, index: int) -> list[Send | Wait]:
-        return around.get((slot, index), [])
+    def together(nodes: list[int], phase: Phase) -> list[Task]:
+        return _packed([compute(i, phase) for i in nodes], config.pus_per_cube)
 
+    gradient = {bucket[-1]: bucket for bucket in buckets}
+    units = Units(graph.name, plan.strategy, batch, hierarchy, plan.node_names,
+                  tuple(tuple(column[h] for column in plan.columns)
+                        for h in range(hierarchy.levels)), plan.traffic_model, plan.phases)
     tasks: list[Task] = []
-    layers = range(len(network.layers))
-    for index in layers:
-        tasks += at(Slot.FORWARD_BEFORE, index)
-        tasks.append(cost(index, Phase.FORWARD))
-        tasks += at(Slot.FORWARD_AFTER, index)
+    for generation in generations:
+        for i in generation:
+            tasks += exchange((i, TransferKind.RELAYOUT_FEATURE))
+        tasks += together(generation, Phase.FORWARD)
+        for i in generation:
+            tasks += exchange((i, TransferKind.PARTIAL_SUM))
     if forward_only:
-        return Schedule(Units.of_plan(network, plan), config, tuple(tasks), steps,
-                        overlap_gradients, shares)
-    for index in reversed(layers):
-        tasks += at(Slot.BACKWARD_BEFORE, index)
-        if index > 0:
-            tasks.append(cost(index, Phase.BACKWARD))
-        tasks += at(Slot.BACKWARD_AFTER, index)
-        tasks.append(cost(index, Phase.GRADIENT))
-        tasks += at(Slot.GRADIENT_AFTER, index)
-    for index in layers:
-        tasks += at(Slot.UPDATE_BEFORE, index)
-        tasks.append(cost(index, Phase.UPDATE))
-    return Schedule(Units.of_plan(network, plan), config, tuple(tasks), steps, overlap_gradients,
-                    shares)
+        return Schedule(units, config, tuple(tasks), steps, overlap_gradients)
+    for generation in reversed(generations):
+        nodes = generation[::-1]
+        for i in nodes:
+            tasks += exchange((i, TransferKind.ERROR_GATHER))
+        tasks += together(nodes, Phase.BACKWARD)
+        reduced = [(i, kind) for i in nodes for kind in _INPUT_ERRORS if (i, kind) in steps]
+        tasks += [Send(key) for key in reduced]
+        tasks += together(nodes, Phase.GRADIENT)
+        for i in nodes:
+            if i in gradient and (i, TransferKind.GRADIENT) in steps:
+                tasks.append(Send((i, TransferKind.GRADIENT)))
+                if not overlap_gradients:
+                    tasks.append(Wait((i, TransferKind.GRADIENT)))
+                    tasks += exchange((i, TransferKind.GRADIENT_GATHER))
+        # input errors are reduced while the gradients are computed (the chain's rule:
+        # waited before the producers' backward pass)
+        tasks += [Wait(key) for key in reduced]
+    bucket_of = {i: bucket[-1] for bucket in buckets for i in bucket}
+    waited: set[int] = set()
+    for i in range(len(graph.nodes)):
+        key = bucket_of.get(i)
+        if overlap_gradients and key is not None and key not in waited:
+            waited.add(key)
+            if (key, TransferKind.GRADIENT) in steps:
+                tasks.append(Wait((key, TransferKind.GRADIENT)))
+                tasks += exchange((key, TransferKind.GRADIENT_GATHER))
+        tasks.append(compute(i, Phase.UPDATE))
+    return Schedule(units, config, tuple(tasks), steps, overlap_gradients)
+
+
+#: The steps that carry a node's input errors toward its producers: sent once its backward
+#: pass has computed them, waited after its gradients (the layout models' reduction of
+#: partial errors; HyPar's relayout of a batch -> in boundary's error).
+_INPUT_ERRORS = (TransferKind.RELAYOUT_ERROR, TransferKind.ERROR_REDUCE)
+
+
+def _packed(computes: list[Compute], pus: int) -> list[Task]:
+    """Independent computations side by side while every member's busiest PU counts fit
+    the cube's PUs together; one after another otherwise (greedy, in order)."""
+    tasks: list[Task] = []
+    group: list[Compute] = []
+
+    def close() -> None:
+        if len(group) > 1:
+            tasks.append(Parallel(tuple(group)))
+        else:
+            tasks.extend(group)
+
+    for compute in computes:
+        fits = all(sum(c.costs[m].pus_used for c in (*group, compute)) <= pus
+                   for m in range(len(compute.costs)))
+        if group and not fits:
+            close()
+            group = []
+        group.append(compute)
+    close()
+    return tasks
+
+
+def _check_fits(graph: Graph, layouts: list[graph_layout.NodeLayout], plan: Plan,
+                config: HardwareConfig, gradients: bool = True) -> None:
+    """The busiest member's parameters, gradients (none in an inference) and kept
+    activations (every node's output box: what the backward pass reads), plus the plan's
+    communication buffer, fit its cube: the parts the planner checked (`Plan
+    .footprint_parts`; a fused bucket's all-reduce runs in place on its gradients, as
+    PyTorch DDP's gradient_as_bucket_view does, so fusing adds no buffer), here node by node
+    for the message."""
+    if not layouts:
+        return
+    word = config.word_bytes
+    params, kept = graph_layout.busiest_member(layouts, gradients)
+    footprints = [Footprint(own.site.node.name, float(params[i] * word),
+                            float(params[i] * word * gradients), float(kept[i] * word))
+                  for i, own in enumerate(layouts)]
+    check_capacity(footprints, dict(plan.footprint_parts)["buffers"], config, graph.name)

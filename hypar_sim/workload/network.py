@@ -286,6 +286,15 @@ def as_graph(network: Network | Graph) -> Graph:
     return graph_of(network) if isinstance(network, Network) else network
 
 
+def is_chain(graph: Graph) -> bool:
+    """Whether `chain_of` reads `graph` as a chain of conv and fc layers."""
+    try:
+        chain_of(graph, "")
+    except InputError:
+        return False
+    return True
+
+
 def chain_of(graph: Graph, why: str) -> Network:
     """The graph as HyPar's chain of conv and fc layers (each layer's pooling folded in), for
     what reads only such chains (`why`, named in the error); InputError naming the first

@@ -1,4 +1,4 @@
-"""Min-sum variable elimination (planner.graph_dp) against brute force and the chain DP."""
+"""Min-sum variable elimination (planner.search) against brute force."""
 
 from __future__ import annotations
 
@@ -10,9 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hypar_sim.errors import InputError
-from hypar_sim.planner import graph_dp
-from hypar_sim.planner.graph_dp import Factor, minimise
-from hypar_sim.planner.search import chain_dp
+from hypar_sim.planner import search
+from hypar_sim.planner.search import Factor, minimise
 
 
 @st.composite
@@ -43,19 +42,8 @@ def test_elimination_equals_brute_force(problem):
     assert cost == best == total(factors, assignment)  # integer costs: exact sums
 
 
-def test_a_chain_gives_the_chain_dp():
-    rng = np.random.default_rng(1)
-    own = [rng.random(3) for _ in range(5)]
-    boundary = [rng.random((3, 3)) for _ in range(4)]
-    factors = [Factor((i,), o) for i, o in enumerate(own)]
-    factors += [Factor((i, i + 1), b) for i, b in enumerate(boundary)]
-    cost, assignment = minimise([3] * 5, factors, range(5))
-    expected, states = chain_dp(own, boundary)
-    assert cost == pytest.approx(expected, rel=1e-12) and assignment == states
-
-
 def test_too_many_states_is_a_clear_error(monkeypatch):
-    monkeypatch.setattr(graph_dp, "MAX_STATES", 8)
+    monkeypatch.setattr(search, "MAX_STATES", 8)
     factors = [Factor((0, v), np.zeros((3, 3))) for v in (1, 2)]
     with pytest.raises(InputError, match="--search greedy"):
         minimise([3, 3, 3], factors, [0, 1, 2])
@@ -66,14 +54,14 @@ def test_too_many_states_is_a_clear_error(monkeypatch):
 def test_local_search_is_never_below_the_optimum_and_counts_its_own_cost(problem):
     domains, factors, order = problem
     best, _ = minimise(domains, factors, order)
-    cost, assignment = graph_dp.local_search(domains, factors, order)
+    cost, assignment = search.local_search(domains, factors, order)
     assert cost >= best and cost == total(factors, assignment)
 
 
 def test_a_graph_too_entangled_for_the_exact_plan_gets_a_local_search(monkeypatch):
     """DenseNet-like: every layer's output feeds every later concatenation."""
     from hypar_sim.partition.hierarchy import Hierarchy
-    from hypar_sim.planner.graph_plan import plan_graph
+    from hypar_sim.planner.plan import plan_graph
     from hypar_sim.workload.graph import parse_graph
 
     nodes = [{"name": "c0", "type": "conv", "out_channels": 4, "kernel": 1}]
@@ -83,7 +71,7 @@ def test_a_graph_too_entangled_for_the_exact_plan_gets_a_local_search(monkeypatc
         nodes.append({"name": f"c{i}", "type": "conv", "out_channels": 4, "kernel": 1})
     graph = parse_graph({"inputs": {"x": [4, 4, 4]}, "nodes": nodes}, "dense")
     exact = plan_graph(graph, "hypar", Hierarchy.binary(2), 8)
-    monkeypatch.setattr(graph_dp, "MAX_STATES", 4)
+    monkeypatch.setattr(search, "MAX_STATES", 4)
     local = plan_graph(graph, "hypar", Hierarchy.binary(2), 8)
     assert "local search" in local.search and "local search" not in exact.search
     assert local.traffic_bytes >= exact.traffic_bytes
