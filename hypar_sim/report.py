@@ -35,7 +35,6 @@ def plural(count: int, word: str) -> str:
     return f"{count} {word}{'' if count == 1 else 's'}"
 
 #: Widest plan grid printed with layer names as headers (wider ones are numbered).
-MAX_GRID_WIDTH = 110
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[object]], align: str = "") -> str:

@@ -31,8 +31,8 @@ from hypar_sim.partition.hierarchy import Hierarchy
 from hypar_sim.partition.steps import Phase
 from hypar_sim.planner.options import PlanOptions
 from hypar_sim.planner.plan import make_plan
+from hypar_sim.planner.traffic import traffic_model
 from hypar_sim.runner import SimOptions, simulate
-from hypar_sim.sim.schedule import member_shares
 from hypar_sim.workload.network import load_network, load_workload
 
 #: The cost-model and simulator timings run HyPar's reading (as they always have).
@@ -49,7 +49,10 @@ def clear_cost_caches() -> None:
 def bench_costs() -> None:
     config = load_hardware()
     networks = {name: load_network(name) for name in PAPER_NETWORKS}
-    shares = {name: [layer[0] for layer in member_shares(net, make_plan(net, "hypar", 4, 256, options=PAPER))]
+    model, hierarchy = traffic_model("paper"), Hierarchy.binary(4)
+    shares = {name: [model.member_shares(layer, 256, column, hierarchy)[0] for layer, column in
+                     zip(net.layers, make_plan(net, "hypar", 4, 256, options=PAPER).columns,
+                         strict=True)]
               for name, net in networks.items()}
     clear_cost_caches()
     start = time.perf_counter()

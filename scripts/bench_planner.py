@@ -17,38 +17,32 @@ import time
 
 from hypar_sim.cli import build_parser
 from hypar_sim.commands import cmd_compare
-from hypar_sim.partition import layout, shares
-from hypar_sim.partition.hierarchy import Hierarchy
-from hypar_sim.planner import search as searches
+from hypar_sim.partition import shares, totals
 from hypar_sim.planner import traffic
 from hypar_sim.planner.options import PlanOptions
 from hypar_sim.planner.plan import make_plan
-from hypar_sim.workload.layers import FeatureShape, make_conv, make_fc
+from hypar_sim.workload.layers import FeatureShape, make_conv
 from hypar_sim.workload.network import Network, load_network
 
 
 def synthetic_chain(layers: int) -> Network:
-    """Alternating 3x3 convolutions on a 16x16 map and fc layers, `layers` long."""
-    shape = FeatureShape(64, 16, 16)
-    chain = []
+    """`layers` convolutions on a 64-channel 16x16 map, 3x3 and 1x1 in turn (a valid chain:
+    each reads its predecessor's output)."""
+    shape, chain = FeatureShape(64, 16, 16), []
     for index in range(layers):
-        if index % 4 == 3:
-            layer = make_fc(f"fc{index}", shape, 1024)
-            shape = FeatureShape(64, 4, 4)  # the next conv sees a small map again
-            chain.append(layer)
-            continue
-        layer = make_conv(f"conv{index}", shape if shape.height > 2 else FeatureShape(64, 16, 16),
-                          64, 3, padding=1)
-        chain.append(layer)
-        shape = layer.output
+        kernel = 1 if index % 2 else 3
+        chain.append(make_conv(f"conv{index}", shape, 64, kernel, padding=kernel // 2))
+        shape = chain[-1].output
     return Network(f"chain{layers}", chain[0].input, tuple(chain))
+
+
+PAPER = PlanOptions(traffic_model="paper")
 
 
 def clear_planner_caches() -> None:
     """Every repeat starts cold: no share, box or boundary cost is remembered."""
-    for cached in (traffic._boundary_costs, traffic._paper_share, traffic._paper_pair_costs,
-                   traffic._layout_steps, layout._boxes, shares.level_intervals,
-                   shares._fitting_columns, shares.Columns.of):
+    for cached in (totals._cached, traffic._paper_share, traffic._paper_pair_costs,
+                   traffic._layout_steps, shares.level_intervals, shares.Columns.of):
         cached.cache_clear()
 
 
@@ -63,7 +57,7 @@ def best_time(function, repeats: int) -> float:
     return best
 
 
-def hypar_plan(network: Network, batch: int, levels: int, options: PlanOptions | None = None):
+def hypar_plan(network: Network, batch: int, levels: int, options: PlanOptions = PAPER):
     return make_plan(network, "hypar", levels, batch, options=options)
 
 
@@ -84,15 +78,11 @@ def main() -> None:
     vgg_s = best_time(lambda: hypar_plan(vgg_e, 256, 4), 50)
     chain_s = best_time(lambda: hypar_plan(chain, 2**10, 10), 3)
     kinds = ("batch", "in", "out", "spatial")
-    joint_s = best_time(lambda: searches.joint(traffic.traffic_model("layout"), vgg_e.layers, 256,
-                                               Hierarchy.binary(4), kinds, 4), 5)
     joint = PlanOptions(kinds, "joint", "layout")
-    plan_s = best_time(lambda: hypar_plan(vgg_e, 256, 4, joint), 5)
+    joint_s = best_time(lambda: hypar_plan(vgg_e, 256, 4, joint), 5)
     report("planner, VGG-E at 4 levels (paper)", vgg_s, 5e-3)
     report("planner, 1000-layer chain at 10 levels (paper)", chain_s, 1.0)
-    report("joint search, VGG-E, 4 kinds, 4 levels (layout)", joint_s, 50e-3)
-    print(f"{'  the whole plan (search, traffic, memory)':<44} {plan_s * 1e3:9.3f} ms  (no target: "
-          "the plan's traffic recomputed from its layouts, its memory checked)")
+    report("joint search and plan, VGG-E, 4 kinds, 4 levels (layout)", joint_s, 50e-3)
     timed = PlanOptions(objective="time")
     optimal_s = best_time(lambda: make_plan(vgg_e, "optimal", 4, 256, options=timed), 1)
     report("optimal --objective time, VGG-E, 16 accelerators", optimal_s, 5.0)

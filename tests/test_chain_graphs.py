@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from hypar_sim.errors import InputError
-from hypar_sim.partition.graph_ops import region
+from hypar_sim.partition.regions import region
 from hypar_sim.request import make_request
 from hypar_sim.runner import simulate_request
 from hypar_sim.sim.options import SimOptions

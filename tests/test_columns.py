@@ -1,5 +1,5 @@
 """The searches' vectorised column machinery against the one-column definitions it speeds
-up: the offered columns, every column's member intervals, and the sweep that makes a
+up: every column's member intervals, and the sweep that makes a
 group's halo reads disjoint."""
 
 from __future__ import annotations
@@ -10,29 +10,12 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hypar_sim.partition import shares, totals
+from hypar_sim.partition import totals
 from hypar_sim.partition.hierarchy import Hierarchy
-from hypar_sim.partition.kinds import KINDS, Dim
+from hypar_sim.partition.kinds import Dim
 from hypar_sim.partition.shares import Columns, member_intervals
-from hypar_sim.workload.layers import FeatureShape, make_conv, make_fc
 
 HIERARCHIES = [(2,), (3,), (2, 2), (3, 2), (2, 3, 2), (5, 3), (2, 2, 2, 2)]
-
-
-@settings(max_examples=40, deadline=None)
-@given(sizes=st.sampled_from(HIERARCHIES), batch=st.integers(1, 40),
-       channels=st.integers(1, 12), side=st.integers(1, 9), fc=st.booleans(),
-       kinds=st.sets(st.sampled_from(sorted(KINDS)), min_size=1))
-def test_offered_columns_are_the_offered_product(sizes, batch, channels, side, fc, kinds):
-    """Every column of the kinds that `offered` accepts, in `itertools.product` order."""
-    shape = FeatureShape(channels, side, side)
-    layer = make_fc("f", shape, channels + 1) if fc else make_conv("c", shape, channels + 2, 3,
-                                                                   padding=1)
-    hierarchy = Hierarchy(sizes)
-    ordered = [k for k in KINDS if k in kinds]
-    expected = [c for c in itertools.product(ordered, repeat=hierarchy.levels)
-                if shares.offered(layer, batch, c, hierarchy)]
-    assert list(shares.offered_columns(layer, batch, hierarchy, ordered)) == expected
 
 
 def test_column_parts_are_the_member_intervals():

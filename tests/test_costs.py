@@ -7,7 +7,7 @@ import math
 import pytest
 
 from hypar_sim.errors import InputError
-from hypar_sim.hardware.capacity import check_capacity, footprint
+from hypar_sim.hardware.capacity import Footprint, check_capacity
 from hypar_sim.hardware.config import load_hardware
 from hypar_sim.hardware.costs import forward_piece, phase_cost, phase_work
 from hypar_sim.hardware.energy import Action, EnergyTable
@@ -111,14 +111,20 @@ def test_doubling_batch_doubles_mac_and_activation_energy():
         assert two.accesses.dram_write == 2 * one.accesses.dram_write
 
 
+def _footprint(share) -> Footprint:
+    """A layer's weights, gradients and kept input for a share (4-byte words)."""
+    weights = share.weights * 4
+    return Footprint(share.layer.name, weights, weights, share.input_elements * 4)
+
+
 def test_capacity_check_names_the_layer():
     net = load_network("vgg_e")
     # VGG-E, batch 4096 on 2 accelerators by data parallelism: 2048 samples per cube.
     shares = [whole_share(layer, 2048) for layer in net.layers]
     with pytest.raises(InputError, match=r"capacity: vgg_e needs .* GiB per cube by layer conv1_2"):
-        check_capacity([footprint(s, 4) for s in shares], 0.0, CONFIG, "vgg_e")
+        check_capacity([_footprint(s) for s in shares], 0.0, CONFIG, "vgg_e")
     small = [whole_share(layer, 16) for layer in net.layers]
-    total = check_capacity([footprint(s, 4) for s in small], 1e6, CONFIG, "vgg_e")
+    total = check_capacity([_footprint(s) for s in small], 1e6, CONFIG, "vgg_e")
     assert 2 * 4 * net.weights < total < CONFIG.cube_capacity_bytes
 
 

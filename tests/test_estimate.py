@@ -14,7 +14,7 @@ from hypar_sim import api
 from hypar_sim.errors import InputError
 from hypar_sim.hardware.config import load_hardware
 from hypar_sim.hardware.topology import make_topology
-from hypar_sim.partition.graph_axes import sites as graph_sites
+from hypar_sim.partition.axes import sites as graph_sites
 from hypar_sim.partition.hierarchy import Hierarchy
 from hypar_sim.partition.kinds import BATCH, IN
 from hypar_sim.planner import own_strategies, search

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from hypar_sim.errors import InputError
-from hypar_sim.partition import graph_layout
-from hypar_sim.partition.graph_axes import sites as graph_sites
+from hypar_sim.partition import node_layout
+from hypar_sim.partition.axes import sites as graph_sites
 from hypar_sim.partition.hierarchy import Hierarchy
 from hypar_sim.planner.options import PlanOptions
 from hypar_sim.planner.plan import evaluate_plan, make_plan, plan_graph
@@ -62,8 +62,8 @@ def every_plan_total(graph, batch, hierarchy, kinds, skip=None):
     out."""
     sites = graph_sites(graph)
     options = [[c for c in itertools.product(kinds, repeat=hierarchy.levels)
-                if graph_layout.offered(s, batch, c, hierarchy)] for s in sites]
-    costs = graph_layout.Costs(batch, 4)
+                if node_layout.offered(s, batch, c, hierarchy)] for s in sites]
+    costs = node_layout.Costs(batch, 4)
     count = len(options)
     grid = np.zeros([len(o) for o in options])
 
@@ -310,14 +310,14 @@ def test_a_grouped_convolution_is_split_by_whole_groups():
          "groups": 4, "bias": True}]}, "grouped")
     sites = graph_sites(graph)
     hierarchy = Hierarchy.binary(1)
-    layout = graph_layout.layout(sites[2], 2, ("groups",), hierarchy)
+    layout = node_layout.layout(sites[2], 2, ("groups",), hierarchy)
     assert layout.outputs()[1] == (((0, 2), (4, 8), (0, 4), (0, 4)),)
     assert layout.reads(0)[0] == (((0, 2), (0, 4), (0, 4), (0, 4)),)
     plan = evaluate_plan(graph, "x", "", 2, hierarchy, [("out",), ("out",), ("groups",)])
     assert plan.traffic_bytes == 0
     by_out = evaluate_plan(graph, "x", "", 2, hierarchy, [("out",), ("out",), ("out",)])
     assert by_out.traffic_bytes > 0  # within-group output channels: every group's inputs
-    assert not graph_layout.offered(sites[2], 2, ("groups",), Hierarchy((8,)))
+    assert not node_layout.offered(sites[2], 2, ("groups",), Hierarchy((8,)))
     depthwise = load_workload("mobilenet_v2")
     kinds = ("batch", "in", "out", "groups")
     plan = plan_graph(depthwise, "hypar", Hierarchy.binary(2), 8, kinds)

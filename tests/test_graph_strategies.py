@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from hypar_sim.hardware.config import load_hardware
-from hypar_sim.partition import graph_layout
-from hypar_sim.partition.graph_axes import sites as graph_sites
+from hypar_sim.partition import node_layout
+from hypar_sim.partition.axes import sites as graph_sites
 from hypar_sim.partition.hierarchy import Hierarchy
 from hypar_sim.planner.plan import make_plan
 from hypar_sim.runner import SimOptions, simulate
@@ -15,7 +15,7 @@ from hypar_sim.workload.network import load_workload
 
 
 def _offered(graph, batch, hierarchy, columns) -> bool:
-    return all(graph_layout.offered(site, batch, column, hierarchy)
+    return all(node_layout.offered(site, batch, column, hierarchy)
                for site, column in zip(graph_sites(graph), columns, strict=True))
 
 

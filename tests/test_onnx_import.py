@@ -304,7 +304,7 @@ def test_shufflenet_block_folds_div_and_cast_shape_arithmetic(tmp_path):
     assert g.node("split").shape == (2, 4, 4, 4) and g.node("merged").shape == (8, 4, 4)
     assert g.node("y").op == "flatten" and g.node("y").shape == (8,)
     assert not any(node.name in ("shape", "target", "half") for node in g.nodes)
-    from hypar_sim.partition.graph_axes import sites
+    from hypar_sim.partition.axes import sites
 
     named = {s.node.name: "".join(s.output) for s in sites(g)}
     assert named["merged"] == "KPQ"  # the shuffled channels are channels again

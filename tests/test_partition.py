@@ -12,23 +12,25 @@ from hypothesis import strategies as st
 from hypar_sim.errors import InputError
 from hypar_sim.hardware.config import load_hardware
 from hypar_sim.hardware.costs import phase_cost
+from hypar_sim.partition.axes import sites as graph_sites
 from hypar_sim.partition.hierarchy import Hierarchy
 from hypar_sim.partition.kinds import KINDS, Dim, SplitKind, register_kind, unregister_kind
-from hypar_sim.partition.layout import (
-    Boxes,
-    boundary_transfers,
-    chain_transfers,
-    flat_boxes,
-    gradient_transfers,
+from hypar_sim.partition.node_layout import (
+    FORWARD_STAGES,
+    edge_matrices,
+    layout,
+    own_matrices,
 )
+from hypar_sim.partition.regions import flat_boxes
 from hypar_sim.partition.shares import column_shares, member_intervals, whole_share
 from hypar_sim.partition.steps import Phase, TransferKind
 from hypar_sim.planner.options import PlanOptions
 from hypar_sim.planner.plan import make_plan
+from hypar_sim.planner.plan_messages import graph_layouts, graph_matrices
 from hypar_sim.runner import SimOptions, simulate
 from hypar_sim.sim.schedule import build_schedule
 from hypar_sim.workload.layers import FeatureShape, make_conv, make_fc
-from hypar_sim.workload.network import Network, load_network
+from hypar_sim.workload.network import Network, as_graph, load_network
 from tests.conftest import assert_sent_equals_received_equals
 from tests.test_planner_properties import networks
 
@@ -45,29 +47,39 @@ def steps_total(steps):
     return {key: float(matrix.sum()) for key, matrix in steps.items() if matrix.sum()}
 
 
+def _sites(*layers):
+    """The chain of `layers` as a graph's nodes (`network.as_graph`)."""
+    graph = as_graph(Network("chain", layers[0].input, tuple(layers)))
+    return graph, graph_sites(graph)
+
+
+def chain_transfers(layers, batch, columns, hierarchy, word_bytes):
+    """Bytes [src, dst] of every step of a chain's plan, by the cell rule on its graph."""
+    graph, _ = _sites(*layers)
+    return graph_matrices(graph, graph_layouts(graph, batch, hierarchy, columns), batch,
+                          word_bytes)
+
+
+def _stages(matrices, forward_only):
+    return sum(float(m.sum()) for stage, m in matrices.items()
+               if not forward_only or stage in FORWARD_STAGES)
+
+
 def cell_own_cost(layer, batch, column, hierarchy, word_bytes, last, forward_only=False):
     """The cell rule's bytes that depend on one column: the gradient, the loss if last (with
     `forward_only`, the forward pass's transfers alone)."""
-    def kept(kind):
-        return not forward_only or kind.phase is Phase.FORWARD
-
-    boxes = Boxes.of(layer, batch, column, hierarchy)
-    total = sum(float(m.sum()) for kind, m in gradient_transfers(boxes, word_bytes).items()
-                if kept(kind))
-    if last:
-        total += sum(float(m.sum()) for (_, kind), m in
-                     boundary_transfers(boxes, None, word_bytes).items() if kept(kind))
-    return total
+    _, (site,) = _sites(layer)
+    return _stages(own_matrices(layout(site, batch, column, hierarchy), batch, word_bytes,
+                                last), forward_only)
 
 
 def cell_boundary_cost(producer, consumer, batch, producer_column, consumer_column, hierarchy,
                        word_bytes, forward_only=False):
     """The cell rule's bytes across one boundary, forward and backward (or forward only)."""
-    transfers = boundary_transfers(Boxes.of(producer, batch, producer_column, hierarchy),
-                                   Boxes.of(consumer, batch, consumer_column, hierarchy),
-                                   word_bytes)
-    return sum(float(m.sum()) for (_, kind), m in transfers.items()
-               if not forward_only or kind.phase is Phase.FORWARD)
+    _, (made, read) = _sites(producer, consumer)
+    return _stages(edge_matrices(layout(made, batch, producer_column, hierarchy),
+                                 layout(read, batch, consumer_column, hierarchy), 0, batch,
+                                 word_bytes), forward_only)
 
 
 # --- hierarchies and shares ---------------------------------------------------------------

@@ -9,8 +9,8 @@ import pytest
 
 import hypar_sim
 from hypar_sim.errors import InputError
-from hypar_sim.partition import graph_layout
-from hypar_sim.partition.graph_axes import sites
+from hypar_sim.partition import node_layout
+from hypar_sim.partition.axes import sites
 from hypar_sim.partition.hierarchy import Hierarchy
 from hypar_sim.planner import soybean
 from hypar_sim.planner.options import PlanOptions
@@ -38,7 +38,7 @@ def _cost(graph: Graph, batch: int, columns, hierarchy: Hierarchy) -> float:
 def _request(graph: Graph, batch: int, hierarchy: Hierarchy,
              kinds=SOYBEAN_KINDS) -> PlanRequest:
     return PlanRequest(graph, sites(graph), batch, hierarchy, tuple(kinds), "",
-                        graph_layout.Costs(batch, 4), [])
+                        node_layout.Costs(batch, 4), [])
 
 
 def test_registered():
@@ -61,7 +61,7 @@ def test_aligned_forms():
     activation = {0: R, soybean.SAMPLES: C, soybean.REP: r}  # rows channels, columns N
     expected = {"batch": (r, C, C), "in": (C, R, RED), "out": (R, r, R)}
     for kind, forms in expected.items():
-        dim = graph_layout.dim_of(desc, kind)
+        dim = node_layout.dim_of(desc, kind)
         w = (desc.channel, desc.reduction).index(dim) if dim in (
             desc.channel, desc.reduction) else soybean.REP
         out = soybean._axis(desc.makes, dim)

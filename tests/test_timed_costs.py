@@ -7,7 +7,7 @@ import pytest
 
 from hypar_sim.errors import InputError
 from hypar_sim.hardware.config import load_hardware
-from hypar_sim.partition.graph_axes import sites
+from hypar_sim.partition.axes import sites
 from hypar_sim.partition.hierarchy import Hierarchy
 from hypar_sim.planner.options import PlanOptions
 from hypar_sim.planner.plan import PlanRequest, _plan_cost, _timed_costs, make_plan

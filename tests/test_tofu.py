@@ -11,8 +11,8 @@ import pytest
 
 from hypar_sim.errors import InputError
 from hypar_sim.hardware.config import load_hardware
-from hypar_sim.partition import graph_layout
-from hypar_sim.partition.graph_axes import sites
+from hypar_sim.partition import node_layout
+from hypar_sim.partition.axes import sites
 from hypar_sim.partition.hierarchy import Hierarchy
 from hypar_sim.partition.shares import Column
 from hypar_sim.planner import tofu
@@ -310,7 +310,7 @@ def test_each_step_is_exact_on_two_levels() -> None:
 
 def _offered_everywhere(graph: Graph, batch: int, hierarchy: Hierarchy,
                         columns: Sequence[Column]) -> bool:
-    return all(graph_layout.offered(site, batch, column, hierarchy)
+    return all(node_layout.offered(site, batch, column, hierarchy)
                for site, column in zip(sites(graph), columns, strict=True))
 
 

@@ -10,7 +10,6 @@ from dataclasses import dataclass
 
 from hypar_sim.errors import InputError
 from hypar_sim.hardware.config import HardwareConfig
-from hypar_sim.partition.shares import Share
 
 
 @dataclass(frozen=True)
@@ -47,13 +46,3 @@ def check_capacity(footprints: list[Footprint], buffers_bytes: float, config: Ha
                 "larger cube_capacity_gib"
             )
     return running
-
-
-def footprint(share: Share, word_bytes: int) -> Footprint:
-    """Bytes a cube keeps for its share of one layer through the step.
-
-    Weights and gradients of the kernels and channels held, and the input F_l kept
-    for the backward pass (max pooling keeps only its argmax positions, not counted).
-    """
-    weights = share.weights * word_bytes
-    return Footprint(share.layer.name, weights, weights, share.input_elements * word_bytes)

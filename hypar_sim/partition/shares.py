@@ -54,31 +54,6 @@ def fits(sizes: dict[Dim, int], column: Column, hierarchy: Hierarchy) -> bool:
     return True
 
 
-def offered_columns(layer: Layer, batch: int, hierarchy: Hierarchy,
-                    kinds: Sequence[str]) -> tuple[Column, ...]:
-    """Every column of `kinds` that `offered` accepts, in `itertools.product` order (top
-    level slowest); cached by the layer's extents."""
-    return _fitting_columns(tuple(extents(layer, batch).items()), hierarchy, tuple(kinds))
-
-
-@lru_cache(maxsize=4096)
-def _fitting_columns(sizes: tuple[tuple[Dim, int], ...], hierarchy: Hierarchy,
-                     kinds: tuple[str, ...]) -> tuple[Column, ...]:
-    """`fits` for every column of `kinds` at once: prefixes grown a level at a time, a kind
-    kept where its dimension still has at least the level's size of indices per part."""
-    dims = [KINDS[kind].dim for kind in kinds]
-    extent = np.array([dict(sizes).get(dim, 0) for dim in dims], dtype=np.int64)
-    same = np.array([[a is b for b in dims] for a in dims])  # kinds splitting one dimension
-    chosen = np.zeros((1, 0), dtype=np.int64)  # the prefixes, as kind numbers
-    parts = np.ones((1, len(kinds)), dtype=np.int64)  # each prefix's parts of each kind's dim
-    for size in hierarchy.sizes:
-        prefix, kind = np.nonzero(extent // parts >= size)  # prefix order, then kind order
-        chosen = np.column_stack([chosen[prefix], kind])
-        parts = parts[prefix] * np.where(same[kind], size, 1)
-    names = np.array(kinds, dtype=object)
-    return tuple(map(tuple, names[chosen].tolist()))
-
-
 def member_intervals(total: int, column: Column, hierarchy: Hierarchy, dim: Dim) -> np.ndarray:
     """[members, 2] start and stop of every member's part of `dim` (`total` long); cached,
     read-only."""

@@ -15,14 +15,14 @@ members, on the share of the tensors its group holds after the levels above.
   the samples B (`batch`), Type-II the reduction D_i (`in`, input channels C), Type-III the
   output channels D_o (`out`, K); a convolution's positions go with B, its kernel with D_i.
   A node without a reduction (pooling, add, norms, activations, softmax, reshapes...) has
-  one channel dimension, which in and out both split (`graph_layout.dim_of`): its Type-II
+  one channel dimension, which in and out both split (`node_layout.dim_of`): its Type-II
   and Type-III are one split. AccPar has no such nodes (its layers fold them in).
 - **Intra-layer communication** (`intra_elements`): a split that leaves a partial sum
   all-reduces it, 2 (k - 1)/k of it per member (a ring's reduce-scatter and all-gather, as
   the simulator sends it; k = 2: the whole tensor, the authors' A(.)): Type-I dW (here with a
   bias's or a norm's scale and shift), Type-II the output F_{l+1} (after a folded pooling, as
   the authors count it), Type-III the error E_l of an input it does not index. Which tensors
-  are partial is read off the node's one-level layout (`graph_layout.layout`).
+  are partial is read off the node's one-level layout (`node_layout.layout`).
 - **Inter-layer communication** (`edge_fraction`): per edge (a tensor from its producer to one
   consumer) F moves forward from what each member of the producer holds to what the same
   member of the consumer reads, E backward the other way; a member receives what it needs
@@ -76,13 +76,13 @@ import numpy as np
 
 from hypar_sim.errors import InputError
 from hypar_sim.hardware.config import HardwareConfig, load_hardware
-from hypar_sim.partition import graph_layout
-from hypar_sim.partition.graph_axes import Site
-from hypar_sim.partition.graph_axes import sites as graph_sites
-from hypar_sim.partition.graph_ops import volume, weight_shape
+from hypar_sim.partition import node_layout
+from hypar_sim.partition.axes import Site
+from hypar_sim.partition.axes import sites as graph_sites
 from hypar_sim.partition.hierarchy import Hierarchy
 from hypar_sim.partition.kinds import Dim, kind_of, listed
 from hypar_sim.partition.redistribute import Region
+from hypar_sim.partition.regions import volume, weight_shape
 from hypar_sim.partition.shares import Column
 from hypar_sim.planner.plan import PlanRequest
 from hypar_sim.planner.plan_messages import graph_edges
@@ -175,8 +175,8 @@ class Shares:
 def node_shares(site: Site, batch: int, column: Column, hierarchy: Hierarchy) -> Shares:
     """A node's shares on `hierarchy` split by `column` (no levels: the whole node)."""
     node, op = site.node, site.desc
-    own = graph_layout.layout(site, batch, column, hierarchy)
-    sizes = graph_layout.loops(site, batch)
+    own = node_layout.layout(site, batch, column, hierarchy)
+    sizes = node_layout.loops(site, batch)
     extent = {d: (b[:, 1] - b[:, 0]).astype(np.float64) for d, b in own.boxes.items()}
     work = np.ones(own.members)
     for d, e in extent.items():
@@ -209,17 +209,17 @@ class _Model:
         self._partial: dict[tuple, tuple[bool, tuple[bool, ...], bool]] = {}
         self._fractions: dict[tuple, float] = {}
 
-    def _one_level(self, site: Site, kind: str, k: int) -> graph_layout.NodeLayout:
-        return graph_layout.layout(site, self.batch, (kind,), Hierarchy((k,)))
+    def _one_level(self, site: Site, kind: str, k: int) -> node_layout.NodeLayout:
+        return node_layout.layout(site, self.batch, (kind,), Hierarchy((k,)))
 
     def partial(self, site: Site, kind: str, k: int) -> tuple[bool, tuple[bool, ...], bool]:
         """What a split by `kind` leaves partial: the output, each input's error, dW."""
-        key = (graph_layout.geometry(site), kind, k)
+        key = (node_layout.geometry(site), kind, k)
         if key not in self._partial:
             own = self._one_level(site, kind, k)
             made = own.outputs()
             reads = [own.reads(i) for i in range(len(site.node.inputs))]
-            dim = graph_layout.dim_of(site.desc, kind)
+            dim = node_layout.dim_of(site.desc, kind)
             self._partial[key] = (all(m == made[0] for m in made),
                                   tuple(all(r == read[0] for r in read) for read in reads),
                                   dim not in WEIGHT_DIMS)
@@ -255,7 +255,7 @@ class _Model:
         (input `index`), types `before` and `kind`: one member's receipt, a fraction of the
         tensor."""
         producer, consumer = self.sites[p], self.sites[c]
-        key = (graph_layout.geometry(producer), graph_layout.geometry(consumer), index,
+        key = (node_layout.geometry(producer), node_layout.geometry(consumer), index,
                before, kind, k)
         if key not in self._fractions:
             self._fractions[key] = edge_fraction(
@@ -323,7 +323,7 @@ def plan_levels(graph: Graph, batch: int, hierarchy: Hierarchy, kinds: Sequence[
         for i, site in enumerate(sites):
             allowed = [fixed[i][level]] if fixed is not None else [
                 kind for kind in kinds
-                if graph_layout.offered(site, batch, columns[i] + (kind,), upper)]
+                if node_layout.offered(site, batch, columns[i] + (kind,), upper)]
             if not allowed:
                 raise InputError(
                     f"--kinds: accpar cannot split node {site.node.name} ({site.node.op}) at "

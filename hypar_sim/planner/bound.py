@@ -42,11 +42,11 @@ import itertools
 import math
 from collections.abc import Sequence
 
-from hypar_sim.partition import graph_layout
-from hypar_sim.partition.graph_axes import sites as graph_sites
-from hypar_sim.partition.graph_ops import weight_shape
+from hypar_sim.partition import node_layout
+from hypar_sim.partition.axes import sites as graph_sites
 from hypar_sim.partition.hierarchy import Hierarchy
 from hypar_sim.partition.kinds import Dim
+from hypar_sim.partition.regions import weight_shape
 from hypar_sim.workload.graph import Graph
 
 _WEIGHT_DIMS = {Dim.K, Dim.C}
@@ -65,7 +65,7 @@ def node_bounds(graph: Graph, batch: int, hierarchy: Hierarchy, kinds: Sequence[
         outputs = batch * math.prod(node.shape)
         least = math.inf
         for column in columns:
-            dims = [graph_layout.dim_of(op, kind) for kind in column]
+            dims = [node_layout.dim_of(op, kind) for kind in column]
             replicas = math.prod(size for size, dim in zip(hierarchy.sizes, dims, strict=True)
                                  if dim not in weight_dims)
             partial = math.prod(size for size, dim in zip(hierarchy.sizes, dims, strict=True)

@@ -15,7 +15,7 @@ virtual global memory: cost_D = cost_I + cost_C (Eq. 10), cost_I the initial dis
   multiplication its special case, Sec. 1): a convolution (grouped and depthwise included), an
   fc layer, a product of two activations (attention's Q K^T and its product with V) and an
   embedding (a lookup: Ker is the table, In the token ids, no reduction). Its grid gives each
-  loop dimension (`graph_layout.loops`) the product of the sizes of the levels whose kind
+  loop dimension (`node_layout.loops`) the product of the sizes of the levels whose kind
   splits it: batch -> b (N), spatial -> h (P, output rows or token positions), out -> k (K),
   in -> c (C, the reduction: the P_c replicas of Out hold partial sums).
 - **Tiles = partitions.** A member keeps its whole share in its cube through the step, so
@@ -29,7 +29,7 @@ virtual global memory: cost_D = cost_I + cost_C (Eq. 10), cost_I the initial dis
   before a folded pooling (the reduction acts on the convolution's own rows). On an even grid
   this is P cost_D - 2 (|In| + |Ker|) - |Out|: Eq. 10 without the initial loads (in place,
   counted once in cost_I and again as the member's own share in cost_C) and without the Out
-  share it keeps. Regions are the members' real ones (`graph_layout.layout`: padding not
+  share it keeps. Regions are the members' real ones (`node_layout.layout`: padding not
   stored, halo clipped at the map's edges; a grouped convolution reads its groups' channels,
   a matmul A's rows and B's columns) where Eq. 10 writes (S_w T_w + N_r - 1) rows.
 - **Training.** The paper treats the forward convolution only. On the same grid the two
@@ -50,7 +50,7 @@ virtual global memory: cost_D = cost_I + cost_C (Eq. 10), cost_I the initial dis
 - **Nodes the paper does not cover** (add, pooling, norms, activations, softmax, reshapes,
   concatenation...): it ignores everything between its convolutions; here such a node copies
   the column of the producer of one of its inputs (in input order) wherever that is offered
-  and costs nothing by the layout model (`graph_layout.Costs.edge`, over its input edges);
+  and costs nothing by the layout model (`node_layout.Costs.edge`, over its input edges);
   else it takes the offered column of least such edge cost (ties: a producer's column, then
   the order of the kinds), trying every column where there are at most `MAX_TRIED`, else
   changing one level at a time from the cheapest producer's column while that helps.
@@ -76,12 +76,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from hypar_sim.errors import InputError
-from hypar_sim.partition import graph_layout
-from hypar_sim.partition.graph_axes import Site
-from hypar_sim.partition.graph_ops import interval, volume, weight_shape
+from hypar_sim.partition import node_layout
+from hypar_sim.partition.axes import Site
 from hypar_sim.partition.hierarchy import Hierarchy
 from hypar_sim.partition.kinds import GRAPH_EXTRA_KINDS, Dim, kind_of
 from hypar_sim.partition.redistribute import Region
+from hypar_sim.partition.regions import interval, volume, weight_shape
 from hypar_sim.partition.shares import Column
 from hypar_sim.planner.plan import PlanRequest
 from hypar_sim.planner.plan_messages import graph_edges
@@ -126,7 +126,7 @@ def node_grid(site: Site, column: Column, hierarchy: Hierarchy) -> NodeGrid:
     op = site.desc
     extents: dict[Dim, int] = {}
     for size, kind in zip(hierarchy.sizes, column, strict=True):
-        dim = graph_layout.dim_of(op, kind)
+        dim = node_layout.dim_of(op, kind)
         extents[dim] = extents.get(dim, 1) * size
     order = list(_LETTERS)
     return NodeGrid(tuple((d.value, e) for d, e in sorted(extents.items(),
@@ -161,10 +161,10 @@ def _volumes(regions: Sequence[Region]) -> np.ndarray:
     return np.array([volume(region) for region in regions], dtype=np.float64)
 
 
-def _pre_pooling(own: graph_layout.NodeLayout, outputs: np.ndarray) -> np.ndarray:
+def _pre_pooling(own: node_layout.NodeLayout, outputs: np.ndarray) -> np.ndarray:
     """[members] Eq. 11's Out block before a folded pooling (the paper has no pooling; the
     reduction acts on the convolution's own rows): each pooled axis's interval widened to the pre-pooling
-    rows (or columns) it needs (`graph_ops.interval` of the pooling's window, halo included)."""
+    rows (or columns) it needs (`regions.interval` of the pooling's window, halo included)."""
     pooling = own.site.desc.pooling
     if not pooling:
         return outputs
@@ -186,8 +186,8 @@ def node_grid_cost(site: Site, batch: int, column: Column, hierarchy: Hierarchy,
     initial loads), maximised for Eq. 10's cost_D and Eq. 11's footprint, T = W.
     `errors`: per input, whether its error is computed (default: all)."""
     node, op = site.node, site.desc
-    own = graph_layout.layout(site, batch, column, hierarchy)
-    sizes = graph_layout.loops(site, batch)
+    own = node_layout.layout(site, batch, column, hierarchy)
+    sizes = node_layout.loops(site, batch)
     reads = [_volumes(own.reads(i)) for i in range(len(node.inputs))]
     totals = [batch * math.prod(shape) for shape in node.input_shapes]
     scale = op.weights.scale if op.weights is not None else 0
@@ -199,7 +199,7 @@ def node_grid_cost(site: Site, batch: int, column: Column, hierarchy: Hierarchy,
             weights = weights * (own.boxes[dim][:, 1] - own.boxes[dim][:, 0]) / sizes[dim]
     outputs = _pre_pooling(own, _volumes(own.outputs()))
     replicas = math.prod(size for size, kind in zip(hierarchy.sizes, column, strict=True)
-                         if graph_layout.dim_of(op, kind) is Dim.C)
+                         if node_layout.dim_of(op, kind) is Dim.C)
     read = np.sum(reads, axis=0)
     return NodeGridCost(
         node_grid(site, column, hierarchy),
@@ -256,10 +256,10 @@ class _Planner:
         self._costs: dict[tuple, NodeGridCost] = {}
 
     def offered(self, site: Site) -> list[Column]:
-        r, key = self.request, graph_layout.geometry(site)
+        r, key = self.request, node_layout.geometry(site)
         if key not in self._offered:
             self._offered[key] = [c for c in self.every
-                                  if graph_layout.offered(site, r.batch, c, r.hierarchy)]
+                                  if node_layout.offered(site, r.batch, c, r.hierarchy)]
         return self._offered[key]
 
     def contraction(self, i: int, offered: Sequence[Column]) -> Column:
@@ -270,7 +270,7 @@ class _Planner:
             by_grid.setdefault(node_grid(site, column, r.hierarchy), []).append(column)
         costs = []
         for grid, columns in by_grid.items():
-            key = (graph_layout.geometry(site), grid, errors)
+            key = (node_layout.geometry(site), grid, errors)
             if key not in self._costs:
                 self._costs[key] = node_grid_cost(site, r.batch, columns[0], r.hierarchy, errors)
             costs.append(self._costs[key])

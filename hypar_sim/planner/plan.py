@@ -4,7 +4,7 @@ first), and the bytes it moves.
 Level h (0 at the top, the paper's H1) splits each of its groups into `hierarchy.sizes[h]`
 sub-groups; a node's kind at that level says which of its loop dimensions is split
 (`partition.kinds`). The costs the strategies search are the traffic model's
-(`planner.traffic`: the layout models' on any graph, `partition.graph_layout`; HyPar's
+(`planner.traffic`: the layout models' on any graph, `partition.node_layout`; HyPar's
 reading on a chain, `planner.chain_costs`), in bytes or, for time and energy, the
 estimator's on a chain and `planner.timed_costs`' on any other graph. Every strategy's
 columns (`Strategy.columns`: the planner's own in `planner.own_strategies`, the seeds' in
@@ -24,9 +24,9 @@ import numpy as np
 
 from hypar_sim.errors import InputError, closest
 from hypar_sim.hardware.config import HardwareConfig
-from hypar_sim.partition import graph_layout
-from hypar_sim.partition.graph_axes import Site
-from hypar_sim.partition.graph_axes import sites as graph_sites
+from hypar_sim.partition import node_layout
+from hypar_sim.partition.axes import Site
+from hypar_sim.partition.axes import sites as graph_sites
 from hypar_sim.partition.hierarchy import Hierarchy, as_hierarchy
 from hypar_sim.partition.kinds import DEFAULT_KINDS, KINDS
 from hypar_sim.partition.redistribute import Moved
@@ -58,7 +58,7 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class PlanRequest:
-    """What a strategy plans: the graph, its sites (`partition.graph_axes`), the array, the
+    """What a strategy plans: the graph, its sites (`partition.axes`), the array, the
     kinds allowed, the search asked for, and the traffic model's costs (or the estimate's)."""
 
     graph: Graph
@@ -67,7 +67,7 @@ class PlanRequest:
     hierarchy: Hierarchy
     kinds: tuple[str, ...]
     search: str
-    costs: graph_layout.Costs
+    costs: node_layout.Costs
     notes: list[str]  # what the search had to give up (printed beside the plan)
     word_bytes: int = 4
     capacity_bytes: float | None = None  # one cube's memory (None: unlimited)
@@ -102,7 +102,7 @@ class Plan:
     traffic_model: str = "layout"  # how its messages are sent (`planner.traffic` collective)
     #: What follows from the columns, for the schedule to read: every node's layout and the
     #: bytes [src, dst] of every step (`plan_messages.graph_matrices`).
-    layouts: tuple[graph_layout.NodeLayout, ...] = field(default=(), compare=False, repr=False)
+    layouts: tuple[node_layout.NodeLayout, ...] = field(default=(), compare=False, repr=False)
     matrices: Mapping[tuple[int, TransferKind], Moved] = field(default_factory=dict,
                                                                 compare=False, repr=False)
 
@@ -193,7 +193,7 @@ def plan_graph(graph: Graph, strategy: str, hierarchy: Hierarchy, batch: int,
 def _timed_costs(graph: Graph, batch: int, hierarchy: Hierarchy, word_bytes: int,
                  model: traffic_models.TrafficModel, objective: str, topology: str,
                  config: HardwareConfig | None, overlap_gradients: bool
-                 ) -> tuple[graph_layout.Costs, Estimator | None]:
+                 ) -> tuple[node_layout.Costs, Estimator | None]:
     """The cost tables in cycles or pJ on the topology: a chain's by the estimator (closed
     forms per level, refined on the sent messages: `chain_costs.estimated_search`), any
     other graph's by timing its steps (`planner.timed_costs`, the layout models)."""
@@ -343,7 +343,7 @@ def evaluate_plan(workload: Graph | Network, strategy: str, search: str, batch: 
                      traffic_model=traffic_model, layouts=tuple(layouts), matrices=matrices)
 
 
-def footprint_parts(layouts: Sequence[graph_layout.NodeLayout], word_bytes: int,
+def footprint_parts(layouts: Sequence[node_layout.NodeLayout], word_bytes: int,
                     gradients: bool, buffers: float) -> tuple[tuple[str, float], ...]:
     """The busiest cube's memory by part, bytes: its weights, its gradients (none in an
     inference), its kept outputs, and `buffers` (the simulator checks the same parts)."""
@@ -351,6 +351,6 @@ def footprint_parts(layouts: Sequence[graph_layout.NodeLayout], word_bytes: int,
         return (("weights", 0.0), ("gradients", 0.0), ("activations", 0.0),
                 ("buffers", buffers))
     params, kept = (float(part.sum()) * word_bytes
-                    for part in graph_layout.busiest_member(layouts, gradients))
+                    for part in node_layout.busiest_member(layouts, gradients))
     return (("weights", params), ("gradients", params * gradients), ("activations", kept),
             ("buffers", buffers))

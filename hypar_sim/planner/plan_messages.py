@@ -1,7 +1,7 @@
 """The messages of a graph plan: every edge's and node's transfers, by step.
 
 An edge's tensor moves from the layout its producer leaves into the one its
-consumer reads, forward, and its error back (`partition.graph_layout`); a
+consumer reads, forward, and its error back (`partition.node_layout`); a
 node's gradients are all-reduced; the graph's output is reduced for the loss.
 Where several consumers read a tensor alike (the same regions for every
 member: q, k and v of an attention block reading one layer norm), the tensor
@@ -15,10 +15,10 @@ from __future__ import annotations
 import itertools
 from collections.abc import Mapping, Sequence
 
-from hypar_sim.partition import graph_layout
+from hypar_sim.partition import node_layout
+from hypar_sim.partition.axes import Site
+from hypar_sim.partition.axes import sites as graph_sites
 from hypar_sim.partition.collectives import COLLECTIVES, Transfers
-from hypar_sim.partition.graph_axes import Site
-from hypar_sim.partition.graph_axes import sites as graph_sites
 from hypar_sim.partition.hierarchy import Hierarchy
 from hypar_sim.partition.redistribute import Moved
 from hypar_sim.partition.shares import Column
@@ -51,7 +51,7 @@ def sharing_edges(graph: Graph) -> list[list[Edge]]:
     return list(groups.values())
 
 
-def read_groups(graph: Graph, layouts: Sequence[graph_layout.NodeLayout]) -> list[list[Edge]]:
+def read_groups(graph: Graph, layouts: Sequence[node_layout.NodeLayout]) -> list[list[Edge]]:
     """The edges of a plan grouped by producer and by how their consumers' members read it
     (`NodeLayout.read_signature`: alike, one transfer serves them all)."""
     groups: dict[tuple, list[Edge]] = {}
@@ -60,7 +60,7 @@ def read_groups(graph: Graph, layouts: Sequence[graph_layout.NodeLayout]) -> lis
     return list(groups.values())
 
 
-def shared_cost(costs: graph_layout.Costs, sites: Sequence[Site], edges: Sequence[Edge],
+def shared_cost(costs: node_layout.Costs, sites: Sequence[Site], edges: Sequence[Edge],
                 columns: Sequence[Column], hierarchy: Hierarchy) -> float:
     """Bytes of a group of `sharing_edges` under `columns` (every node's; only the group's
     nodes are read): consumers that read the same regions pay once."""
@@ -75,7 +75,7 @@ def shared_cost(costs: graph_layout.Costs, sites: Sequence[Site], edges: Sequenc
     return total
 
 
-def shared_table(costs: graph_layout.Costs, sites: Sequence[Site], edges: Sequence[Edge],
+def shared_table(costs: node_layout.Costs, sites: Sequence[Site], edges: Sequence[Edge],
                  options: Sequence[Sequence[Column]], hierarchy: Hierarchy
                  ) -> tuple[tuple[int, ...], list[float]]:
     """The group's nodes (producer first) and its bytes for every combination of their
@@ -112,12 +112,6 @@ def graph_steps(matrices: Mapping[StepKey, Moved], hierarchy: Hierarchy,
             sent(matrices, buckets, collective, hierarchy).items()}
 
 
-def collective_of(traffic_model: str) -> str:
-    """The collective (`partition.collectives`) that sends a graph plan's steps under
-    `traffic_model` (one that reads any graph: `planner.traffic`)."""
-    return TRAFFIC_MODELS[traffic_model].collective
-
-
 def gradient_buckets(graph: Graph, order: Sequence[int], word_bytes: int,
                      bucket_bytes: float) -> list[list[int]]:
     """Gradient buckets as data-parallel frameworks fuse them (PyTorch DDP: Li et al.,
@@ -138,13 +132,13 @@ def gradient_buckets(graph: Graph, order: Sequence[int], word_bytes: int,
     return buckets
 
 
-def graph_matrices(graph: Graph, layouts: Sequence[graph_layout.NodeLayout], batch: int,
+def graph_matrices(graph: Graph, layouts: Sequence[node_layout.NodeLayout], batch: int,
                    word_bytes: int, forward_only: bool = False) -> dict[StepKey, Moved]:
     """Bytes [src, dst] of every step of a plan (node index, why): its stages' matrices
     summed. A tensor several consumers read alike moves once (`read_groups`: its gather
     keyed by the earliest of them, its error's reduction by the same one, the last in the
     backward pass). An inference (`forward_only`) has the forward stages alone
-    (`graph_layout.FORWARD_STAGES`)."""
+    (`node_layout.FORWARD_STAGES`)."""
     matrices: dict[StepKey, Moved] = {}
 
     def add(key: StepKey, matrix: Moved) -> None:
@@ -152,17 +146,17 @@ def graph_matrices(graph: Graph, layouts: Sequence[graph_layout.NodeLayout], bat
 
     outputs = set(graph.outputs)
     for i, (node, own) in enumerate(zip(graph.nodes, layouts, strict=True)):
-        for stage, matrix in graph_layout.own_matrices(own, batch, word_bytes,
+        for stage, matrix in node_layout.own_matrices(own, batch, word_bytes,
                                                        node.name in outputs).items():
-            if not forward_only or stage in graph_layout.FORWARD_STAGES:
+            if not forward_only or stage in node_layout.FORWARD_STAGES:
                 add((i, OWN_STAGES[stage]), matrix)
     generation = graph.generation_of()
     for edges in read_groups(graph, layouts):
         p, c, k = edges[0]
         reader = min((c for _, c, _ in edges), key=lambda i: (generation[i], i))
-        for stage, matrix in graph_layout.edge_matrices(layouts[p], layouts[c], k, batch,
+        for stage, matrix in node_layout.edge_matrices(layouts[p], layouts[c], k, batch,
                                                         word_bytes).items():
-            if forward_only and stage not in graph_layout.FORWARD_STAGES:
+            if forward_only and stage not in node_layout.FORWARD_STAGES:
                 continue
             kind, by_producer = EDGE_STAGES[stage]
             add((p if by_producer else reader, kind), matrix)
@@ -193,7 +187,7 @@ def sent(matrices: Mapping[StepKey, Moved], buckets: Sequence[Sequence[int]] = (
 
 
 def graph_layouts(graph: Graph, batch: int, hierarchy: Hierarchy, columns: Sequence[Column],
-                  model: TrafficModel | None = None) -> list[graph_layout.NodeLayout]:
+                  model: TrafficModel | None = None) -> list[node_layout.NodeLayout]:
     """Every node's layout under its column, as `model` (default: `layout`) lays it out."""
     model = model or TRAFFIC_MODELS["layout"]
     return [model.node_layout(site, batch, column, hierarchy)

@@ -63,11 +63,18 @@ def minimise(domains: Sequence[int], factors: Sequence[Factor],
     the elimination order (every variable once)."""
     if sorted(order) != list(range(len(domains))):
         raise ValueError("order must list every variable once")
-    pending = list(factors)
+    pending = dict(enumerate(factors))  # by key: the order factors were made in
+    touching: list[set[int]] = [set() for _ in domains]  # each variable's pending factors
+    for key, factor in pending.items():
+        for v in factor.variables:
+            touching[v].add(key)
     steps = []  # (variable, the variables its choice depends on, argmin table)
     for var in order:
-        bucket = [f for f in pending if var in f.variables]
-        pending = [f for f in pending if var not in f.variables]
+        keys = sorted(touching[var])
+        bucket = [pending.pop(key) for key in keys]
+        for key, factor in zip(keys, bucket, strict=True):
+            for v in factor.variables:
+                touching[v].discard(key)
         others = tuple(sorted({v for f in bucket for v in f.variables} - {var}))
         joined = (var, *others)
         cells = int(np.prod([domains[v] for v in joined]))
@@ -80,8 +87,12 @@ def minimise(domains: Sequence[int], factors: Sequence[Factor],
             total = total + _aligned(factor, joined)
         choice = np.argmin(total, axis=0)
         steps.append((var, others, choice))
-        pending.append(Factor(others, np.take_along_axis(total, choice[None], axis=0)[0]))
-    cost = float(sum(float(f.table) for f in pending))
+        made = Factor(others, np.take_along_axis(total, choice[None], axis=0)[0])
+        key = len(factors) + len(steps)  # after every factor made so far
+        pending[key] = made
+        for v in others:
+            touching[v].add(key)
+    cost = float(sum(float(f.table) for f in pending.values()))
     assignment = [0] * len(domains)
     for var, others, choice in reversed(steps):
         assignment[var] = int(choice[tuple(assignment[v] for v in others)])

@@ -19,7 +19,7 @@ the graph's BFS levels). Every node is a set of products or element-wise passes,
 a matrix with a stored tiling:
 
 - **Aligned forms** from the node's description (`workload.tdl`), for the node's kind
-  splitting its loop d (`graph_layout.dim_of`): a tensor it reads is split along the axis d
+  splitting its loop d (`node_layout.dim_of`): a tensor it reads is split along the axis d
   indexes, or replicated (r) where d indexes none; a tensor it writes is split the same way,
   or holds partial sums (red) where d is summed over (Fig. 6's aligned tilings: on an fc
   layer, R is the channel axis, C the samples).
@@ -76,8 +76,8 @@ from enum import StrEnum
 import numpy as np
 
 from hypar_sim.errors import InputError
-from hypar_sim.partition import graph_layout
-from hypar_sim.partition.graph_axes import sites
+from hypar_sim.partition import node_layout
+from hypar_sim.partition.axes import sites
 from hypar_sim.partition.hierarchy import Hierarchy
 from hypar_sim.partition.kinds import KINDS, kind_of, listed
 from hypar_sim.partition.shares import Column
@@ -197,7 +197,7 @@ class _Cut:
             self.readers[p].append((c, k))
         self.options = []
         for i, site in enumerate(request.sites):
-            offered = [k for k in kinds if KINDS[k].dim in MATRIX_DIMS and graph_layout.offered(
+            offered = [k for k in kinds if KINDS[k].dim in MATRIX_DIMS and node_layout.offered(
                 site, request.batch, columns[i] + (k,), self.upper)]
             if fixed is not None and fixed[i] not in offered:
                 offered.append(fixed[i])
@@ -222,11 +222,11 @@ class _Cut:
         axes: set[Tile] = {SAMPLES}
         site = self.request.sites[producer]
         for kind in self.options[producer]:
-            axes.add(_axis(site.desc.makes, graph_layout.dim_of(site.desc, kind)))
+            axes.add(_axis(site.desc.makes, node_layout.dim_of(site.desc, kind)))
         for c, k in self.readers[producer]:
             reader = self.request.sites[c]
             for kind in self.options[c]:
-                axes.add(_axis(reader.desc.reads[k], graph_layout.dim_of(reader.desc, kind)))
+                axes.add(_axis(reader.desc.reads[k], node_layout.dim_of(reader.desc, kind)))
         # Definition 1's order of stored tilings, R, C, r: channels, samples, r
         ordered: list[Tile] = sorted(a for a in axes if a not in (REP, SAMPLES)) + [SAMPLES, REP]
         return list(itertools.product(ordered, ordered))
@@ -235,7 +235,7 @@ class _Cut:
         """Elements of a tensor of node i in its group's share after the cuts above."""
         desc = self.request.sites[i].desc
         for size, kind in zip(self.request.hierarchy.sizes, self.columns[i], strict=False):
-            if _axis(access, graph_layout.dim_of(desc, kind)) != REP:
+            if _axis(access, node_layout.dim_of(desc, kind)) != REP:
                 elements /= size
         return elements
 
@@ -292,7 +292,7 @@ class _Cut:
         table = np.zeros((len(kinds), len(tiles)))
         read, written = (1, 0) if output else (0, 1)  # which stored tiling each touches
         for a, kind in enumerate(kinds):
-            form = _axis(access, graph_layout.dim_of(self.request.sites[i].desc, kind))
+            form = _axis(access, node_layout.dim_of(self.request.sites[i].desc, kind))
             made = RED if form == REP else form
             for b, pair in enumerate(tiles):
                 table[a, b] = reads * _moved(pair[read], form, self.parts, *read_sides) \
@@ -308,11 +308,11 @@ class _Cut:
             (desc.reduction, desc.channel)
         area = float(weights.rows * weights.columns * max(weights.scale, 1))
         for size, kind in zip(self.request.hierarchy.sizes, self.columns[i], strict=False):
-            if graph_layout.dim_of(desc, kind) in axes:
+            if node_layout.dim_of(desc, kind) in axes:
                 area /= size
         reads = 2 if any(fed) else 1  # forward, and backward where an input needs its error
         costs = []
-        for dim in (graph_layout.dim_of(desc, kind) for kind in self.options[i]):
+        for dim in (node_layout.dim_of(desc, kind) for kind in self.options[i]):
             form: Tile = axes.index(dim) if dim in axes else REP
             made: Tile = RED if form == REP else form
             costs.append(min(reads * _moved(w, form, self.parts, area, area)
@@ -350,7 +350,7 @@ def plan_costs(graph: Graph, batch: int, columns: Sequence[Column], hierarchy: H
         raise InputError(f"plan: soybean cannot cost kind(s) {','.join(bad)}; allowed: "
                          f"{', '.join(SOYBEAN_KINDS)}")
     request = PlanRequest(graph, sites(graph), batch, hierarchy, tuple(kinds), "",
-                           graph_layout.Costs(batch, word_bytes), [], word_bytes)
+                           node_layout.Costs(batch, word_bytes), [], word_bytes)
     deltas = []
     for level, groups in enumerate(hierarchy.subarray_counts):
         cut = _Cut(request, [column[:level] for column in columns], level, kinds,

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from hypar_sim.errors import InputError
-from hypar_sim.partition.graph_axes import Site
+from hypar_sim.partition.axes import Site
 from hypar_sim.partition.hierarchy import Hierarchy
 from hypar_sim.partition.kinds import BATCH
 from hypar_sim.partition.shares import Column
@@ -34,7 +34,7 @@ from hypar_sim.registry import LazyRegistry
 from hypar_sim.workload.graph import Node
 
 if TYPE_CHECKING:
-    from hypar_sim.partition.graph_layout import Costs
+    from hypar_sim.partition.node_layout import Costs
     from hypar_sim.planner.plan import PlanRequest
 
 Columns = Callable[["PlanRequest"], list[Column]]

@@ -1,12 +1,12 @@
 """The layout model's cost tables in cycles or pJ: what `--objective time|energy` minimises
 on a graph network.
 
-`graph_layout.Costs` gives the bytes of a node's own steps under a column and of an edge
+`node_layout.Costs` gives the bytes of a node's own steps under a column and of an edge
 under a pair of columns; the searches of `planner.plan` add them up. `TimedCosts`
 gives the same tables in step time or energy, from the simulator's own models:
 
 - a node's own cost: its compute, every phase (forward, backward, gradient, update) on its
-  slowest member (`hardware.graph_costs.node_cost`: the PE array and the vault DRAM, as the
+  slowest member (`hardware.node_costs.node_cost`: the PE array and the vault DRAM, as the
   schedule charges it; no backward pass for a node that reads only graph inputs), plus its
   own steps (the gradient all-reduce, the loss);
 - an edge's: its steps (partial sums, the gather of the input, the error's reduction and
@@ -35,12 +35,12 @@ import numpy as np
 
 from hypar_sim.hardware.config import HardwareConfig
 from hypar_sim.hardware.energy import Action, EnergyTable
-from hypar_sim.hardware.graph_costs import node_cost
+from hypar_sim.hardware.node_costs import node_cost
 from hypar_sim.hardware.topology import Topology
 from hypar_sim.hardware.transfer import Routed, step_cycles
-from hypar_sim.partition import graph_layout
+from hypar_sim.partition import node_layout
+from hypar_sim.partition.axes import Site
 from hypar_sim.partition.collectives import COLLECTIVES
-from hypar_sim.partition.graph_axes import Site
 from hypar_sim.partition.hierarchy import Hierarchy
 from hypar_sim.partition.redistribute import Moved
 from hypar_sim.partition.shares import Column
@@ -51,8 +51,8 @@ from hypar_sim.sim.defaults import DEFAULT_CHUNK_BYTES, DEFAULT_MAX_CHUNKS
 _KIND_OF = {**{stage: kind for stage, (kind, _) in EDGE_STAGES.items()}, **OWN_STAGES}
 
 
-class TimedCosts(graph_layout.Costs):
-    """`graph_layout.Costs` in cycles (`objective` time) or pJ (energy) on `topology`;
+class TimedCosts(node_layout.Costs):
+    """`node_layout.Costs` in cycles (`objective` time) or pJ (energy) on `topology`;
     `fed`: the names of the nodes that read another node's output (the others have no
     backward pass)."""
 
@@ -86,9 +86,9 @@ class TimedCosts(graph_layout.Costs):
         (pJ), as the schedule charges them (members with boxes of the same sizes cost
         alike)."""
         needs_error = site.node.name in self.fed
-        key = (graph_layout.geometry(site), column, hierarchy, needs_error)
+        key = (node_layout.geometry(site), column, hierarchy, needs_error)
         if key not in self._compute:
-            own = graph_layout.layout(site, self.batch, column, hierarchy)
+            own = node_layout.layout(site, self.batch, column, hierarchy)
             _, first, counts = np.unique(own.box_sizes(), axis=0, return_index=True,
                                          return_counts=True)
             cycles, pj = 0.0, 0.0
@@ -107,7 +107,7 @@ class TimedCosts(graph_layout.Costs):
         summed and sent by the ring collective, timed as the analytic engine times it."""
         kinds: dict[TransferKind, Moved] = {}
         for stage, matrix in matrices.items():
-            if self.forward_only and stage not in graph_layout.FORWARD_STAGES:
+            if self.forward_only and stage not in node_layout.FORWARD_STAGES:
                 continue
             if matrix.sum():
                 kind = _KIND_OF[stage]

@@ -44,8 +44,8 @@ partitioned on its own; a tensor read by two consumers is costed per reading edg
 `edge_cost`); the loss. So a batch split costs 3(k-1)|W| (HyPar's replicated weights:
 2(k-1)|W|; 2(k-1)|W| for a first layer, which computes no input error), and a batch -> in
 boundary |F|/2 + |E|/2 at k = 2 (HyPar's Table 2). What a worker reads for its box of loops
-is `graph_ops.region` (halo rows, a flatten's boxes, a product's operands), on the
-simulator's integer boxes (`graph_layout.layout`).
+is `regions.region` (halo rows, a flatten's boxes, a product's operands), on the
+simulator's integer boxes (`node_layout.layout`).
 
 Recursion (Tofu Sec 5.2, `recursive_search`). k workers are factorised k = k_1 ... k_m;
 step i partitions each group's graph k_i ways. Here step i is level i of the hierarchy, top
@@ -82,12 +82,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from hypar_sim.errors import InputError
-from hypar_sim.partition import graph_layout
-from hypar_sim.partition.graph_axes import Site, sites
-from hypar_sim.partition.graph_ops import Box, region, weight_shape
+from hypar_sim.partition import node_layout
+from hypar_sim.partition.axes import Site, sites
 from hypar_sim.partition.hierarchy import Hierarchy
 from hypar_sim.partition.kinds import GRAPH_EXTRA_KINDS, Dim, kind_of
 from hypar_sim.partition.redistribute import Region
+from hypar_sim.partition.regions import Box, region, weight_shape
 from hypar_sim.partition.shares import Column
 from hypar_sim.planner.plan import PlanRequest
 from hypar_sim.planner.plan_messages import graph_edges
@@ -169,7 +169,7 @@ def workers(site: Site, batch: int, column: Column, sizes: Sequence[int]) -> Wor
     """G_0's workers for `column` (one kind per level down to this step): the members of the
     upper levels' hierarchy whose coordinates above this level are 0."""
     upper = Hierarchy(tuple(sizes[:len(column)]))
-    layout = graph_layout.layout(site, batch, column, upper)
+    layout = node_layout.layout(site, batch, column, upper)
     boxes = tuple(layout.box(m) for m in range(sizes[len(column) - 1]))
     group = {d: (min(b[d][0] for b in boxes), max(b[d][1] for b in boxes)) for d in boxes[0]}
     return Workers(group, boxes)
@@ -193,7 +193,7 @@ def _pooled(site: Site, kind: str) -> float:
     its pre-pooling elements per pooled one (a partial sum is reduced before the folded
     pooling, as the layout model charges it); 1 otherwise."""
     desc = site.desc
-    partial = desc.reduction is not None and graph_layout.dim_of(desc, kind) is desc.reduction
+    partial = desc.reduction is not None and node_layout.dim_of(desc, kind) is desc.reduction
     return desc.pooled_ratio if partial else 1.0
 
 
@@ -257,7 +257,7 @@ class TofuCosts:
         self._workers: dict[tuple, Workers] = {}
 
     def _team(self, i: int, column: Column) -> Workers:
-        key = (graph_layout.geometry(self.sites[i]), column)
+        key = (node_layout.geometry(self.sites[i]), column)
         if key not in self._workers:
             self._workers[key] = workers(self.sites[i], self.batch, column, self.sizes)
         return self._workers[key]
@@ -265,7 +265,7 @@ class TofuCosts:
     def node(self, i: int, column: Column) -> float:
         """Bytes of node i's own tensors (weights, vectors, the loss) at step len(column)."""
         site = self.sites[i]
-        key = (graph_layout.geometry(site), self.fed[i], self.is_output[i], column)
+        key = (node_layout.geometry(site), self.fed[i], self.is_output[i], column)
         if key not in self._nodes:
             parts = self.sizes[len(column) - 1]
             self._nodes[key] = self.word_bytes * node_cost(
@@ -275,7 +275,7 @@ class TofuCosts:
 
     def edge(self, p: int, c: int, index: int, producer: Column, consumer: Column) -> float:
         """Bytes of the edge from node p into input `index` of node c at step len(column)."""
-        key = (graph_layout.geometry(self.sites[p]), graph_layout.geometry(self.sites[c]),
+        key = (node_layout.geometry(self.sites[p]), node_layout.geometry(self.sites[c]),
                index, self.fed[p], producer, consumer)
         if key not in self._edges:
             parts = self.sizes[len(producer) - 1]
@@ -299,17 +299,17 @@ def allowed_kinds(requested: Sequence[str]) -> tuple[str, ...]:
 
 def unit_options(costs: TofuCosts, members: Sequence[int], prefix: Column,
                  kinds: Sequence[str]) -> list[str]:
-    """The kinds every node of a unit takes at the next level (`graph_layout.offered`), one
+    """The kinds every node of a unit takes at the next level (`node_layout.offered`), one
     per distinct split of the unit's loops (`in` and `out` both split a weightless node's
     channels)."""
     upper = Hierarchy(costs.sizes[:len(prefix) + 1])
     options, seen = [], set()
     for kind in kinds:
         column = prefix + (kind,)
-        if not all(graph_layout.offered(costs.sites[i], costs.batch, column, upper)
+        if not all(node_layout.offered(costs.sites[i], costs.batch, column, upper)
                    for i in members):
             continue
-        signature = tuple(graph_layout.dim_of(costs.sites[i].desc, kind)
+        signature = tuple(node_layout.dim_of(costs.sites[i].desc, kind)
                           for i in members)
         if signature not in seen:
             seen.add(signature)

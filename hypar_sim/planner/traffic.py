@@ -20,9 +20,8 @@ from functools import lru_cache
 import numpy as np
 
 from hypar_sim.errors import InputError, closest
-from hypar_sim.partition import graph_layout, layout, shares, totals
-from hypar_sim.partition.collectives import COLLECTIVES
-from hypar_sim.partition.graph_axes import Site
+from hypar_sim.partition import node_layout, shares, totals
+from hypar_sim.partition.axes import Site
 from hypar_sim.partition.hierarchy import Hierarchy
 from hypar_sim.partition.kinds import BATCH, IN, KINDS, Dim
 from hypar_sim.partition.redistribute import Moved
@@ -31,7 +30,7 @@ from hypar_sim.partition.steps import Phase, StepMessages, TransferKind
 from hypar_sim.planner.comm_model import LayerSplit, Parallelism, layer_transfers, pair_costs
 from hypar_sim.workload.graph import Graph
 from hypar_sim.workload.layers import Layer
-from hypar_sim.workload.network import layer_of
+from hypar_sim.workload.network import Network, as_graph, layer_of
 
 StepKey = tuple[int, TransferKind]
 
@@ -208,23 +207,23 @@ class PaperTraffic(_Phased):
     # -- a plan of a chain graph (`planner.plan`) ----------------------------------
 
     def node_layout(self, site: Site, batch: int, column: Column,
-                    hierarchy: Hierarchy) -> graph_layout.NodeLayout:
+                    hierarchy: Hierarchy) -> node_layout.NodeLayout:
         """Every member the same box of a chain layer's node: its `member_shares` samples and
         input channels, every other loop whole (what the schedule computes and the cube
         keeps under HyPar's equal shares)."""
         share = self.member_shares(layer_of(site.node), batch, column, hierarchy)[0]
-        extents = {**graph_layout.loops(site, batch), Dim.N: share.batch,
+        extents = {**node_layout.loops(site, batch), Dim.N: share.batch,
                    site.desc.reduction: share.channels}
-        return graph_layout.NodeLayout(site, {dim: np.tile([0, extent], (hierarchy.members, 1))
+        return node_layout.NodeLayout(site, {dim: np.tile([0, extent], (hierarchy.members, 1))
                                               for dim, extent in extents.items()})
 
-    def plan_costs(self, graph: Graph, batch: int, word_bytes: int) -> graph_layout.Costs:
+    def plan_costs(self, graph: Graph, batch: int, word_bytes: int) -> node_layout.Costs:
         """The planner's tables of a chain graph: this model's own and boundary bytes."""
         from hypar_sim.planner.chain_costs import ChainCosts
 
         return ChainCosts(graph, self, self, batch, word_bytes)
 
-    def plan_matrices(self, graph: Graph, layouts: Sequence[graph_layout.NodeLayout],
+    def plan_matrices(self, graph: Graph, layouts: Sequence[node_layout.NodeLayout],
                       batch: int, word_bytes: int) -> dict[StepKey, Moved]:
         """None: HyPar's pairs are messages already (`graph_steps`)."""
         return {}
@@ -296,15 +295,15 @@ class LayoutTraffic(_Phased):
     # -- a plan of a graph (`planner.plan`) ----------------------------------------
 
     def node_layout(self, site: Site, batch: int, column: Column,
-                    hierarchy: Hierarchy) -> graph_layout.NodeLayout:
-        """Every member's box of the node under its column (`graph_layout.layout`)."""
-        return graph_layout.layout(site, batch, column, hierarchy)
+                    hierarchy: Hierarchy) -> node_layout.NodeLayout:
+        """Every member's box of the node under its column (`node_layout.layout`)."""
+        return node_layout.layout(site, batch, column, hierarchy)
 
-    def plan_costs(self, graph: Graph, batch: int, word_bytes: int) -> graph_layout.Costs:
-        """The planner's tables: bytes of the rule on the nodes' layouts (`graph_layout`)."""
-        return graph_layout.Costs(batch, word_bytes, self.forward_only)
+    def plan_costs(self, graph: Graph, batch: int, word_bytes: int) -> node_layout.Costs:
+        """The planner's tables: bytes of the rule on the nodes' layouts (`node_layout`)."""
+        return node_layout.Costs(batch, word_bytes, self.forward_only)
 
-    def plan_matrices(self, graph: Graph, layouts: Sequence[graph_layout.NodeLayout],
+    def plan_matrices(self, graph: Graph, layouts: Sequence[node_layout.NodeLayout],
                       batch: int, word_bytes: int) -> dict[StepKey, Moved]:
         """Bytes [src, dst] of every step (`plan_messages.graph_matrices`)."""
         from hypar_sim.planner.plan_messages import graph_matrices
@@ -321,18 +320,18 @@ class LayoutTraffic(_Phased):
 
         return graph_steps(matrices, hierarchy, buckets, self.collective)
 
-@lru_cache(maxsize=4)
+@lru_cache(maxsize=64)
 def _layout_steps(collective: str, layers: tuple[Layer, ...], batch: int,
                   columns: tuple[Column, ...], hierarchy: Hierarchy,
                   word_bytes: int) -> dict[StepKey, StepMessages]:
-    steps = {}
-    for (index, kind), matrix in layout.chain_transfers(layers, batch, columns, hierarchy,
-                                                        word_bytes).items():
-        transfers = COLLECTIVES[collective](matrix, hierarchy, kind.reduces)
-        if len(transfers):
-            steps[(index, kind)] = transfers.messages(index, kind, hierarchy)
-    return dict(sorted(steps.items(), key=lambda item: (item[0][0], list(TransferKind)
-                                                        .index(item[0][1]))))
+    """The steps of a chain of `layers` read as a graph (`network.as_graph`): its nodes'
+    layouts, their matrices, sent by `collective`."""
+    from hypar_sim.planner.plan_messages import graph_layouts, graph_matrices, graph_steps
+
+    graph = as_graph(Network("chain", layers[0].input, layers))
+    layouts = graph_layouts(graph, batch, hierarchy, columns)
+    return graph_steps(graph_matrices(graph, layouts, batch, word_bytes), hierarchy, (),
+                       collective)
 
 
 class LevelsLayoutTraffic(LayoutTraffic):

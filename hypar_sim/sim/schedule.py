@@ -1,6 +1,6 @@
 """One training step as work: every member's ordered tasks and the messages.
 
-The messages are the transfer matrices of the graph plan (`partition.graph_layout`,
+The messages are the transfer matrices of the graph plan (`partition.node_layout`,
 the same the planner sums, sent by the `ring` collective), grouped into steps
 keyed like a chain's: an edge's forward reduce by its producer (PARTIAL_SUM),
 its forward gather by its consumer (RELAYOUT_FEATURE), its backward reduce by
@@ -35,8 +35,8 @@ import numpy as np
 from hypar_sim.hardware.capacity import Footprint, check_capacity
 from hypar_sim.hardware.config import HardwareConfig
 from hypar_sim.hardware.costs import PieceCost
-from hypar_sim.hardware.graph_costs import node_cost
-from hypar_sim.partition import graph_layout
+from hypar_sim.hardware.node_costs import node_cost
+from hypar_sim.partition import node_layout
 from hypar_sim.partition.hierarchy import Hierarchy
 from hypar_sim.partition.steps import (
     Message,
@@ -296,7 +296,7 @@ def _packed(computes: list[Compute], pus: int) -> list[Task]:
     return tasks
 
 
-def _check_fits(graph: Graph, layouts: list[graph_layout.NodeLayout], plan: Plan,
+def _check_fits(graph: Graph, layouts: list[node_layout.NodeLayout], plan: Plan,
                 config: HardwareConfig, gradients: bool = True) -> None:
     """The busiest member's parameters, gradients (none in an inference) and kept
     activations (every node's output box: what the backward pass reads), plus the plan's
@@ -307,7 +307,7 @@ def _check_fits(graph: Graph, layouts: list[graph_layout.NodeLayout], plan: Plan
     if not layouts:
         return
     word = config.word_bytes
-    params, kept = graph_layout.busiest_member(layouts, gradients)
+    params, kept = node_layout.busiest_member(layouts, gradients)
     footprints = [Footprint(own.site.node.name, float(params[i] * word),
                             float(params[i] * word * gradients), float(kept[i] * word))
                   for i, own in enumerate(layouts)]

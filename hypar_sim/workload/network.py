@@ -42,7 +42,6 @@ _LOADER = _Loader
 WORKLOADS_DIR = Path(__file__).resolve().parents[2] / "workloads"
 
 _TOP_KEYS = {"name", "description", "source", "input", "layers"}
-_INPUT_KEYS = {"channels", "height", "width", "features"}
 _LAYER_KEYS = {
     "conv": ({"type", "out_channels", "kernel"}, {"name", "stride", "padding", "pool"}),
     "fc": ({"type", "out_features"}, {"name"}),

@@ -21,7 +21,7 @@ Counting conventions (stated once, used everywhere):
   a multiply-accumulate body (a convolution, an fc layer, a product of two
   activations). Weightless operators (pooling, normalisation, activations,
   softmax, additions) have none; their element operations per output element
-  are in their description too (`hardware.graph_costs` turns both into time).
+  are in their description too (`hardware.node_costs` turns both into time).
 """
 
 from __future__ import annotations

@@ -8,9 +8,9 @@ loops (per sample: the batch N is added by whoever splits it), the expression of
 of every input and of its output, the loop summed over (a split of it needs a reduction:
 partition-n-reduce), its weights, and what its body does per output element (a
 multiply-accumulate over the reduction and the window, or element operations). From it:
-what a member reads (`partition.graph_ops.region`), the MACs (`Description.macs`), the
-kinds a node offers (every loop), its parameters and footprint (`partition.graph_layout`),
-and its cost on the PE array (`hardware.graph_costs`).
+what a member reads (`partition.regions.region`), the MACs (`Description.macs`), the
+kinds a node offers (every loop), its parameters and footprint (`partition.node_layout`),
+and its cost on the PE array (`hardware.node_costs`).
 
 Expressions of one axis (or, `Flat`, of several):
 

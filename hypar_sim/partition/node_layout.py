@@ -15,7 +15,7 @@ output boxes). Consumers that read a tensor alike share one redistribution
 
 A node's loops are N and its description's: its output's axes (K, P, Q, H)
 and, for a convolution, an fc layer or a product of two activations, the
-reduction C; what it reads for a box is `graph_ops.region`. Where a node has no
+reduction C; what it reads for a box is `regions.region`. Where a node has no
 reduction (every weightless one), both `in` and `out` split its K, so
 HyPar's {batch, in} can keep a channel split through a batch norm and an
 activation. Batch norm statistics are per member (as frameworks compute them
@@ -33,11 +33,11 @@ from functools import cached_property
 import numpy as np
 
 from hypar_sim.partition import totals
-from hypar_sim.partition.graph_axes import Site
-from hypar_sim.partition.graph_ops import Box, region, volume, weight_shape
+from hypar_sim.partition.axes import Site
 from hypar_sim.partition.hierarchy import Hierarchy
 from hypar_sim.partition.kinds import KINDS, Dim
 from hypar_sim.partition.redistribute import Moved, Region, redistribute
+from hypar_sim.partition.regions import Box, region, volume, weight_shape
 from hypar_sim.partition.shares import Column, level_intervals
 from hypar_sim.workload.layers import Layer
 from hypar_sim.workload.network import layer_of
@@ -87,7 +87,11 @@ class NodeLayout:
         return len(self.boxes[Dim.N])
 
     def box(self, member: int) -> Box:
-        return self._member_boxes[member]
+        cached = self.__dict__.get("_member_boxes")  # every member's, once one loop wanted all
+        if cached is not None:
+            return cached[member]
+        return {dim: (int(parts[member, 0]), int(parts[member, 1]))
+                for dim, parts in self.boxes.items()}
 
     def box_sizes(self) -> np.ndarray:
         """[members, dimensions] the length of every member's interval of every loop."""
@@ -179,11 +183,15 @@ def member_kept(own: NodeLayout) -> np.ndarray:
 
 
 def _read_volumes(own: NodeLayout) -> np.ndarray:
-    """[members] the elements each member reads of all the node's inputs."""
-    total = np.zeros(own.members, dtype=np.int64)
-    for index in range(len(own.site.desc.reads)):
-        total += np.array([volume(read) for read in own.reads(index)], dtype=np.int64)
-    return total
+    """[members] the elements each member reads of all the node's inputs (members with the
+    same box read the same: each distinct box is evaluated once)."""
+    boxes = np.concatenate(list(own.boxes.values()), axis=1)  # [members, 2 x dimensions]
+    _, first, inverse = np.unique(boxes, axis=0, return_index=True, return_inverse=True)
+    total = np.zeros(len(first), dtype=np.int64)
+    for access in own.site.desc.reads:
+        total += np.array([volume(region(access, own.box(int(m)))) for m in first],
+                          dtype=np.int64)
+    return total[inverse.reshape(-1)]
 
 
 def busiest_member(layouts: Sequence[NodeLayout], gradients: bool = True

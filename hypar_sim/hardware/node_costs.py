@@ -57,9 +57,9 @@ from hypar_sim.hardware.costs import (
 from hypar_sim.hardware.energy import add_counts
 from hypar_sim.hardware.hmc import even_parts, pe_array_spec
 from hypar_sim.hardware.pe_array import elementwise_cost
-from hypar_sim.partition.graph_layout import NodeLayout, member_params
-from hypar_sim.partition.graph_ops import Box, interval, region, volume
 from hypar_sim.partition.kinds import Dim
+from hypar_sim.partition.node_layout import NodeLayout, member_params
+from hypar_sim.partition.regions import Box, interval, region, volume
 from hypar_sim.partition.steps import Phase
 from hypar_sim.workload.tdl import Description, Window
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Sequence
 
-from hypar_sim.partition.layout import flat_boxes
 from hypar_sim.partition.redistribute import Region
 from hypar_sim.workload.dims import Dim
 from hypar_sim.workload.tdl import (
@@ -112,3 +112,29 @@ def weight_shape(desc: Description) -> tuple[int, int]:
     """(rows, columns) of a node's weight matrix: (K, C), or an embedding table's (vocab, K)."""
     assert desc.weights is not None
     return desc.weights.rows, desc.weights.columns
+
+
+def flat_boxes(start: int, stop: int, shape: Sequence[int]) -> list[tuple[tuple[int, int], ...]]:
+    """The flat index range [start, stop) of a C-order array of `shape` as disjoint boxes."""
+    if start >= stop:
+        return []
+    if len(shape) == 1:
+        return [((start, stop),)]
+    inner = math.prod(shape[1:])
+    first, last = start // inner, (stop - 1) // inner
+    full = [tuple((0, s) for s in shape[1:])]
+    if first == last:
+        return [((first, first + 1), *box)
+                for box in flat_boxes(start - first * inner, stop - first * inner, shape[1:])]
+    boxes: list[tuple[tuple[int, int], ...]] = []
+    lo, hi = first, last + 1
+    if start % inner:
+        boxes += [((first, first + 1), *b) for b in flat_boxes(start % inner, inner, shape[1:])]
+        lo = first + 1
+    if stop % inner:
+        hi = last
+    if hi > lo:
+        boxes += [((lo, hi), *b) for b in full]
+    if stop % inner:
+        boxes += [((last, last + 1), *b) for b in flat_boxes(0, stop % inner, shape[1:])]
+    return boxes
