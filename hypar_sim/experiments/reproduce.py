@@ -119,7 +119,7 @@ DIFFERENCES = {
         "charges the pooled output) and costs every level on the members' real boxes, so it "
         "moves less on networks whose mp layers are fc layers (no pooling, and several levels of "
         "in-split need only one reduction) and more where an in-split conv layer pools. See "
-        "`hypar_sim/partition/layout.py`."),
+        "`hypar_sim/partition/node_layout.py`."),
     "readings": (
         "As configured, the performance mean is more than 10% above the abstract's. Two single "
         "changes bring it within 10%, and each gives up another of the paper's claims: a "

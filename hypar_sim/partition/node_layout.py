@@ -167,8 +167,8 @@ def member_params(own: NodeLayout) -> np.ndarray:
 def member_kept(own: NodeLayout) -> np.ndarray:
     """[members] the elements of the node each member keeps for its backward pass: a
     multiply-accumulate body keeps what it reads of its inputs (its weight gradient, or the
-    other operand's error, needs them: HyPar's F_l, `hardware.capacity.footprint`, halo and
-    copies included), an operator with element operations its output box (an activation's,
+    other operand's error, needs them: HyPar's F_l, halo and copies included), an operator
+    with element operations its output box (an activation's,
     a norm's, a pooling's), a copy (reshape, concatenation, lookup) nothing. A tensor that
     several bodies read is counted by each (an overstatement where they share a cube)."""
     desc = own.site.desc

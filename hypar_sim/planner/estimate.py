@@ -45,7 +45,7 @@ with X the forward and update compute, every boundary transfer and the
 gradient all-gathers, Y_compute the backward and gradient compute, Y_port the
 gradient reduce-scatters (without overlap, T = X + Y_compute + Y_port). A sum
 the DP can minimise is X + w Y_compute + (1 - w) Y_port for a weight w;
-`weights` lists those `make_plan` solves, keeping the plan with the least T
+`weights` lists those `chain_costs.estimated_search` solves, keeping the plan with the least T
 (a Lagrangian relaxation of the max). Energy: every action's pJ (compute,
 DRAM words at both ends of a message, link and switch bits), plus static
 power over T.

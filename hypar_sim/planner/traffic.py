@@ -7,7 +7,7 @@ come from the same transfers, so the two cannot disagree.
 - `paper`: HyPar's reading (`comm_model`), kinds batch and in on two-way
   levels only; the Figure 8 numbers.
 - `layout`: the redistribution rule on the members' real layouts
-  (`partition.layout`), any kind and level size.
+  (`partition.node_layout`), any kind and level size.
 """
 
 from __future__ import annotations
@@ -238,7 +238,7 @@ class PaperTraffic(_Phased):
         return self.steps(layers, batch, columns, hierarchy, word_bytes)
 
 class LayoutTraffic(_Phased):
-    """The redistribution rule on the members' real layouts (`partition.layout`)."""
+    """The redistribution rule on the members' real layouts (`partition.node_layout`)."""
 
     name = "layout"
     summary = "needs minus holds on the members' real layouts (any kind, any level size)"
