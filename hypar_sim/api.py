@@ -25,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from hypar_sim.errors import InputError, closest
 from hypar_sim.hardware.config import HardwareConfig, load_hardware
 from hypar_sim.planner.plan import Plan
 from hypar_sim.planner.traffic import DEFAULT_TRAFFIC_MODEL
@@ -52,7 +53,14 @@ def request(network: str | Network | Graph, strategy: str = "hypar", topology: s
             trace: bool = False, objective: str = "bytes", phases: str = "training",
             **config_overrides: Any) -> RunRequest:
     """The run's request, built as the command line builds it (`hypar_sim.request`):
-    `accelerators` and `batch` None take the config file's, else 16 and 256."""
+    `accelerators` and `batch` None take the config file's, else 16 and 256; any other
+    keyword is a hardware key (`hardware()`)."""
+    arguments = request.__code__.co_varnames[:request.__code__.co_argcount]
+    for key in config_overrides:
+        hint = closest(key, arguments)
+        if key not in HardwareConfig.__dataclass_fields__ and hint:
+            raise InputError(f"{key}: unknown argument{hint}; arguments: "
+                             f"{', '.join(arguments)}, or a hardware key")
     return make_request(network, accelerators=accelerators, batch=batch, hierarchy=hierarchy,
                         config=config, overrides=config_overrides, seq=seq, strategy=strategy,
                         plan_text=plan_text, kinds=kinds, search=search,

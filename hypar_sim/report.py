@@ -147,7 +147,7 @@ def comparison_table(results: Sequence, objectives: Sequence[str] | None = None,
                      f"{r.traffic_bytes / base.traffic_bytes:.2f}x" if base.traffic_bytes else "-",
                      f"{r.time_shares['communication']:.0%}", _kind_counts(r.plan)))
     head = (f"{first.network} on {plural(first.accelerators, 'accelerator')} ({first.topology}), batch "
-            f"{first.batch}, {first.engine} engine"
+            f"{first.batch}, traffic model {first.traffic_model}, {first.engine} engine"
             f"{', inference (forward pass only)' if first.phases == 'forward' else ''}; speedup, "
             f"energy efficiency and bytes relative to "
             f"{'data parallelism' if baseline == 'data' else baseline}\n\n")

@@ -177,8 +177,8 @@ class SimResult:
         shares = self.time_shares
         lines = [
             f"{self.network}: {self.strategy} plan on {plural(self.accelerators, 'accelerator')} "
-            f"({self.topology}), batch {self.batch}, {self.engine} engine"
-            + (", inference (forward pass only)" if self.phases == "forward" else ""),
+            f"({self.topology}), batch {self.batch}, traffic model {self.traffic_model}, "
+            f"{self.engine} engine" + (", inference (forward pass only)" if self.phases == "forward" else ""),
             "",
             f"step latency   {quantity(self.latency_s, TIME_UNITS)}  ({self.latency_cycles:,.0f} cycles "
             f"at {self.clock_hz / 1e6:g} MHz)",

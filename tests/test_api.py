@@ -56,3 +56,9 @@ def test_a_result_prints_short():
     assert str(result) == result.summary() and len(str(result)) <= 2000
     assert repr(result).startswith("SimResult(network='resnet50'") and len(repr(result)) <= 300
     assert "\n" not in repr(result)
+
+
+def test_a_misspelt_argument_is_named_with_the_right_one():
+    with pytest.raises(InputError, match="trafic_model: unknown argument \\(did you mean "
+                                         "'traffic_model'\\?\\)"):
+        hypar_sim.plan("lenet_c", trafic_model="paper")

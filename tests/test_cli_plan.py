@@ -186,3 +186,32 @@ def test_progress_changes_nothing_but_stderr(capsys):
         data.pop("wall_s")
     assert loud == quiet and "progress" not in loud["config"]
     assert capsys.readouterr().err == ""
+
+
+def test_plan_rows_alone_read_back_and_a_missing_file_is_named(cli, tmp_path):
+    """`plan --json`'s 'plan' rows saved alone (a JSON list) are a plan; a --plan value that
+    is a path to no file says so, not that the text has too few levels."""
+    found = cli("plan", "vgg_a", "--traffic-model", "paper", "--json")
+    rows = tmp_path / "rows.json"
+    rows.write_text(json.dumps(json.loads(found.stdout)["plan"]))
+    again = cli("plan", "vgg_a", "--traffic-model", "paper", "--plan", str(rows), "--json")
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout)["traffic_bytes"] == json.loads(found.stdout)["traffic_bytes"]
+    missing = cli("plan", "vgg_a", "--plan", str(tmp_path / "none" / "plan"))
+    assert missing.returncode == 2 and "plan file not found" in missing.stderr
+
+
+def test_an_explicit_kind_the_traffic_model_does_not_take_is_named(cli):
+    plan = ";".join(["batch " * 8 + "out in in"] + ["batch " * 8 + "in in in"] * 3)
+    result = cli("plan", "vgg_a", "--traffic-model", "paper", "--plan", plan)
+    assert result.returncode == 2
+    assert "node fc1 takes (out in in in), but --traffic-model paper takes only kinds batch, " \
+        "in" in result.stderr
+    assert cli("plan", "vgg_a", "--plan", plan).returncode == 0  # the layout model takes out
+
+
+def test_run_and_compare_say_which_traffic_model(cli):
+    run = cli("run", "lenet_c", "--traffic-model", "paper", "--engine", "analytic")
+    assert run.returncode == 0 and "traffic model paper" in run.stdout.splitlines()[0]
+    compare = cli("compare", "lenet_c", "--strategies", "data,hypar", "--engine", "analytic")
+    assert compare.returncode == 0 and "traffic model layout" in compare.stdout.splitlines()[0]

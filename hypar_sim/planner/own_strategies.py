@@ -29,6 +29,7 @@ from hypar_sim.planner.plan_messages import graph_edges, shared_table, sharing_e
 from hypar_sim.planner.plan_text import read_node_plan
 from hypar_sim.planner.search import Factor, every_assignment, minimise_or_search
 from hypar_sim.planner.strategies import no_option_error, offered_columns, register_strategy
+from hypar_sim.planner.traffic import traffic_model
 from hypar_sim.workload.graph import Graph, Node
 
 if TYPE_CHECKING:
@@ -183,7 +184,12 @@ def _exhaustive(request: PlanRequest) -> list[Column]:
 def _explicit(request: PlanRequest) -> list[Column]:
     names = [site.node.name for site in request.sites]
     columns = read_node_plan(request.plan_text or "", names, request.hierarchy.levels)
+    taken = traffic_model(request.traffic_model).kinds
     for site, column in zip(request.sites, columns, strict=True):
+        if not set(column) <= set(taken):
+            raise InputError(f"--plan: node {site.node.name} takes ({' '.join(column)}), but "
+                             f"--traffic-model {request.traffic_model} takes only kinds "
+                             f"{', '.join(taken)}")
         if not request.costs.offered(site, request.batch, column, request.hierarchy):
             raise InputError(
                 f"--plan: node {site.node.name} ({site.node.op}, output {list(site.node.shape)}) "

@@ -306,7 +306,8 @@ def make_plan(workload: Graph | Network, strategy: str, hierarchy: int | Hierarc
         # its paper's kinds, those the model costs; not `replicate`, unless named: a
         # replicated node moves no bytes, so a search for bytes would compute every node
         # everywhere
-        kinds = tuple(k for k in spec.default_kinds if k in model.kinds)
+        kinds = tuple(k for k in spec.default_kinds if k in model.kinds
+                      and KINDS[k].dim is not None)
     if spec is not None:
         model.check(hierarchy, kinds, batch, spec.searches)
     if plan_text is not None:

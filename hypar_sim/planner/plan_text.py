@@ -103,10 +103,10 @@ def read_node_plan(value: str, names: Sequence[str], levels: int) -> list[Column
         except (OSError, UnicodeDecodeError) as exc:
             raise InputError(f"{path}: cannot read the plan file ({exc})") from None
         where = str(path)
-        if value.lstrip().startswith("{"):
+        if value.lstrip().startswith(("{", "[")):
             value = _node_plan_json(value, names, where)
-    elif path.suffix in (".json", ".txt", ".plan") and ":" not in value:
-        raise InputError(f"{value}: plan file not found")
+    elif ("/" in value or path.suffix in (".json", ".txt", ".plan")) and ":" not in value:
+        raise InputError(f"--plan: {value}: plan file not found (a plan's text has no '/')")
     if any(":" in line for line in _lines(value)):
         return parse_node_plan(value, names, levels, where)
     rows = parse_plan_text(value, names, levels, where)
@@ -114,14 +114,19 @@ def read_node_plan(value: str, names: Sequence[str], levels: int) -> list[Column
 
 
 def _node_plan_json(text: str, names: Sequence[str], where: str) -> str:
-    """The entries of a `plan --json` file ('nodes'; or a chain's 'plan' and 'layers'), as
-    plan text."""
+    """The entries of a `plan --json` file ('nodes'; or a chain's 'plan' and 'layers'; or its
+    'plan' rows alone, a JSON list), as plan text."""
     problem = f"{where}: not a plan file (JSON of `plan --json` with 'nodes', a list of " \
         "objects each with 'name' and a list of 'kinds')"
     try:
         data = json.loads(text)
     except ValueError:
         raise InputError(problem) from None
+    if isinstance(data, list):  # `plan --json`'s 'plan' alone: rows of kinds, top level first
+        if not all(isinstance(row, list) for row in data):
+            raise InputError(f"{where}: a JSON list of rows of kinds (`plan --json`'s 'plan') "
+                             "holds lists of kind names, one list per level")
+        return ";".join(" ".join(map(str, row)) for row in data)
     if isinstance(data, dict) and "nodes" not in data and "plan" in data:
         return _rows_json(data, names, where)
     nodes = data.get("nodes") if isinstance(data, dict) else None

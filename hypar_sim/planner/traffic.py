@@ -245,9 +245,9 @@ class LayoutTraffic(_Phased):
 
     @property
     def kinds(self) -> tuple[str, ...]:
-        """Every registered kind that splits a dimension (a layer takes those whose dimension
-        it has; `replicate` is for graphs)."""
-        return tuple(name for name, kind in KINDS.items() if kind.dim is not None)
+        """Every registered kind (`replicate` included: a node's members may compute it
+        whole)."""
+        return tuple(KINDS)
 
     def check(self, hierarchy: Hierarchy, kinds: Sequence[str], batch: int,
               searches: bool) -> None:
