@@ -56,6 +56,12 @@ BAD_NETWORKS = {
                         "  - {type: fc, name: a, out_features: 3}\n", "duplicate layer name 'a'"),
     "bad ceil mode": (GOOD_NET.replace("stride: 2}", "stride: 2, ceil_mode: maybe}"),
                       "ceil_mode: must be true or false"),
+    "duplicate key": (GOOD_NET + "input: {features: 4}\n",
+                      "YAML error at line 5, column 1: key 'input' given twice in one mapping"),
+    "alias bomb": ("a: &a [x, x, x, x, x, x, x, x, x, x]\n"
+                   + "".join(f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join([f'*{chr(97 + i)}'] * 10)}]\n"
+                             for i in range(7)) + GOOD_NET,
+                   "its aliases expand it to more than 1,000,000 nodes"),
 }
 
 BAD_CONFIGS = {
@@ -70,6 +76,7 @@ BAD_CONFIGS = {
     "buffer too small": ("buffer_kib: 0.1\n", "smaller than one PE set needs"),
     "more PUs than vaults": ("pus_per_cube: 64\n", "exceeds vaults_per_cube"),
     "syntax": ("clock_mhz: [\n", "YAML syntax error"),
+    "duplicate key": ("clock_mhz: 250\nclock_mhz: 500\n", "key 'clock_mhz' given twice"),
 }
 
 BAD_RUNS = {
