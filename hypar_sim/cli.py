@@ -5,12 +5,13 @@ from __future__ import annotations
 import argparse
 import gc
 import os
+import signal
 import sys
 from collections.abc import Sequence
 
 from hypar_sim import __version__
 from hypar_sim.commands import COMMANDS, DEFAULT_LEVELS
-from hypar_sim.errors import InputError, Unfinished
+from hypar_sim.errors import InputError, Terminated, Unfinished
 from hypar_sim.sim.defaults import (
     DEFAULT_BUCKET_MB,
     DEFAULT_CHUNK_BYTES,
@@ -321,11 +322,17 @@ def _add_simulation_arguments(parser: argparse.ArgumentParser) -> None:
 GC_THRESHOLD = 10_000
 
 
+def _terminate(signum: int, frame: object) -> None:
+    """SIGTERM stops a command as Ctrl-C does (`errors.Terminated`)."""
+    raise Terminated
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     gc.set_threshold(GC_THRESHOLD)  # this process's setting (the command owns the process)
     argv = sys.argv[1:] if argv is None else list(argv)
     command = argv[0] if argv and argv[0] in _SUBCOMMANDS else ""  # "": the names alone
     args = build_parser(only=command).parse_args(argv)
+    signal.signal(signal.SIGTERM, _terminate)
     try:
         output = COMMANDS[args.command](args)
     except InputError as exc:
@@ -336,9 +343,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(exc.output)
         print(f"{PROG} {args.command}: {exc}", file=sys.stderr)
         return exc.code
-    except KeyboardInterrupt:
-        print(f"{PROG} {args.command}: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:
+        terminated = isinstance(exc, Terminated)
+        print(f"{PROG} {args.command}: {'terminated' if terminated else 'interrupted'}",
+              file=sys.stderr)
+        return 143 if terminated else 130
     try:
         print(output)
     except BrokenPipeError:  # e.g. piped into `head`: not an error

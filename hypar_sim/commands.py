@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from hypar_sim.atomic import atomic_write_text, check_writable
 from hypar_sim.comparison import cmd_compare
-from hypar_sim.errors import InputError, Unfinished, closest
+from hypar_sim.errors import InputError, Terminated, Unfinished, closest
 from hypar_sim.report import (
     bound_total,
     graphs_table,
@@ -196,10 +196,12 @@ def cmd_sweep(args: argparse.Namespace) -> str:
     try:
         rows = sweep.run_sweep(cases, args.out, args.executor, args.workers, args.scheduler,
                                progress=not args.no_progress)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         saved = len(sweep.CsvJournal(Path(args.out)).rows)
-        raise Unfinished(f"interrupted; {saved} of {len(cases)} rows saved in {args.out}, "
-                         "rerun to resume", 130) from None
+        terminated = isinstance(exc, Terminated)
+        raise Unfinished(f"{'terminated' if terminated else 'interrupted'}; {saved} of "
+                         f"{len(cases)} rows saved in {args.out}, rerun to resume",
+                         143 if terminated else 130) from None
     failed = [row for row in rows if row.get("error")]
     summary = f"{len(rows)} rows in {args.out} ({len(failed)} failed)"
     if failed:

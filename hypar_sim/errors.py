@@ -14,6 +14,10 @@ class InputError(ValueError):
     """
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, taken as Ctrl-C is (the command stops, saving what it finished); exit 143."""
+
+
 class Unfinished(Exception):  # noqa: N818 - a command's outcome, not a bug
     """A command that did its work only in part (a sweep with failed rows, or interrupted):
     `output` for stdout, `message` (one line) for stderr, the exit `code`."""

@@ -23,7 +23,7 @@ Runner = Callable[[Any, Any], dict[str, Any]]  # (case, options) -> its row
 def _run_isolated(case: Case, options, runner: Runner, attempts: int = 2) -> dict[str, Any]:
     """Run one case in a process of its own; a dying worker is retried, then recorded."""
     for _ in range(attempts):
-        with ProcessPoolExecutor(1) as pool:
+        with ProcessPoolExecutor(1, initializer=_leave_interrupts_to_the_parent) as pool:
             try:
                 return pool.submit(runner, case, options).result()
             except BrokenProcessPool:
@@ -33,8 +33,10 @@ def _run_isolated(case: Case, options, runner: Runner, attempts: int = 2) -> dic
 
 
 def _leave_interrupts_to_the_parent() -> None:
-    """Ctrl-C reaches a whole process group: workers ignore it, the sweep itself stops."""
+    """Ctrl-C (and a SIGTERM sent to the group) reaches every process: workers ignore them,
+    the sweep itself stops (a worker killed mid-case would be recorded as a failed row)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 
 def parallel_map(function: Callable[[Any], Any], items: Sequence[Any],

@@ -218,6 +218,29 @@ def test_killed_sweep_resumes_to_the_same_csv(tmp_path):
     pd.testing.assert_frame_equal(resumed, full)
 
 
+@pytest.mark.slow  # real processes and sleeps
+def test_sigterm_stops_a_sweep_like_ctrl_c(tmp_path):
+    """SIGTERM to a sweep: one line naming the rows saved, exit 143, the CSV whole rows
+    that a rerun resumes."""
+    out = tmp_path / "s.csv"
+    args = [sys.executable, "-m", "hypar_sim", "sweep", "--networks", "vgg_a,vgg_b,alexnet_half",
+            "--strategies", "data,model", "--topologies", "htree,torus", "--no-progress",
+            "--workers", "1", "--out", str(out)]
+    process = subprocess.Popen(args, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not (out.exists() and
+                                                out.read_text().count("\n") >= 3):
+        time.sleep(0.02)
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 143
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1 and "sweep: terminated; " in lines[0] and "rows saved" in lines[0]
+    saved = len(pd.read_csv(out))
+    assert f"{saved} of 12 rows saved" in lines[0] and 2 <= saved < 12
+
+
 def crash_on_sconv(case: Case, options) -> dict:
     """A runner whose worker process dies on every sconv case (picklable: module level)."""
     if case.network == "sconv":
