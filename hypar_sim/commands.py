@@ -214,7 +214,7 @@ def cmd_sweep(args: argparse.Namespace) -> str:
 
 def cmd_reproduce(args: argparse.Namespace) -> str:
     from hypar_sim.experiments import FIGURES
-    from hypar_sim.experiments.common import figure_formats, output_folder
+    from hypar_sim.experiments.common import RESULTS, figure_formats, output_folder
     from hypar_sim.experiments.reproduce import reproduce
 
     names = FIGURES
@@ -225,6 +225,10 @@ def cmd_reproduce(args: argparse.Namespace) -> str:
                 raise InputError(f"--only: unknown figure '{name}'; allowed: {', '.join(FIGURES)}")
     formats = figure_formats(args.formats)
     out = output_folder(args.out, args.quick)
+    if (args.quick or args.only) and out.resolve() == RESULTS.resolve():
+        raise InputError(f"--out: {out} holds the committed results of the full reproduction; "
+                         f"{'--quick' if args.quick else '--only'} writes part of them (and "
+                         "their README): choose another --out")
     path = reproduce(out, args.quick, args.workers, names, progress=not args.no_progress,
                      formats=formats)
     return f"wrote {plural(len(names), 'figure')} and {path}"

@@ -401,3 +401,13 @@ def test_more_bad_files(cli, tmp_path):
     plan.write_bytes(b"\xff\xfe")
     assert_clean_failure(cli("plan", "lenet_c", "--levels", "1", "--plan", str(plan)),
                          "cannot read the plan file")
+
+
+@pytest.mark.parametrize("flags", [("--quick",), ("--only", "fig05_plans")])
+def test_reproduce_never_writes_part_of_the_committed_results(cli, flags):
+    """A quick or partial reproduction into results/ is refused up front; nothing is touched."""
+    before = {p: p.stat().st_mtime_ns for p in (REPO / "results").iterdir()}
+    result = cli("reproduce", *flags, "--out", str(REPO / "results"), "--no-progress")
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1
+    assert "choose another --out" in result.stderr
+    assert {p: p.stat().st_mtime_ns for p in (REPO / "results").iterdir()} == before
