@@ -19,6 +19,7 @@ def atomic_write(path: str | Path, write: Callable[[IO[bytes]], None]) -> Path:
     import tempfile  # 4 ms of a process's start: only when a file is written
 
     path = Path(path)
+    check_target(path, "output")
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
@@ -40,11 +41,29 @@ def _umask() -> int:
     return mask
 
 
+#: Folders of the system's own files: an output there is refused (a device or a kernel
+#: setting is not a place for results).
+SYSTEM_FOLDERS = (Path("/dev"), Path("/proc"), Path("/sys"))
+
+
+def check_target(path: Path, what: str) -> None:
+    """InputError unless `path` may be replaced by a new regular file: not a folder, not
+    a device, pipe or socket, not under a system folder (`SYSTEM_FOLDERS`)."""
+    if path.is_dir():
+        raise InputError(f"{what}: {path} is a folder, not a file")
+    if path.exists() and not path.is_file():
+        raise InputError(f"{what}: {path} is not a regular file (a device, pipe or socket); "
+                         "give a file path")
+    resolved = path.resolve()
+    if any(resolved.is_relative_to(folder) for folder in SYSTEM_FOLDERS):
+        raise InputError(f"{what}: {path} is under a system folder "
+                         f"({', '.join(map(str, SYSTEM_FOLDERS))}); give a file path elsewhere")
+
+
 def check_writable(path: str | Path, what: str) -> Path:
     """InputError now, before any work, if `path` cannot be written later."""
     path = Path(path)
-    if path.is_dir():
-        raise InputError(f"{what}: {path} is a folder, not a file")
+    check_target(path, what)
     parent = next((p for p in path.parents if p.exists()), Path("."))
     if not parent.is_dir():
         raise InputError(f"{what}: {parent} is not a folder")

@@ -411,3 +411,18 @@ def test_reproduce_never_writes_part_of_the_committed_results(cli, flags):
     assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1
     assert "choose another --out" in result.stderr
     assert {p: p.stat().st_mtime_ns for p in (REPO / "results").iterdir()} == before
+
+
+@pytest.mark.parametrize("target", ["/dev/full", "/proc/hypar.csv", "/sys/hypar.csv"])
+@pytest.mark.parametrize("flag", ["--csv", "--trace"])
+def test_an_output_on_a_device_or_system_folder_is_refused(cli, flag, target):
+    """Writing replaced a device with a regular file (atomic rename onto /dev/full, as
+    root); now refused up front, one line, the device left a device."""
+    result = cli("run", "lenet_c", "--accelerators", "2", "--engine", "analytic", flag, target)
+    assert_clean_failure(result, f"{flag}: {target} is ")
+    assert not Path("/dev/full").is_file()
+
+
+def test_a_sweep_never_reads_a_device_as_its_journal(cli):
+    assert_clean_failure(cli("sweep", "--networks", "lenet_c", "--strategies", "data",
+                             "--out", "/dev/full"), "--out: /dev/full is not a regular file")
