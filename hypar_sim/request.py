@@ -163,5 +163,5 @@ def plan_request(request: RunRequest, workload: Graph | None = None) -> Plan:
 
     workload = workload if workload is not None else request.workload()
     return make_plan(workload, request.strategy, request.hierarchy, request.batch,
-                           request.plan_text, request.hardware.word_bytes, request.plan,
-                           request.hardware)
+                     request.plan_text, request.hardware.word_bytes, request.plan,
+                     request.hardware)

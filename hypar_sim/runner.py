@@ -19,7 +19,7 @@ from hypar_sim.sim.engine import simulate_des
 from hypar_sim.sim.options import SimOptions
 from hypar_sim.sim.schedule import Schedule, build_schedule
 from hypar_sim.workload.graph import Graph
-from hypar_sim.workload.network import Network, as_graph
+from hypar_sim.workload.network import Network
 
 __all__ = ["SimOptions", "simulate", "simulate_request"]
 
@@ -28,8 +28,8 @@ def simulate(workload: Network | Graph, plan: Plan, config: HardwareConfig,
              options: SimOptions = SimOptions()) -> SimResult:  # noqa: B008 - frozen, immutable
     """Simulate one training step of `workload` split by `plan` (its array and batch) on the
     hardware of `config`."""
-    schedule = build_schedule(as_graph(workload), plan, config, options.overlap_gradients,
-                                    options.bucket_mb * 2**20)
+    schedule = build_schedule(workload, plan, config, options.overlap_gradients,
+                              options.bucket_mb * 2**20)
     return _run(schedule, plan.hierarchy, config, options, plan.search)
 
 

@@ -77,7 +77,7 @@ def test_registered_with_its_own_cost_only():
     lenet = load_network("lenet_c")
     with pytest.raises(InputError, match="strategy 'accpar' takes bytes"):
         make_plan(graph_of(lenet), "accpar", Hierarchy((2,)), 64,
-                        options=PlanOptions(objective="time"))
+                  options=PlanOptions(objective="time"))
     with pytest.raises(InputError, match="strategy accpar plans by its own paper's cost"):
         make_plan(lenet, "accpar", 1, 64, options=PlanOptions(traffic_model="paper"))
 
@@ -94,7 +94,7 @@ def test_request_hardware_defaults_to_this_array():
     """A request without a config: the default config at its word size."""
     graph = graph_of(load_network("lenet_c"))
     request = PlanRequest(graph, graph_sites(graph), 64, Hierarchy((2, 2)), ALL, "greedy",
-                           node_layout.Costs(64, 4), [], 4)
+                          node_layout.Costs(64, 4), [], 4)
     assert accpar.request_hardware(request) == DEFAULT
 
 
@@ -341,10 +341,10 @@ def test_kinds_and_offered_are_honoured():
     assert set(only.columns) == {("batch",)}
     default = make_plan(lenet, "accpar", Hierarchy((2,)), 64)  # AccPar's own three
     assert default.columns == make_plan(lenet, "accpar", Hierarchy((2,)), 64,
-                                              options=PlanOptions(kinds=ALL)).columns
+                                        options=PlanOptions(kinds=ALL)).columns
     with pytest.raises(InputError, match="--kinds: accpar searches batch, in and out"):
         make_plan(graph, "accpar", Hierarchy((2,)), 8,
-                        options=PlanOptions(kinds=("spatial",)))
+                  options=PlanOptions(kinds=("spatial",)))
     with pytest.raises(InputError, match="accpar cannot split node a"):
         make_plan(graph, "accpar", Hierarchy((2,)), 1, options=PlanOptions(
             kinds=("batch",)))

@@ -131,7 +131,7 @@ def test_no_strategy_moves_less_than_the_bound(net, hierarchy, batch, kinds, str
     bound = sum(node_bounds(graph, batch, hierarchy, kinds, 4))
     try:
         plan = make_plan(graph, strategy, hierarchy, batch,
-                               options=PlanOptions(kinds, "greedy", "layout"))
+                         options=PlanOptions(kinds, "greedy", "layout"))
     except InputError:
         return  # no kind of these splits some layer, or the strategy takes none of them
     assert plan.traffic_bytes >= bound * (1 - 1e-12)

@@ -84,7 +84,7 @@ def test_an_inference_moves_the_forward_stages_alone(graph, strategy):
     options = PlanOptions(("batch", "in", "out", "heads"), phases="forward")
     plan = make_plan(graph, strategy, hierarchy, batch, options=options)
     training = make_plan(graph, strategy, hierarchy, batch,
-                               options=PlanOptions(("batch", "in", "out", "heads")))
+                         options=PlanOptions(("batch", "in", "out", "heads")))
     assert plan.phases == "forward" and plan.traffic_bytes <= training.traffic_bytes
     schedule = build_schedule(graph, plan, HW)
     assert {key[1].phase for key in schedule.steps} <= {Phase.FORWARD}
@@ -104,7 +104,7 @@ def test_forward_of_the_same_plan_is_its_training_steps_forward_part():
     options = PlanOptions(("batch", "in", "out", "heads"))
     training = make_plan(graph, "explicit", hierarchy, batch, text, options=options)
     forward = make_plan(graph, "explicit", hierarchy, batch, text,
-                              options=PlanOptions(("batch", "in", "out", "heads"),
+                        options=PlanOptions(("batch", "in", "out", "heads"),
                                                   phases="forward"))
     assert forward.traffic_bytes == 0 < training.traffic_bytes  # batch: only gradients move
     step = simulate(graph, training, HW, SimOptions(engine="analytic"))
@@ -120,7 +120,7 @@ def test_seed_strategies_plan_by_their_training_cost_and_count_the_forward_pass(
     forward = make_plan(graph, "tofu", hierarchy, 16, options=PlanOptions(phases="forward"))
     assert forward.columns == training.columns and forward.search == "its paper's training-cost"
     again = evaluate_plan(graph, "tofu", "", 16, hierarchy, training.columns,
-                                phases="forward")
+                          phases="forward")
     assert forward.traffic_bytes == again.traffic_bytes < training.traffic_bytes
 
 
@@ -176,7 +176,7 @@ def test_a_registered_operator_is_planned_and_simulated_from_its_description(con
         result = simulate(graph, plan, HW, SimOptions(engine="analytic"))
         assert result.traffic_bytes == pytest.approx(plan.traffic_bytes, rel=1e-12)
     explicit = make_plan(graph, "explicit", hierarchy, batch,
-                               "*: batch batch; c1: spatial out; c2: in spatial",
+                         "*: batch batch; c1: spatial out; c2: in spatial",
                                options=PlanOptions(("batch", "in", "out", "spatial")))
     assert explicit.columns[0] == ("spatial", "out") and explicit.traffic_bytes > 0
 
@@ -207,7 +207,7 @@ def test_a_broadcast_scale_is_planned():
         assert sum(m.bytes for m in schedule.messages) == pytest.approx(plan.traffic_bytes,
                                                                         rel=1e-12)
     spatial = make_plan(graph, "explicit", Hierarchy((2,)), 2,
-                              "*: batch; conv: spatial; scale: spatial",
+                        "*: batch; conv: spatial; scale: spatial",
                               options=PlanOptions(("batch", "spatial")))
     assert spatial.traffic_bytes > 0  # the scale's map arrives split by rows, its gate whole
 
@@ -239,7 +239,7 @@ def test_a_tensor_read_alike_by_q_k_and_v_moves_once():
         {"name": "v", "type": "fc", "out_features": 16, "inputs": ["ln"]}]}, "qkv")
     kinds = PlanOptions(("batch", "in", "out", "spatial"))
     plan = make_plan(graph, "explicit", Hierarchy((2, 2)), 1,
-                           "ln: spatial spatial; *: out out", options=kinds)
+                     "ln: spatial spatial; *: out out", options=kinds)
     assert dict(zip(plan.node_names, plan.node_bytes, strict=True)) == {
         "ln": 768.0, "q": 3072.0, "k": 0.0, "v": 0.0}
     schedule = build_schedule(graph, plan, HW)
@@ -267,14 +267,14 @@ def test_a_replicated_layer_norm_is_read_where_it_is():
     are copies on its replicas: 0 B (768 B when the norm was split by tokens, 3,840 B in all)."""
     kinds = PlanOptions(("batch", "in", "out", "spatial", "replicate"))
     plan = make_plan(_qkv(), "explicit", Hierarchy((2, 2)), 1,
-                           "ln: replicate replicate; *: out out", options=kinds)
+                     "ln: replicate replicate; *: out out", options=kinds)
     assert dict(zip(plan.node_names, plan.node_bytes, strict=True)) == {
         "ln": 1536.0, "q": 1536.0, "k": 0.0, "v": 0.0}
     schedule = build_schedule(_qkv(), plan, HW)
     assert_sent_equals_received_equals(schedule, plan.traffic_bytes)
     assert plan.traffic_bytes == 3072.0
     mixed = make_plan(_qkv(), "explicit", Hierarchy((2, 2)), 1,
-                            "ln: replicate replicate; q: replicate replicate; *: out out",
+                      "ln: replicate replicate; q: replicate replicate; *: out out",
                             options=kinds)
     assert mixed.traffic_bytes == 3072.0  # k's and v's partial errors still all-reduced
 
@@ -295,7 +295,7 @@ def test_replicas_hold_copies_not_partial_sums():
         {"name": "fc", "type": "fc", "out_features": 32}]}, "fc")
     kinds = PlanOptions(("batch", "replicate"))
     plan = make_plan(graph, "explicit", Hierarchy((2, 2)), 4, "fc: batch replicate",
-                           options=kinds)
+                     options=kinds)
     # 32 x 32 = 1,024 weights (4,096 B), partial over the two batch halves, copies within
     # each: the halves' first members 0 and 2 reduce-scatter (each sends the other 512: 4,096
     # B in all), then 0 and 2 each receive the other's half and 1 and 3 all of it (512 +
@@ -344,7 +344,7 @@ def test_a_product_broadcasts_its_leading_axes_and_an_fc_follows_a_transpose():
     for g in (plain, shaped):
         assert g.node("mm").macs == 4 * 8 * 16 * 32
         plan = make_plan(g, "hypar", Hierarchy((2, 2)), 8,
-                               options=PlanOptions(("batch", "in", "out", "heads")))
+                         options=PlanOptions(("batch", "in", "out", "heads")))
         schedule = build_schedule(g, plan, HW)
         assert_sent_equals_received_equals(schedule, plan.traffic_bytes)
     transposed = parse_graph({"inputs": {"ids": [32]}, "nodes": [
@@ -383,5 +383,5 @@ def test_a_replica_above_a_batch_split_reduces_within_itself():
         {"name": "a", "type": "act", "function": "relu"},
         {"name": "fc", "type": "fc", "out_features": 256}]}, "g")
     plan = make_plan(graph, "explicit", Hierarchy((2, 2)), 8, "*: rep batch",
-                           options=PlanOptions(("batch", "replicate")))
+                     options=PlanOptions(("batch", "replicate")))
     assert plan.traffic_bytes_per_level == (0.0, 1048576.0)

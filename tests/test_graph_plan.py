@@ -110,7 +110,7 @@ def test_optimal_is_the_brute_force_minimum_over_every_split_kind():
     for other in ("hypar", "data", "model", "trick", "tofu", "accpar", "grid"):
         assert plan.traffic_bytes <= make_plan(graph, other, hierarchy, 4).traffic_bytes
     named = make_plan(graph, "optimal", Hierarchy((2,)), 4,
-                            options=PlanOptions(kinds=(*kinds, "replicate")))
+                      options=PlanOptions(kinds=(*kinds, "replicate")))
     assert named.traffic_bytes == 0  # every node computed whole everywhere: nothing moves
 
 
@@ -138,7 +138,7 @@ def test_an_exact_search_too_large_is_refused_in_one_line():
     with pytest.raises(InputError, match=r"^--strategy hypar --search joint: .* or --search "
                        r"greedy \(level by level\)$"):
         make_plan(graph, "hypar", Hierarchy.binary(4), 16,
-                        options=PlanOptions(("batch", "in", "out"), search="joint"))
+                  options=PlanOptions(("batch", "in", "out"), search="joint"))
 
 
 def test_a_batch_too_small_for_the_array_says_which_batch_would_do():

@@ -40,7 +40,7 @@ CASES = [(residual(), ("batch", "in")), (inception(), ("batch", "in", "out", "sp
 def test_bytes_sent_equal_received_equal_planner_traffic(graph, kinds, accelerators, topology):
     hw = HW
     plan = make_plan(graph, "hypar", Hierarchy.for_count(accelerators), 12,
-                           options=PlanOptions(kinds))
+                     options=PlanOptions(kinds))
     schedule = build_schedule(graph, plan, hw)
     assert_sent_equals_received_equals(schedule, plan.traffic_bytes)
     result = simulate(graph, plan, hw, SimOptions(topology=topology, bucket_mb=0))
@@ -86,7 +86,7 @@ def test_compute_counts_every_mac_of_the_forward_pass():
     graph = load_workload("mobilenet_v2")
     hw = HW
     plan = make_plan(graph, "hypar", Hierarchy.binary(2), 8,
-                           options=PlanOptions(("batch", "in", "out")))
+                     options=PlanOptions(("batch", "in", "out")))
     schedule = build_schedule(graph, plan, hw)
     forward = sum(cost.macs for task in schedule.tasks
                   if getattr(task, "phase", None) is not None and task.phase.value == "forward"

@@ -28,7 +28,7 @@ MIB = 2 ** 20
 
 def _request(graph, hierarchy, batch, kinds=ALL) -> PlanRequest:
     return PlanRequest(graph, graph_sites(graph), batch, hierarchy, tuple(kinds), "greedy",
-                        node_layout.Costs(batch, 4), [], 4)
+                       node_layout.Costs(batch, 4), [], 4)
 
 
 def _columns(site, batch, hierarchy, kinds=ALL):

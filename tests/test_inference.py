@@ -81,7 +81,7 @@ def test_a_seed_strategy_runs_its_training_plan_forward(strategy):
     net = load_workload("cifar_c")
     training = make_plan(net, strategy, Hierarchy.for_count(4), 64)
     forward = make_plan(net, strategy, Hierarchy.for_count(4), 64,
-                              options=PlanOptions(phases="forward"))
+                        options=PlanOptions(phases="forward"))
     assert forward.columns == training.columns and forward.phases == "forward"
     assert forward.traffic_bytes < training.traffic_bytes
 

@@ -129,7 +129,7 @@ def test_graph_footprint_is_what_the_simulator_checks():
     graph, hierarchy = load_workload("resnet18"), Hierarchy((3, 2))
     for strategy in ("data", "hypar", "model"):
         plan = make_plan(graph, strategy, hierarchy, 12,
-                               options=PlanOptions(("batch", "in", "out")))
+                         options=PlanOptions(("batch", "in", "out")))
         parts = dict(plan.footprint_parts)
         assert set(parts) == {"weights", "gradients", "activations", "buffers"}
         assert parts["weights"] == parts["gradients"] > 0

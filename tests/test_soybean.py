@@ -38,7 +38,7 @@ def _cost(graph: Graph, batch: int, columns, hierarchy: Hierarchy) -> float:
 def _request(graph: Graph, batch: int, hierarchy: Hierarchy,
              kinds=SOYBEAN_KINDS) -> PlanRequest:
     return PlanRequest(graph, sites(graph), batch, hierarchy, tuple(kinds), "",
-                        node_layout.Costs(batch, 4), [])
+                       node_layout.Costs(batch, 4), [])
 
 
 def test_registered():
@@ -188,10 +188,10 @@ def test_three_way_level_plans_under_the_layout_model():
 def test_kinds_and_offered_are_honoured():
     graph = graph_of(load_network("lenet_c"))
     only_batch = make_plan(graph, "soybean", Hierarchy((2,)), 256,
-                                 options=PlanOptions(kinds=("batch",)))
+                           options=PlanOptions(kinds=("batch",)))
     assert {kind for column in only_batch.columns for kind in column} == {"batch"}
     plan = make_plan(graph, "soybean", Hierarchy((2, 2)), 256,
-                           options=PlanOptions(kinds=("batch", "in")))
+                     options=PlanOptions(kinds=("batch", "in")))
     assert {kind for column in plan.columns for kind in column} == {"batch", "in"}
     with pytest.raises(InputError, match="soybean cannot split node conv1"):
         make_plan(graph, "soybean", Hierarchy((2,)), 256, options=PlanOptions(
@@ -249,7 +249,7 @@ def test_costs_are_hypars_but_for_pooling(levels):
     sfc = load_network("sfc")
     hypar = make_plan(sfc, "hypar", levels, 256, options=PAPER)
     ours = make_plan(graph_of(sfc), "soybean", hierarchy, 256,
-                           options=PlanOptions(kinds=("batch", "in")))
+                     options=PlanOptions(kinds=("batch", "in")))
     assert ours.columns == hypar.columns
     assert _cost(graph_of(sfc), 256, ours.columns, hierarchy) == hypar.traffic_bytes
 

@@ -63,7 +63,7 @@ def test_time_and_energy_weigh_what_replicating_costs():
     graph, hierarchy = load_workload("resnet18"), Hierarchy.for_count(2)
     kinds = ("batch", "in", "out", "replicate")
     plans = {objective: make_plan(graph, "optimal", hierarchy, 2, config=CONFIG,
-                                        options=PlanOptions(kinds=kinds, objective=objective))
+                                  options=PlanOptions(kinds=kinds, objective=objective))
              for objective in ("bytes", "time", "energy")}
     assert plans["bytes"].traffic_bytes == 0
     assert all(column == ("replicate",) for column in plans["bytes"].columns)
@@ -77,4 +77,4 @@ def test_a_strategy_with_its_own_cost_refuses_another_objective():
                        r"cost\), not time; strategies that minimise time: hypar, optimal, "
                        r"exhaustive$"):
         make_plan(load_workload("resnet18"), "tofu", Hierarchy.for_count(4), 16,
-                        options=PlanOptions(objective="time"))
+                  options=PlanOptions(objective="time"))

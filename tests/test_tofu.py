@@ -368,7 +368,7 @@ def test_units_share_a_column() -> None:
     coarse = tofu.coarsen(graph)
     assert coarse.unit_of[add] == coarse.unit_of[relu]
     plan = make_plan(graph, "tofu", hierarchy, 256,
-                           options=PlanOptions(kinds=("batch", "in")))
+                     options=PlanOptions(kinds=("batch", "in")))
     for unit in coarse.units:
         assert len({plan.columns[i] for i in unit}) == 1
 
@@ -383,7 +383,7 @@ def test_kinds_honoured() -> None:
         plan_graph(downsample_block(), "tofu", Hierarchy((2, 2, 2)), 4, ("batch",))
     lenet = load_workload("lenet_c")
     plan = make_plan(lenet, "tofu", Hierarchy((2, 2, 2, 2)), 256,
-                           options=PlanOptions(kinds=("batch", "out")))
+                     options=PlanOptions(kinds=("batch", "out")))
     assert {kind for column in plan.columns for kind in column} <= {"batch", "out"}
     plan = make_plan(lenet, "tofu", Hierarchy((2, 2, 2, 2)), 256)
     assert "in" not in plan.columns[0]  # one input channel: in is never offered

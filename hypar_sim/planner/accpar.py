@@ -358,7 +358,7 @@ def plan_cost(graph: Graph, batch: int, columns: Sequence[Column], hierarchy: Hi
 
 
 @register_strategy("accpar", searches=True, default_kinds=tuple(TYPES),
-                         own_cost="its time")
+                   own_cost="its time")
 def accpar_columns(request: PlanRequest) -> list[Column]:
     """AccPar's plan of a graph over the allowed kinds it has types for (its own cost: bytes
     objective only, as the registry says)."""

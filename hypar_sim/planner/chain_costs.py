@@ -69,7 +69,8 @@ class ChainCosts(node_layout.Costs):
 
     def chained(self, producer: Site, consumer: Site | None, index: int,
                 columns: Sequence[Column]) -> tuple[Layer, ...] | None:
-        """Every edge of a chain is costed by the model's table (never pair by pair)."""
+        """Every edge of a chain is costed by the model's table (never pair by pair: the
+        base class's `own` and `edge` read one cell of it)."""
         sites = (producer,) if consumer is None else (producer, consumer)
         return tuple(self.chain_layers(sites))
 
@@ -86,14 +87,6 @@ class ChainCosts(node_layout.Costs):
         return np.asarray(self.costs.boundary_costs(made, read, self.batch,
                                                     list(producer_columns), list(columns),
                                                     hierarchy, self.word_bytes), dtype=float)
-
-    def own(self, site: Site, column: Column, hierarchy: Hierarchy, is_output: bool) -> float:
-        return float(self.own_table(site, [column], hierarchy, is_output)[0])
-
-    def edge(self, producer: Site, consumer: Site, index: int, producer_column: Column,
-             column: Column, hierarchy: Hierarchy) -> float:
-        return float(self.edge_table(producer, consumer, index, [producer_column], [column],
-                                     hierarchy)[0, 0])
 
     def node_layout(self, site: Site, column: Column, hierarchy: Hierarchy
                     ) -> node_layout.NodeLayout:

@@ -335,6 +335,6 @@ def grid_columns(request: PlanRequest, capacity_bytes: float | None = None) -> l
 
 
 @register_strategy("grid", searches=True, default_kinds=GRID_KINDS,
-                         own_cost="Eq. 10 words")
+                   own_cost="Eq. 10 words")
 def _grid(request: PlanRequest) -> list[Column]:
     return grid_columns(request, request.capacity_bytes)

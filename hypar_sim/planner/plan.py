@@ -169,9 +169,9 @@ def plan_graph(graph: Graph, strategy: str, hierarchy: Hierarchy, batch: int,
         costs, estimator = _timed_costs(graph, batch, hierarchy, word_bytes, model, objective,
                                         topology, config, overlap_gradients)
     request = PlanRequest(graph, graph_sites(graph), batch, hierarchy, tuple(kinds), search,
-                           costs, notes, word_bytes,
-                           float(config.cube_capacity_bytes) if config else None, config,
-                           plan_text=plan_text, progress=progress, traffic_model=traffic_model)
+                          costs, notes, word_bytes,
+                          float(config.cube_capacity_bytes) if config else None, config,
+                          plan_text=plan_text, progress=progress, traffic_model=traffic_model)
 
     def solve(price: float) -> memory.Solution:
         priced = dataclasses.replace(request, memory_price=price) if price else request
@@ -228,8 +228,8 @@ def _fitting(request: PlanRequest, strategy: str,
         key = tuple(found)
         if key not in evaluated:
             evaluated[key] = evaluate_plan(request.graph, strategy, "", request.batch,
-                                                 hierarchy, found, request.word_bytes, phases,
-                                                 request.traffic_model)
+                                           hierarchy, found, request.word_bytes, phases,
+                                           request.traffic_model)
         return evaluated[key]
 
     def footprint_of(found: Sequence[Column]) -> float:
@@ -318,9 +318,9 @@ def make_plan(workload: Graph | Network, strategy: str, hierarchy: int | Hierarc
 
 
 def evaluate_plan(workload: Graph | Network, strategy: str, search: str, batch: int,
-                        hierarchy: Hierarchy, columns: Sequence[Column],
-                        word_bytes: int = 4, phases: str = "training",
-                        traffic_model: str = "layout") -> Plan:
+                  hierarchy: Hierarchy, columns: Sequence[Column],
+                  word_bytes: int = 4, phases: str = "training",
+                  traffic_model: str = "layout") -> Plan:
     """Bytes per node (the steps keyed to it) and per level (the top-most level at which
     sender and receiver differ) of a fixed plan, from its messages (`phases` "forward": an
     inference's; sent as `traffic_model` sends them)."""
@@ -338,10 +338,10 @@ def evaluate_plan(workload: Graph | Network, strategy: str, search: str, batch: 
         per_level += np.bincount(messages.level, messages.bytes, minlength=hierarchy.levels)
         receive = max(receive, float(np.bincount(messages.dst, messages.bytes).max()))
     return Plan(graph.name, strategy, search, batch, hierarchy,
-                     tuple(n.name for n in graph.nodes), tuple(columns), tuple(per_node),
-                     tuple(float(b) for b in per_level), word_bytes, phases,
-                     footprint_parts(layouts, word_bytes, phases != "forward", receive),
-                     traffic_model=traffic_model, layouts=tuple(layouts), matrices=matrices)
+                tuple(n.name for n in graph.nodes), tuple(columns), tuple(per_node),
+                tuple(float(b) for b in per_level), word_bytes, phases,
+                footprint_parts(layouts, word_bytes, phases != "forward", receive),
+                traffic_model=traffic_model, layouts=tuple(layouts), matrices=matrices)
 
 
 def footprint_parts(layouts: Sequence[node_layout.NodeLayout], word_bytes: int,

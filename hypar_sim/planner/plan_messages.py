@@ -147,7 +147,7 @@ def graph_matrices(graph: Graph, layouts: Sequence[node_layout.NodeLayout], batc
     outputs = set(graph.outputs)
     for i, (node, own) in enumerate(zip(graph.nodes, layouts, strict=True)):
         for stage, matrix in node_layout.own_matrices(own, batch, word_bytes,
-                                                       node.name in outputs).items():
+                                                      node.name in outputs).items():
             if not forward_only or stage in node_layout.FORWARD_STAGES:
                 add((i, OWN_STAGES[stage]), matrix)
     generation = graph.generation_of()
@@ -155,7 +155,7 @@ def graph_matrices(graph: Graph, layouts: Sequence[node_layout.NodeLayout], batc
         p, c, k = edges[0]
         reader = min((c for _, c, _ in edges), key=lambda i: (generation[i], i))
         for stage, matrix in node_layout.edge_matrices(layouts[p], layouts[c], k, batch,
-                                                        word_bytes).items():
+                                                       word_bytes).items():
             if forward_only and stage not in node_layout.FORWARD_STAGES:
                 continue
             kind, by_producer = EDGE_STAGES[stage]

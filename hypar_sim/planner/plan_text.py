@@ -63,6 +63,11 @@ def _rows_json(data: dict, names: Sequence[str], where: str) -> str:
     if list(layers) != list(names):
         raise InputError(f"{where}: the plan is for layers {' '.join(map(str, layers))}, not "
                          f"this network's ({' '.join(names)})")
+    return _rows_text(rows)
+
+
+def _rows_text(rows: Sequence[Sequence[object]]) -> str:
+    """Rows of kinds (top level first) as plan text: one ';'-separated row per level."""
     return ";".join(" ".join(map(str, row)) for row in rows)
 
 
@@ -126,7 +131,7 @@ def _node_plan_json(text: str, names: Sequence[str], where: str) -> str:
         if not all(isinstance(row, list) for row in data):
             raise InputError(f"{where}: a JSON list of rows of kinds (`plan --json`'s 'plan') "
                              "holds lists of kind names, one list per level")
-        return ";".join(" ".join(map(str, row)) for row in data)
+        return _rows_text(data)
     if isinstance(data, dict) and "nodes" not in data and "plan" in data:
         return _rows_json(data, names, where)
     nodes = data.get("nodes") if isinstance(data, dict) else None

@@ -321,7 +321,7 @@ class _Cut:
 
 
 @register_strategy("soybean", searches=True, default_kinds=SOYBEAN_KINDS,
-                         own_cost="Eq. 3 bytes")
+                   own_cost="Eq. 3 bytes")
 def soybean_columns(request: PlanRequest) -> list[Column]:
     """Algorithm 1 (§4.3) over the allowed kinds that have a matrix dimension: the top
     level's cut first, then each level below on the groups' tile graphs (it minimises its
@@ -350,7 +350,7 @@ def plan_costs(graph: Graph, batch: int, columns: Sequence[Column], hierarchy: H
         raise InputError(f"plan: soybean cannot cost kind(s) {','.join(bad)}; allowed: "
                          f"{', '.join(SOYBEAN_KINDS)}")
     request = PlanRequest(graph, sites(graph), batch, hierarchy, tuple(kinds), "",
-                           node_layout.Costs(batch, word_bytes), [], word_bytes)
+                          node_layout.Costs(batch, word_bytes), [], word_bytes)
     deltas = []
     for level, groups in enumerate(hierarchy.subarray_counts):
         cut = _Cut(request, [column[:level] for column in columns], level, kinds,

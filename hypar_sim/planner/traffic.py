@@ -215,7 +215,7 @@ class PaperTraffic(_Phased):
         extents = {**node_layout.loops(site, batch), Dim.N: share.batch,
                    site.desc.reduction: share.channels}
         return node_layout.NodeLayout(site, {dim: np.tile([0, extent], (hierarchy.members, 1))
-                                              for dim, extent in extents.items()})
+                                             for dim, extent in extents.items()})
 
     def plan_costs(self, graph: Graph, batch: int, word_bytes: int) -> node_layout.Costs:
         """The planner's tables of a chain graph: this model's own and boundary bytes."""

@@ -1,7 +1,8 @@
 """One training step as work: every member's ordered tasks and the messages.
 
-The messages are the transfer matrices of the graph plan (`partition.node_layout`,
-the same the planner sums, sent by the `ring` collective), grouped into steps
+The messages are the plan's traffic model's (`planner.traffic`: the layout models'
+transfer matrices, `partition.node_layout`, the same the planner sums, sent by their
+collective; HyPar's reading its pairwise exchanges, no buckets), grouped into steps
 keyed like a chain's: an edge's forward reduce by its producer (PARTIAL_SUM),
 its forward gather by its consumer (RELAYOUT_FEATURE), its backward reduce by
 the consumer (ERROR_REDUCE), its backward gather by the producer
@@ -186,8 +187,8 @@ class FlatMessages:
 
 
 def build_schedule(workload: Graph | Network, plan: Plan, config: HardwareConfig,
-                         overlap_gradients: bool = True,
-                         bucket_bytes: float = DEFAULT_BUCKET_MB * 2**20) -> Schedule:
+                   overlap_gradients: bool = True,
+                   bucket_bytes: float = DEFAULT_BUCKET_MB * 2**20) -> Schedule:
     """Tasks and messages of one training step of `workload` (a graph, or a chain read as
     one) under `plan` (gradients fused in buckets of `bucket_bytes`, 0: one all-reduce per
     node; see `graph_steps`)."""
