@@ -22,7 +22,7 @@ message the command line prints.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from hypar_sim.errors import InputError, closest
@@ -49,7 +49,8 @@ def request(network: str | Network | Graph, strategy: str = "hypar", topology: s
             kinds: str | Sequence[str] | None = None, search: str = "greedy",
             traffic_model: str = DEFAULT_TRAFFIC_MODEL,
             hierarchy: str | Sequence[int] | None = None, plan_text: str | None = None,
-            overlap_gradients: bool = True, seq: int | None = None, config: str | None = None,
+            overlap_gradients: bool = True, seq: int | None = None,
+            dims: Mapping[str, int] | None = None, config: str | None = None,
             trace: bool = False, objective: str = "bytes", phases: str = "training",
             **config_overrides: Any) -> RunRequest:
     """The run's request, built as the command line builds it (`hypar_sim.request`):
@@ -62,7 +63,8 @@ def request(network: str | Network | Graph, strategy: str = "hypar", topology: s
             raise InputError(f"{key}: unknown argument{hint}; arguments: "
                              f"{', '.join(arguments)}, or a hardware key")
     return make_request(network, accelerators=accelerators, batch=batch, hierarchy=hierarchy,
-                        config=config, overrides=config_overrides, seq=seq, strategy=strategy,
+                        config=config, overrides=config_overrides, seq=seq, dims=dims,
+                        strategy=strategy,
                         plan_text=plan_text, kinds=kinds, search=search,
                         traffic_model=traffic_model, objective=objective, phases=phases,
                         sim=SimOptions(topology=topology, engine=engine,

@@ -34,6 +34,9 @@ def _add_seq_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seq", type=int, default=None, metavar="TOKENS",
                         help="length of an ONNX model's dynamic sequence axis (default 128, or "
                         "the model's own if fixed)")
+    parser.add_argument("--dim", action="append", default=None, metavar="NAME=SIZE",
+                        help="size of another named dynamic axis of an ONNX model (repeat for "
+                        "several, e.g. --dim height=384 --dim width=384)")
 
 
 def _add_plan_arguments(parser: argparse.ArgumentParser) -> None:

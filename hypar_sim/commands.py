@@ -4,6 +4,7 @@ returns the text to print (bad input raises InputError; `cli` prints it and exit
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -64,21 +65,28 @@ def request_from_args(args: argparse.Namespace) -> RunRequest:
         from hypar_sim.sim.options import SimOptions
 
         sim = SimOptions(topology=args.topology)
-    return make_request(
+    request = make_request(
         args.network, accelerators=args.accelerators, batch=args.batch,
         levels=getattr(args, "levels", None), hierarchy=args.hierarchy, config=args.config,
-        overrides=hardware_overrides(args), seq=args.seq,
+        overrides=hardware_overrides(args), seq=args.seq, dims=args.dim,
         strategy=getattr(args, "strategy", "hypar"),
         plan_text=getattr(args, "plan_text", None), kinds=args.kinds, search=args.search,
         traffic_model=args.traffic_model, objective=args.objective,
         phases=getattr(args, "phases", "training"), sim=sim, progress=sys.stderr.isatty())
+    if str(args.network).endswith(".onnx"):  # loaded once here, to say what the import chose
+        graph = request.workload()
+        for note in graph.notes:
+            print(f"note: {note}", file=sys.stderr)
+        request = dataclasses.replace(request, network=graph)
+    return request
 
 
 def _workload(args: argparse.Namespace) -> Graph:
-    """The network named by the command line (an ONNX model's sequence from --seq)."""
-    from hypar_sim.request import check_seq
+    """The network named by the command line (an ONNX model's sequence from --seq, other
+    named axes from --dim)."""
+    from hypar_sim.request import check_dims, check_seq
 
-    return load_workload(args.network, check_seq(args.seq))
+    return load_workload(args.network, check_seq(args.seq), dict(check_dims(args.dim)))
 
 
 #: From this many accelerators, `run` under the ring collectives suggests layout_levels.

@@ -91,18 +91,37 @@ def graphs_table(graphs: Sequence[Graph]) -> str:
 
 
 def op_label(node: Node) -> str:
-    """A node's operator, `+pool` where a pooling is folded into it."""
+    """A node's operator, `+pool` where a pooling is folded into it; an importer's
+    tensor_op with the operation it stands for."""
+    if node.op == "tensor_op":
+        return f"tensor_op {node.attrs.get('function', '')}".rstrip()
     return f"{node.op}+pool" if node.attrs.get("pool") else node.op
 
 
+def clip(text: str, width: int) -> str:
+    """`text` cut to `width` characters, its end kept (an exported node's name ends in what
+    tells it apart: '/layer1/layer1.0/conv2/Conv_output_0')."""
+    return text if len(text) <= width else "…" + text[len(text) - width + 1:]
+
+
+#: Widths of the node table's text columns (node, op, inputs), so that a table of an
+#: exported model's long names fits 120 columns.
+NODE_COLUMNS = (30, 16, 26)
+
+
 def nodes_table(graph: Graph) -> str:
-    """Every node of a graph: operator, inputs, output shape, parameters, MACs."""
-    rows = [(n.name, op_label(n), ", ".join(n.inputs), "x".join(map(str, n.shape)), f"{n.params:,}",
-             f"{n.macs:,}") for n in graph.nodes]
-    head = (f"{graph.name}: {graph.description}\nsource: {graph.source}\n"
+    """Every node of a graph: operator, inputs, output shape, parameters, MACs (long names
+    cut, `clip`, so that a row fits 120 columns; `--json` has them whole)."""
+    name, op, inputs = NODE_COLUMNS
+    rows = [(clip(n.name, name), clip(op_label(n), op), clip(", ".join(n.inputs), inputs),
+             "x".join(map(str, n.shape)), f"{n.params:,}", f"{n.macs:,}") for n in graph.nodes]
+    outputs = clip(", ".join(graph.outputs), 60)
+    notes = "".join(f"note: {note}\n" for note in graph.notes)
+    head = (f"{graph.name}: {graph.description}\nsource: {graph.source}\n{notes}"
             f"{len(graph.nodes)} nodes, {graph.params:,} parameters, "
-            f"{graph.macs_per_sample:,} MACs per sample, outputs {', '.join(graph.outputs)}\n\n")
-    return head + table(("node", "op", "inputs", "output", "parameters", "MACs/sample"), rows)
+            f"{graph.macs_per_sample:,} MACs per sample, outputs {outputs}\n\n")
+    return head + table(("node", "op", "inputs", "output", "parameters", "MACs/sample"), rows,
+                        "lllrrr")
 
 
 def hardware_table(rows: Sequence[dict], derived: Sequence[tuple[str, str, str]]) -> str:

@@ -32,6 +32,7 @@ from hypar_sim.planner.traffic import DEFAULT_TRAFFIC_MODEL
 from hypar_sim.sim.options import SimOptions
 from hypar_sim.workload.graph import Graph
 from hypar_sim.workload.network import Network, as_graph, load_workload
+from hypar_sim.workload.ops import MAX_SIZE
 
 if TYPE_CHECKING:
     from hypar_sim.planner.plan import Plan
@@ -51,6 +52,7 @@ class RunRequest:
     hardware: HardwareConfig
     strategy: str = "hypar"
     seq: int | None = None
+    dims: tuple[tuple[str, int], ...] = ()  # an ONNX model's other named dynamic axes
     plan_text: str | None = None
     plan: PlanOptions = field(default_factory=PlanOptions)
     sim: SimOptions = field(default_factory=SimOptions)
@@ -63,7 +65,7 @@ class RunRequest:
         """The network as a graph (loaded from its name or path, a dynamic sequence taking
         `seq`; a chain given as a `Network` made a graph, `network.graph_of`)."""
         if isinstance(self.network, str):
-            return load_workload(self.network, self.seq)
+            return load_workload(self.network, self.seq, dict(self.dims))
         return as_graph(self.network)
 
 
@@ -72,6 +74,23 @@ def check_seq(seq: Any) -> int | None:
     if seq is not None and (isinstance(seq, bool) or not isinstance(seq, int) or seq < 1):
         raise InputError(f"--seq: must be a positive number of tokens, got {seq!r}")
     return seq
+
+
+def check_dims(given: Any) -> tuple[tuple[str, int], ...]:
+    """`--dim NAME=SIZE` (given several times, or a mapping): named axis sizes."""
+    if not given:
+        return ()
+    pairs = list(given.items()) if isinstance(given, Mapping) else []
+    if not isinstance(given, Mapping):
+        for text in given:
+            name, _, size = str(text).partition("=")
+            pairs.append((name.strip(), int(size) if size.strip().isdigit() else size))
+    for name, size in pairs:
+        if not name or isinstance(size, bool) or not isinstance(size, int) or \
+                not 1 <= size <= MAX_SIZE:
+            raise InputError(f"--dim: must be NAME=SIZE with SIZE from 1 to {MAX_SIZE}, got "
+                             f"{name}={size}"[:200])
+    return tuple(pairs)
 
 
 def _count(value: Any, flag: str, most: int) -> int:
@@ -118,7 +137,8 @@ def make_request(network: str | Network | Graph, *, accelerators: int | None = N
                  hierarchy: str | Sequence[int] | Hierarchy | None = None,
                  config: str | None = None,
                  overrides: Mapping[str, Any] | Overrides | None = None,
-                 seq: int | None = None, strategy: str = "hypar", plan_text: str | None = None,
+                 seq: int | None = None, dims: Any = None, strategy: str = "hypar",
+                 plan_text: str | None = None,
                  kinds: str | Sequence[str] | None = None, search: str = "greedy",
                  traffic_model: str = DEFAULT_TRAFFIC_MODEL, objective: str = "bytes",
                  phases: str = "training", sim: SimOptions | None = None,
@@ -144,8 +164,8 @@ def make_request(network: str | Network | Graph, *, accelerators: int | None = N
                        overlap_gradients=sim.overlap_gradients, progress=progress,
                        phases=phases)
     return RunRequest(network, array, batch, hardware,
-                      "explicit" if plan_text is not None else strategy, seq, plan_text, plan,
-                      sim)
+                      "explicit" if plan_text is not None else strategy, seq, check_dims(dims),
+                      plan_text, plan, sim)
 
 
 def with_strategy(request: RunRequest, strategy: str, objective: str | None = None

@@ -213,14 +213,34 @@ def test_a_broadcast_scale_is_planned():
 
 
 def test_a_node_that_cannot_be_described_is_refused_by_name():
-    """A tensor_op that changes the shape (an importer's unnamed operation) lists but does not
+    """A node on a graph input whose axes have no loop names (four axes) lists but does not
     plan: one line naming it, never a zero cost."""
-    graph = parse_graph({"inputs": {"x": [8, 16]}, "nodes": [
-        {"name": "odd", "type": "tensor_op", "function": "Pad", "shape": [10, 16]},
-        {"name": "fc", "type": "fc", "out_features": 4}]}, "odd")
-    assert graph.nodes[0].desc is None and graph.nodes[1].macs == 10 * 16 * 4
-    with pytest.raises(InputError, match="node odd \\(tensor_op\\): no input has the output's"):
+    graph = parse_graph({"inputs": {"x": [2, 8, 4, 16]}, "nodes": [
+        {"name": "odd", "type": "tensor_op", "function": "Pad", "shape": [2, 10, 4, 16]},
+        {"name": "relu", "type": "act", "function": "relu"}]}, "odd")
+    assert graph.nodes[0].desc is None
+    with pytest.raises(InputError, match="node odd \\(tensor_op\\) reads an input of 4 axes"):
         make_plan(graph, "data", Hierarchy((2,)), 4)
+
+
+def test_a_shape_changing_tensor_op_reads_its_changed_axes_whole():
+    """An importer's padding, reduction or gather (`tensor_op` with `from_axes`): each output
+    axis keeps its input axis's loop; an axis whose size changed is read whole, so a split
+    there gathers the input (never a zero cost); a dropped axis is read whole too."""
+    graph = parse_graph({"inputs": {"x": [8, 16]}, "nodes": [
+        {"name": "pad", "type": "tensor_op", "function": "Pad", "shape": [10, 16]},
+        {"name": "mean", "type": "tensor_op", "function": "ReduceMean", "shape": [10],
+         "from_axes": [0]},
+        {"name": "fc", "type": "fc", "out_features": 4, "inputs": ["pad"]}]}, "pads")
+    pad, mean = graph.node("pad").desc, graph.node("mean").desc
+    assert pad.output == ("P", "K") and pad.reads[0].axes == (Whole(8), Ix(Dim.K))
+    assert mean.output == ("P",) and mean.reads[0].axes == (Ix(Dim.P), Whole(16))
+    assert graph.node("fc").macs == 10 * 16 * 4
+    with pytest.raises(InputError, match="from_axes: must list, per output axis, an axis of "
+                                         "the first input"):
+        parse_graph({"inputs": {"x": [8, 16]}, "nodes": [
+            {"name": "bad", "type": "tensor_op", "function": "Gather", "shape": [8],
+             "from_axes": [2]}]}, "bad")
 
 
 def test_a_tensor_read_alike_by_q_k_and_v_moves_once():

@@ -200,8 +200,10 @@ def test_bad_models_are_one_line_errors(tmp_path):
     hard = save(tmp_path, [helper.make_node("Hardmax", ["x"], ["y"])], [x],
                 [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [], "hard")
     for path, fragment in ((text, "not an ONNX model"), (cut, "not an ONNX model"),
-                           (odd, "dynamic axis 2"), (custom, "unsupported operator acme.Foo"),
-                           (hard, "node y: unsupported operator Hardmax; supported: ")):
+                           (odd, "input x axis 2 is dynamic ('H'); give its size with --dim "
+                            "H=SIZE"), (custom, "unsupported operator acme.Foo"),
+                           (hard, "node y (Hardmax of [1, 3, 8, 8]): unsupported operator; "
+                            "supported: ")):
         with pytest.raises(InputError) as error:
             load_workload(str(path))
         assert fragment in str(error.value) and "\n" not in str(error.value), str(error.value)

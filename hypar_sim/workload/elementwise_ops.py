@@ -16,6 +16,7 @@ from hypar_sim.workload.ops import (
     OpSpec,
     Shape,
     broadcast,
+    broadcast_read,
     check_axis,
     choice,
     elementwise_description,
@@ -27,7 +28,7 @@ from hypar_sim.workload.ops import (
     register_op,
     softmax_axis,
 )
-from hypar_sim.workload.tdl import Access, Description, Expr, Flat, Ix, Shift, reshape_groups
+from hypar_sim.workload.tdl import Access, Description, Expr, Flat, Ix, Shift, Whole, reshape_groups
 
 
 def _same(where: str, a: Attrs, shapes: list[Shape]) -> Counts:
@@ -165,12 +166,15 @@ def _describe_reshape(a: Attrs, shapes: list[Shape], shape: Shape,
         if not labels:  # axes of size 1 the reshape adds
             output += [None] * len(outs)
             continue
+        if not outs:  # axes of size 1 the reshape drops
+            continue
         inner = Dim.K if Dim.K in labels else labels[-1]
-        if len(outs) == 1:
-            output.append(inner)
-        elif len(outs) > 1:
-            output += [*[Dim.H, Dim.Q, Dim.P][:len(outs) - 1], inner]
-    spare = [d for d in (Dim.P, Dim.Q, Dim.H, Dim.K) if d not in output]
+        sized = [j for j in outs if shape[j] > 1] or [outs[-1]]
+        outer = iter([Dim.H, Dim.Q, Dim.P])
+        for j in outs:  # axes of size 1 in a run take spare loops, like added ones
+            output.append(inner if j == sized[-1] else next(outer) if j in sized else None)
+    output = [d if d not in output[:i] else None for i, d in enumerate(output)]
+    spare = [d for d in (Dim.P, Dim.Q, Dim.H, Dim.K, Dim.G) if d not in output]
     if output.count(None) > len(spare):
         raise InputError(f"cannot name {output.count(None)} new axes of size 1")
     named = tuple(d if d is not None else spare.pop(0) for d in output)
@@ -194,8 +198,43 @@ def _tensor_op(where: str, a: Attrs, shapes: list[Shape]) -> Counts:
     shape = a["shape"]
     if not isinstance(shape, list | tuple):
         raise InputError(f"{where}.shape: must be a list of sizes, got {shape!r}")
-    return Counts(tuple(positive(f"{where}.shape", v) for v in shape),
-                  positive(f"{where}.params", a["params"], 0))
+    shape = tuple(positive(f"{where}.shape", v) for v in shape)
+    follows = a["from_axes"]
+    if follows is not None and (not isinstance(follows, list | tuple) or len(follows) !=
+                                len(shape) or any(f is not None and (
+                                    isinstance(f, bool) or not isinstance(f, int) or
+                                    not 0 <= f < len(shapes[0])) for f in follows)):
+        raise InputError(f"{where}.from_axes: must list, per output axis, an axis of the "
+                         f"first input (0 to {len(shapes[0]) - 1}) or null, got {follows!r}")
+    return Counts(shape, positive(f"{where}.params", a["params"], 0))
+
+
+def _describe_tensor_op(a: Attrs, shapes: list[Shape], shape: Shape,
+                        dims: list[Dims]) -> Description:
+    """Each output axis follows an axis of the first input (`from_axes`; by default numpy's
+    right-aligned broadcasting) and takes its loop; an axis whose size changed (a reduced,
+    sliced, padded or gathered one) reads that input axis whole, and so does an input axis
+    no output axis follows; the other inputs are broadcast to the output."""
+    first = shapes[0]
+    follows = a["from_axes"]
+    if follows is None:
+        skip = len(shape) - len(first)
+        follows = [j - skip if j >= skip else None for j in range(len(shape))]
+    named: list[Dim | None] = []
+    for source in follows:
+        name = dims[0][source] if source is not None else None
+        named.append(name if name not in named else None)
+    spare = [d for d in (Dim.P, Dim.Q, Dim.H, Dim.K, Dim.G) if d not in named]
+    if named.count(None) > len(spare):
+        raise InputError(f"cannot name the {len(shape)} axes of its output {list(shape)}")
+    output = tuple(d if d is not None else spare.pop(0) for d in named)
+    axes: list[Expr] = []
+    for i, size in enumerate(first):
+        j = follows.index(i) if i in follows else None
+        axes.append(Ix(output[j]) if j is not None and shape[j] == size else Whole(size))
+    reads = (Access(tuple(axes)), *(broadcast_read(output, shape, source)
+                                    for source in shapes[1:]))
+    return Description(output, dict(zip(output, shape, strict=True)), reads, made(output))
 
 
 for _spec in (
@@ -226,8 +265,9 @@ for _spec in (
     OpSpec("identity", "no-op", (), {}, _same, elementwise_description(per_element(0))),
     OpSpec("tensor_op", "another tensor operation, its output shape given by the importer "
            "(elementwise with a constant, reductions, slicing, padding, ...): no MACs; "
-           "`params` counts a learned operand (a bias); described only where it keeps its "
-           "input's shape", ("function", "shape"), {"params": 0}, _tensor_op,
-           elementwise_description(per_element(0)), arity=(1, None)),
+           "`params` counts a learned operand (a bias); `from_axes` names, per output axis, "
+           "the first input's axis it follows", ("function", "shape"),
+           {"params": 0, "from_axes": None}, _tensor_op, _describe_tensor_op,
+           arity=(1, None)),
 ):
     register_op(_spec)

@@ -28,6 +28,7 @@ from typing import Any
 
 from hypar_sim.errors import InputError, closest
 from hypar_sim.workload.dims import Dim, Dims
+from hypar_sim.workload.operators import flattens
 from hypar_sim.workload.ops import OPS, Shape, positive
 from hypar_sim.workload.tdl import Description
 
@@ -64,6 +65,7 @@ class Graph:
     outputs: tuple[str, ...]
     source: str = ""
     description: str = ""
+    notes: tuple[str, ...] = ()  # what an importer decided for the user (one line each)
 
     @property
     def params(self) -> int:
@@ -313,7 +315,8 @@ def _check_ties(source: str, nodes: list[Node]) -> None:
             raise InputError(f"{source}: node {node.name}.tied_to: no weighted node named "
                              f"'{tied}'{closest(str(tied), by_name)}")
         shape = node.input_shapes[0]
-        own = (math.prod(shape) if len(shape) == 3 else shape[-1]) * node.shape[-1]
+        own = (math.prod(shape) if flattens(shape, node.attrs["flatten"]) else shape[-1]) \
+            * node.shape[-1]
         if owner.params - (owner.shape[-1] if owner.attrs.get("bias") else 0) != own:
             raise InputError(f"{source}: node {node.name}.tied_to: {owner.name} has "
                              f"{owner.params} weights, {node.name} needs {own}")

@@ -149,14 +149,19 @@ def resolve_network_path(name_or_path: str) -> Path:
     )
 
 
-def load_workload(name_or_path: str, seq: int | None = None) -> Graph:
+def load_workload(name_or_path: str, seq: int | None = None,
+                  dims: Mapping[str, int] | None = None) -> Graph:
     """A network as a graph, by name or path: a file with `nodes`, an ONNX model (a dynamic
-    sequence axis takes `seq` tokens), or a chain (a file with `layers`: `graph_of`)."""
+    sequence axis takes `seq` tokens, other named axes their `dims`), or a chain (a file
+    with `layers`: `graph_of`)."""
     path = resolve_network_path(name_or_path)
     if path.suffix == ".onnx":
         from hypar_sim.workload.onnx_import import load_onnx
 
-        return load_onnx(path, seq)
+        return load_onnx(path, seq, dims)
+    if dims:
+        raise InputError(f"--dim: {name_or_path} is a YAML network, whose shapes are fixed "
+                         "in the file; --dim sets a named dynamic axis of an ONNX model")
     if seq is not None:
         raise InputError(f"--seq: {name_or_path} is a YAML network, whose shapes are fixed in "
                          "the file; --seq sets the tokens of an ONNX model's dynamic sequence "

@@ -60,6 +60,16 @@ def _cast(node: Any, values: list[np.ndarray]) -> np.ndarray:
     return values[0].astype(helper.tensor_dtype_to_np_dtype(attributes(node)["to"]))
 
 
+def _constant_of_shape(node: Any, values: list[np.ndarray]) -> np.ndarray:
+    from onnx import numpy_helper
+
+    given = attributes(node).get("value")
+    fill = numpy_helper.to_array(given).reshape(-1)[0] if given is not None else np.float32(0)
+    if int(np.prod(values[0])) > MAX_FOLDED:
+        raise ValueError("too large to fold")
+    return np.full(values[0].tolist(), fill, dtype=np.asarray(fill).dtype)
+
+
 _OPS: dict[str, Callable[[Any, list[np.ndarray]], np.ndarray]] = {
     "Gather": lambda n, v: np.take(v[0], v[1], axis=attributes(n).get("axis", 0)),
     "Unsqueeze": _unsqueeze,
@@ -76,7 +86,33 @@ _OPS: dict[str, Callable[[Any, list[np.ndarray]], np.ndarray]] = {
     "Floor": lambda n, v: np.floor(v[0]),
     "Ceil": lambda n, v: np.ceil(v[0]),
     "Range": lambda n, v: np.arange(v[0], v[1], v[2]),
+    "Mod": lambda n, v: np.fmod(v[0], v[1]) if attributes(n).get("fmod") else
+    np.mod(v[0], v[1]),
+    "Neg": lambda n, v: -v[0],
+    "Abs": lambda n, v: np.abs(v[0]),
+    "Max": lambda n, v: np.maximum.reduce(v),
+    "Min": lambda n, v: np.minimum.reduce(v),
+    "Equal": lambda n, v: np.equal(v[0], v[1]),
+    "Less": lambda n, v: np.less(v[0], v[1]),
+    "Greater": lambda n, v: np.greater(v[0], v[1]),
+    "Not": lambda n, v: np.logical_not(v[0]),
+    "And": lambda n, v: np.logical_and(v[0], v[1]),
+    "Or": lambda n, v: np.logical_or(v[0], v[1]),
+    "Where": lambda n, v: np.where(v[0], v[1], v[2]),
+    "Reshape": lambda n, v: v[0].reshape([d if d else v[0].shape[i] for i, d in
+                                          enumerate(v[1].tolist())]),
+    "Transpose": lambda n, v: np.transpose(v[0], attributes(n).get("perm")),
+    "Expand": lambda n, v: v[0] * np.ones(v[1].tolist(), dtype=v[0].dtype),
+    "ConstantOfShape": _constant_of_shape,
 }
+
+
+def _fold(node: Any, values: list[np.ndarray]) -> np.ndarray | None:
+    """The node's value, or None where numpy cannot compute it (left to the importer)."""
+    try:
+        return _OPS[node.op_type](node, values)
+    except (ValueError, TypeError, IndexError, ZeroDivisionError, MemoryError):
+        return None
 
 
 def _shape(node: Any, shapes: dict[str, tuple[int, ...]]) -> np.ndarray | None:
@@ -154,15 +190,31 @@ def small_external_values(model: Any, folder: Path) -> list[str]:
     return missing
 
 
+def _infer(model: Any) -> Any:
+    """ONNX's shape inference with data propagation, strict; where the strict pass fails on
+    index arithmetic of no shape's concern (ONNX propagates a batch index range as if it
+    were a shape: transformers' mask building), the lenient pass: an activation it leaves
+    without a shape is then reported by the importer, by name."""
+    from onnx import shape_inference
+
+    try:
+        return shape_inference.infer_shapes(model, strict_mode=True, data_prop=True)
+    except Exception as strict:  # the package raises InferenceError and others
+        try:
+            return shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
+        except Exception:
+            raise strict from None
+
+
 def fold_and_infer(model: Any, rounds: int = 32) -> tuple[Any, dict[str, np.ndarray]]:
     """The model with its shape arithmetic folded and its shapes inferred, and the small
     constant values it knows (initializers, Constant nodes, what it folded)."""
-    from onnx import helper, numpy_helper, shape_inference
+    from onnx import helper, numpy_helper
 
     values = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer
               if np.prod(t.dims) <= MAX_FOLDED}
     for _ in range(rounds):
-        inferred = shape_inference.infer_shapes(model, strict_mode=True, data_prop=True)
+        inferred = _infer(model)
         shapes = static_shapes(inferred)
         folded, nodes = False, []
         for node in inferred.graph.node:
@@ -175,7 +227,7 @@ def fold_and_infer(model: Any, rounds: int = 32) -> tuple[Any, dict[str, np.ndar
                 value = _shape(node, shapes)
             elif node.op_type in _OPS and len(node.output) == 1 and node.input and \
                     all(name in values for name in node.input if name):
-                value = _OPS[node.op_type](node, [values[name] for name in node.input if name])
+                value = _fold(node, [values[name] for name in node.input if name])
             if value is not None and np.size(value) <= MAX_FOLDED:
                 value = np.asarray(value)
                 values[node.output[0]] = value
@@ -189,4 +241,4 @@ def fold_and_infer(model: Any, rounds: int = 32) -> tuple[Any, dict[str, np.ndar
         del model.graph.node[:]
         model.graph.node.extend(nodes)
         del model.graph.value_info[:]
-    return shape_inference.infer_shapes(model, strict_mode=True, data_prop=True), values
+    return _infer(model), values

@@ -127,23 +127,30 @@ def _pool_windows(a: Attrs, rows: int, cols: int) -> tuple[Window, Window]:
 
 
 def _fc(where: str, a: Attrs, shapes: list[Shape]) -> Counts:
-    """A feature map (rank 3) is flattened first (the chain networks' convention); a token
-    stream (rank 1 or 2) is transformed along its last axis, position by position."""
+    """A feature map (rank 3) is flattened first (the chain networks' convention, unless
+    `flatten` is false: a channels-last linear); any other input is transformed along its
+    last axis, position by position."""
     shape = shapes[0]
     out = positive(f"{where}.out_features", a["out_features"])
-    features = math.prod(shape) if len(shape) == 3 else shape[-1]
-    lead = shape[:-1] if len(shape) < 3 else ()
+    flat = flattens(shape, flag(f"{where}.flatten", a["flatten"]))
+    features = math.prod(shape) if flat else shape[-1]
+    lead = () if flat else shape[:-1]
     owned = not a["tied_to"]
     bias = out if flag(f"{where}.bias", a["bias"]) else 0
     params = (features * out) * owned + bias
     return Counts((*lead, out), params)
 
 
+def flattens(shape: Shape, flatten: bool) -> bool:
+    """Whether an fc layer reads an input of `shape` flattened (a feature map, by default)."""
+    return len(shape) == 3 and flatten
+
+
 def _describe_fc(a: Attrs, shapes: list[Shape], shape: Shape, dims: list[Dims]) -> Description:
     """A feature map is read flattened (its reduction C runs over all its elements); a token
     stream keeps its leading axes."""
     source, out = shapes[0], shape[-1]
-    if len(source) == 3:
+    if flattens(source, a["flatten"]):
         features = math.prod(source)
         output: Dims = (Dim.K,)
         read = Access((Flat((Dim.C,), (features,), tuple(source)),))
@@ -251,8 +258,9 @@ def _embedding(where: str, a: Attrs, shapes: list[Shape]) -> Counts:
 
 def _describe_embedding(a: Attrs, shapes: list[Shape], shape: Shape,
                         dims: list[Dims]) -> Description:
-    """Token ids (positions,) -> (positions, K): a lookup of whole table rows."""
-    output = (dims[0][0], Dim.K)
+    """Token ids (positions,) -> (positions, K): a lookup of whole table rows (ids reshaped
+    on their way, whose axis is named K, are positions too)."""
+    output = (dims[0][0] if dims[0][0] is not Dim.K else Dim.P, Dim.K)
     return Description(output, dict(zip(output, shape, strict=True)),
                        (Access((Ix(output[0]),)),), made(output),
                        weights=Weights(a["vocab"], a["dim"], 1, by_channel=False), lookup=True)
@@ -264,8 +272,9 @@ for _spec in (
            {"stride": 1, "padding": 0, "dilation": 1, "groups": 1, "bias": False, "pool": None},
            _conv,
            _describe_conv, weighted=True),
-    OpSpec("fc", "fully connected (gemm); flattens a feature map, acts on a token stream's "
-           "last axis", ("out_features",), {"bias": False, "tied_to": ""}, _fc, _describe_fc,
+    OpSpec("fc", "fully connected (gemm); flattens a feature map (unless flatten: false), "
+           "acts on a token stream's last axis", ("out_features",),
+           {"bias": False, "tied_to": "", "flatten": True}, _fc, _describe_fc,
            weighted=True),
     OpSpec("matmul", "product of two activations (attention)", (), {"transpose_b": False},
            _matmul, _describe_matmul, arity=(2, 2)),
