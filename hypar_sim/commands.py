@@ -165,10 +165,12 @@ def _topologies(names: tuple[str, ...]) -> tuple[str, ...]:
 def cmd_sweep(args: argparse.Namespace) -> str:
     from hypar_sim import sweep
     from hypar_sim.hardware.config import load_hardware, parse_overrides, run_keys
+    from hypar_sim.partition.hierarchy import MAX_MEMBERS
     from hypar_sim.partition.kinds import parse_kinds
     from hypar_sim.planner.objectives import OBJECTIVES
     from hypar_sim.planner.search import SEARCHES
     from hypar_sim.planner.traffic import TRAFFIC_MODELS
+    from hypar_sim.request import MAX_BATCH
 
     networks = sweep.parse_list(args.networks, None, "--networks")
     if networks == ("all",):
@@ -185,8 +187,9 @@ def cmd_sweep(args: argparse.Namespace) -> str:
         strategies=sweep.parse_list(args.strategies, None, "--strategies"),
         topologies=_topologies(sweep.parse_list(args.topologies, None, "--topologies")),
         accelerators=sweep.parse_ints(args.accelerators or _counts_of(args.hierarchies)
-                                      or str(run["accelerators"]), "--accelerators"),
-        batches=sweep.parse_ints(args.batch or str(run["batch"]), "--batch"),
+                                      or str(run["accelerators"]), "--accelerators",
+                                      MAX_MEMBERS),
+        batches=sweep.parse_ints(args.batch or str(run["batch"]), "--batch", MAX_BATCH),
         overrides=parse_overrides(args.overrides),
         engines=sweep.parse_list(args.engine, ENGINES, "--engine"),
         objectives=sweep.parse_list(args.objectives, OBJECTIVES, "--objectives"),

@@ -32,3 +32,19 @@ def closest(word: str, allowed: Iterable[str]) -> str:
     """' (did you mean X?)' when a close match of `word` exists in `allowed`, else ''."""
     match = difflib.get_close_matches(word, list(allowed), n=1, cutoff=0.6)
     return f" (did you mean '{match[0]}'?)" if match else ""
+
+
+#: Most characters of a value an error message quotes (a 5,000-digit integer or a whole
+#: mapping would drown the message).
+MAX_QUOTED = 80
+
+
+def clip_value(value: object) -> str:
+    """`repr(value)`, cut to MAX_QUOTED characters ('...' and its length where cut)."""
+    try:
+        text = repr(value)
+    except ValueError:  # an integer too long to print (Python's 4,300-digit limit)
+        return "an integer of more than 4,300 digits"
+    if len(text) <= MAX_QUOTED:
+        return text
+    return f"{text[:MAX_QUOTED - 20]}... ({len(text):,} characters)"

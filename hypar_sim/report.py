@@ -125,10 +125,12 @@ def nodes_table(graph: Graph) -> str:
 
 
 def hardware_table(rows: Sequence[dict], derived: Sequence[tuple[str, str, str]]) -> str:
-    """The effective configuration: key, value, unit, source; then derived quantities."""
-    main = table(("key", "value", "unit", "source"),
+    """The effective configuration: key, value, unit, allowed values, source; then derived
+    quantities."""
+    main = table(("key", "value", "unit", "allowed", "source"),
                  [(r["key"], f"{r['value']:g}" if isinstance(r["value"], int | float)
-                   else str(r["value"]), r["unit"], r["source"]) for r in rows], "lrll")
+                   else str(r["value"]), r["unit"], r["allowed"], r["source"]) for r in rows],
+                 "lrlrl")
     extra = table(("derived", "value", "unit"), derived, "lrl")
     return main + "\n\n" + extra
 

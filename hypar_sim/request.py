@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from hypar_sim.errors import InputError
+from hypar_sim.errors import InputError, clip_value
 from hypar_sim.hardware.config import HardwareConfig, load_config, run_keys
 from hypar_sim.partition.hierarchy import MAX_MEMBERS, Hierarchy, as_hierarchy
 from hypar_sim.partition.kinds import parse_kinds
@@ -72,7 +72,7 @@ class RunRequest:
 def check_seq(seq: Any) -> int | None:
     """`--seq`: None (the model's own) or a positive number of tokens."""
     if seq is not None and (isinstance(seq, bool) or not isinstance(seq, int) or seq < 1):
-        raise InputError(f"--seq: must be a positive number of tokens, got {seq!r}")
+        raise InputError(f"--seq: must be a positive number of tokens, got {clip_value(seq)}")
     return seq
 
 
@@ -93,9 +93,14 @@ def check_dims(given: Any) -> tuple[tuple[str, int], ...]:
     return tuple(pairs)
 
 
+#: Most samples in a step (`--batch`; a config file's `batch` has the same range).
+MAX_BATCH = 2**24
+
+
 def _count(value: Any, flag: str, most: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= most:
-        raise InputError(f"{flag}: must be an integer from 1 to {most}, got {value!r}")
+        raise InputError(f"{flag}: must be an integer from 1 to {most:,}, got "
+                         f"{clip_value(value)}")
     return value
 
 
@@ -152,8 +157,7 @@ def make_request(network: str | Network | Graph, *, accelerators: int | None = N
     array = _hierarchy(accelerators, levels, hierarchy, given.get("accelerators"),
                        defaults["accelerators"])
     batch = batch if batch is not None else given.get("batch", defaults["batch"])
-    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
-        raise InputError(f"--batch: must be a positive integer, got {batch!r}")
+    _count(batch, "--batch", MAX_BATCH)
     check_seq(seq)
     sim = sim or SimOptions()
     if isinstance(kinds, str):

@@ -37,7 +37,7 @@ from typing import Any
 
 from hypar_sim import __version__
 from hypar_sim.atomic import atomic_write_text, check_writable
-from hypar_sim.errors import InputError
+from hypar_sim.errors import InputError, clip_value
 from hypar_sim.executors import Runner, execute
 from hypar_sim.partition.hierarchy import Hierarchy
 from hypar_sim.partition.kinds import DEFAULT_KINDS
@@ -166,11 +166,17 @@ def parse_list(text: str, allowed: Sequence[str] | None, what: str) -> tuple[str
     return items
 
 
-def parse_ints(text: str, what: str) -> tuple[int, ...]:
+def parse_ints(text: str, what: str, most: int) -> tuple[int, ...]:
+    """Comma-separated integers, each from 1 to `most` (checked before any case runs)."""
     try:
         values = tuple(int(item) for item in parse_list(text, None, what))
     except ValueError:
-        raise InputError(f"{what}: must be comma-separated integers, got '{text}'") from None
+        raise InputError(f"{what}: must be comma-separated integers, got "
+                         f"{clip_value(text)}") from None
+    for value in values:
+        if not 1 <= value <= most:
+            raise InputError(f"{what}: each must be an integer from 1 to {most:,}, got {value}"
+                             [:200])
     return values
 
 

@@ -102,7 +102,8 @@ def test_uneven_batch_is_accepted_by_the_layout_model(cli):
      "unknown split kind 'xp'; allowed: batch (dp), in (mp), out, spatial"),
     (("plan", "lenet_c", "--levels", "2", "--plan", "dp dp mp mp"), "has 1 level(s), expected 2"),
     (("plan", "lenet_c", "--levels", "1", "--plan", "dp dp mp"), "has 3 choice(s), expected 4"),
-    (("plan", "lenet_c", "--strategy", "data", "--batch", "0"), "--batch: must be a positive integer, got 0"),
+    (("plan", "lenet_c", "--strategy", "data", "--batch", "0"),
+     "--batch: must be an integer from 1 to 16,777,216, got 0"),
     (("plan", "lenet_c", "--strategy", "explicit"), "give --plan"),
 ])
 def test_bad_input_one_line_exit_2(cli, args, fragment):

@@ -69,7 +69,7 @@ BAD_CONFIGS = {
     "misspelled key": ("clock_mhz2: 3\n", "did you mean 'clock_mhz'"),
     "wrong type": ("pe_rows: twelve\n", "pe_rows: must be an integer"),
     "wrong unit": ("link_bandwidth_gbps: 1.6 Gb/s\n", "must be a number in Gb/s"),
-    "negative bandwidth": ("cube_bandwidth_gb_per_s: -320\n", "out of range; allowed: > 0"),
+    "negative bandwidth": ("cube_bandwidth_gb_per_s: -320\n", "out of range; allowed: 0.001 to"),
     "zero PEs": ("pe_count: 0\n", "pe_count: 0 is out of range"),
     "infinite": ("clock_mhz: .inf\n", "clock_mhz: must be a number"),
     "array larger than PE count": ("pe_rows: 14\n", "differs from pe_count"),
@@ -101,7 +101,7 @@ BAD_RUNS = {
         ("--accelerators", "64", "--batch", "32", "--strategy", "data"), "conv1"),
     "model parallelism over more members than channels and samples": (
         ("--accelerators", "64", "--batch", "32", "--strategy", "model"), "conv1"),
-    "batch zero": (("--batch", "0"), "--batch: must be a positive integer, got 0"),
+    "batch zero": (("--batch", "0"), "--batch: must be an integer from 1 to 16,777,216, got 0"),
     "unknown strategy": (("--strategy", "best"), "invalid choice: 'best'"),
     "unknown topology": (("--topology", "mesh"),
                          "topology: unknown 'mesh'; allowed: htree, torus, ideal or a topology"),

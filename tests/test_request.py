@@ -33,7 +33,7 @@ def test_one_default_traffic_model_everywhere():
 
 @pytest.mark.parametrize(("kwargs", "fragment"), [
     ({"accelerators": 0}, "--accelerators: must be an integer from 1 to"),
-    ({"batch": 0}, "--batch: must be a positive integer, got 0"),
+    ({"batch": 0}, "--batch: must be an integer from 1 to 16,777,216, got 0"),
     ({"seq": -1}, "--seq: must be a positive number of tokens"),
     ({"levels": 2, "hierarchy": "2x2"}, "give --levels or --hierarchy, not both"),
     ({"levels": 2, "accelerators": 8}, "2 two-way levels make 4 accelerators"),

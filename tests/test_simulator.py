@@ -298,7 +298,7 @@ def test_overlap_helps_data_parallelism():
     (("run", "lenet_c", "--kinds", "batch,foo"), "--kinds: unknown split kind 'foo'"),
     (("run", "vgg_e", "--accelerators", "2", "--batch", "4096"),
      "capacity: no plan of kinds batch,in fits vgg_e"),
-    (("run", "lenet_c", "--batch", "0"), "--batch: must be a positive integer, got 0"),
+    (("run", "lenet_c", "--batch", "0"), "--batch: must be an integer from 1 to 16,777,216, got 0"),
     (("compare", "nonet"), "unknown network 'nonet'"),
     (("run", "lenet_c", "--chunk-kib", "0"), "--chunk-kib: must be a positive integer"),
 ])

@@ -73,7 +73,7 @@ def test_a_torus_file_sets_rows_and_every_link(tmp_path):
 @pytest.mark.parametrize(("text", "fragment"), [
     ("topology: mesh\n", "topology: must be one of htree, torus, got 'mesh'"),
     ("topology: htree\nlevels: [{link_bandwidth_gbps: -1}]\n",
-     "levels[0]: link_bandwidth_gbps: -1.0 is out of range; allowed: > 0 Gb/s"),
+     "levels[0]: link_bandwidth_gbps: -1.0 is out of range; allowed: 0.001 to 10,000,000 Gb/s"),
     ("topology: htree\nlevels: [{clock_mhz: 1}]\n", "levels[0]: unknown key 'clock_mhz'; "
      "allowed: link_bandwidth_gbps, link_latency_ns, energy_link_pj_per_bit"),
     ("topology: htree\nlevels: [{}, {}]\n", "levels: 2 entries for a hierarchy of 4 levels"),

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hypar_sim.errors import InputError, closest
+from hypar_sim.errors import InputError, clip_value, closest
 from hypar_sim.workload.network import read_yaml
 
 DEFAULT_CONFIG = Path(__file__).resolve().parents[2] / "configs" / "hypar_paper.yaml"
@@ -41,52 +41,55 @@ class HardwareConfig:
     """The machine: array, HMC cubes, processing units, links, energy per action."""
 
     word_bytes: int = _param("B", "bytes per element (4 = fp32)", 1, False, 8)
-    clock_mhz: float = _param("MHz", "array clock; one simulator cycle")
+    clock_mhz: float = _param("MHz", "array clock; one simulator cycle", 1e-3, False, 1e5)
 
-    cube_bandwidth_gb_per_s: float = _param("GB/s", "DRAM bandwidth of one cube (all vaults)")
-    cube_capacity_gib: float = _param("GiB", "DRAM capacity of one cube")
-    vaults_per_cube: int = _param("", "vaults (DRAM channels) per cube", 1, False)
-    pus_per_cube: int = _param("", "processing units per cube (one per vault)", 1, False)
-    dram_trcd_ns: float = _param("ns", "row activate to column command", 0, False)
-    dram_tcl_ns: float = _param("ns", "column command to data", 0, False)
-    dram_tburst_ns: float = _param("ns", "one burst on the vault bus", 0, False)
-    dram_controller_ns: float = _param("ns", "vault controller latency", 0, False)
-    dram_row_bytes: int = _param("B", "DRAM row (page) size", 1, False)
+    cube_bandwidth_gb_per_s: float = _param("GB/s", "DRAM bandwidth of one cube (all vaults)",
+                                            1e-3, False, 1e6)
+    cube_capacity_gib: float = _param("GiB", "DRAM capacity of one cube", 2**-20, False, 2**20)
+    vaults_per_cube: int = _param("", "vaults (DRAM channels) per cube", 1, False, 1024)
+    pus_per_cube: int = _param("", "processing units per cube (one per vault)", 1, False, 1024)
+    dram_trcd_ns: float = _param("ns", "row activate to column command", 0, False, 1e6)
+    dram_tcl_ns: float = _param("ns", "column command to data", 0, False, 1e6)
+    dram_tburst_ns: float = _param("ns", "one burst on the vault bus", 0, False, 1e6)
+    dram_controller_ns: float = _param("ns", "vault controller latency", 0, False, 1e6)
+    dram_row_bytes: int = _param("B", "DRAM row (page) size", 1, False, 2**20)
 
-    pe_rows: int = _param("", "rows of the PE array", 1, False)
-    pe_cols: int = _param("", "columns of the PE array", 1, False)
-    pe_count: int = _param("", "processing engines per PU (must be pe_rows x pe_cols)", 1, False)
-    buffer_kib: float = _param("KiB", "on-chip global buffer per PU")
+    pe_rows: int = _param("", "rows of the PE array", 1, False, 1024)
+    pe_cols: int = _param("", "columns of the PE array", 1, False, 1024)
+    pe_count: int = _param("", "processing engines per PU (must be pe_rows x pe_cols)",
+                           1, False, 2**20)
+    buffer_kib: float = _param("KiB", "on-chip global buffer per PU", 2**-10, False, 2**20)
     rf_filter_bytes: int = _param("B", "filter scratch pad per PE (words = bytes / word_bytes)",
-                                  1, False)
-    rf_ifmap_bytes: int = _param("B", "ifmap scratch pad per PE", 1, False)
-    rf_psum_bytes: int = _param("B", "psum scratch pad per PE", 1, False)
+                                  1, False, 2**20)
+    rf_ifmap_bytes: int = _param("B", "ifmap scratch pad per PE", 1, False, 2**20)
+    rf_psum_bytes: int = _param("B", "psum scratch pad per PE", 1, False, 2**20)
     mapper_objective: str = _choice("what the PU's mapping search minimises: energy (pJ) or "
                                     "cycles (processing overlapped with the vault's DRAM)",
                                     "energy", "cycles")
     pe_bus_bits: int = _param("bits", "width of each global buffer <-> PE array bus (filters, "
                               "ifmaps, psums), a multiple of 8", 8, False, 4096)
 
-    link_bandwidth_gbps: float = _param("Gb/s", "bandwidth of one link, each direction")
-    link_latency_ns: float = _param("ns", "fixed latency of one link traversal", 0, False)
-    switch_latency_ns: float = _param("ns", "latency of one switch traversal", 0, False)
-    packet_payload_bytes: int = _param("B", "data bytes per packet", 1, False)
-    packet_overhead_bytes: int = _param("B", "header and tail bytes per packet", 0, False)
+    link_bandwidth_gbps: float = _param("Gb/s", "bandwidth of one link, each direction",
+                                        1e-3, False, 1e7)
+    link_latency_ns: float = _param("ns", "fixed latency of one link traversal", 0, False, 1e9)
+    switch_latency_ns: float = _param("ns", "latency of one switch traversal", 0, False, 1e9)
+    packet_payload_bytes: int = _param("B", "data bytes per packet", 1, False, 2**20)
+    packet_overhead_bytes: int = _param("B", "header and tail bytes per packet", 0, False, 2**20)
     torus_bandwidth: str = _choice("a torus link's bandwidth: per_link (link_bandwidth_gbps "
                                    "each) or total (accelerators x link_bandwidth_gbps shared "
                                    "by the torus's links)", "per_link", "total")
 
-    energy_fp_add_pj: float = _param("pJ", "one 32-bit float addition", 0, False)
-    energy_fp_mult_pj: float = _param("pJ", "one 32-bit float multiplication", 0, False)
-    energy_buffer_pj: float = _param("pJ", "one global-buffer (SRAM) word access", 0, False)
-    energy_dram_pj: float = _param("pJ", "one DRAM word access", 0, False)
-    energy_rf_pj: float = _param("pJ", "one register-file word access", 0, False)
-    energy_inter_pe_pj: float = _param("pJ", "one word passed between PEs", 0, False)
-    energy_link_pj_per_bit: float = _param("pJ/bit", "one bit over one link", 0, False)
-    energy_switch_pj_per_bit: float = _param("pJ/bit", "one bit through one switch", 0, False)
+    energy_fp_add_pj: float = _param("pJ", "one 32-bit float addition", 0, False, 1e6)
+    energy_fp_mult_pj: float = _param("pJ", "one 32-bit float multiplication", 0, False, 1e6)
+    energy_buffer_pj: float = _param("pJ", "one global-buffer (SRAM) word access", 0, False, 1e6)
+    energy_dram_pj: float = _param("pJ", "one DRAM word access", 0, False, 1e6)
+    energy_rf_pj: float = _param("pJ", "one register-file word access", 0, False, 1e6)
+    energy_inter_pe_pj: float = _param("pJ", "one word passed between PEs", 0, False, 1e6)
+    energy_link_pj_per_bit: float = _param("pJ/bit", "one bit over one link", 0, False, 1e6)
+    energy_switch_pj_per_bit: float = _param("pJ/bit", "one bit through one switch", 0, False, 1e6)
     energy_vault_hop_pj_per_bit: float = _param("pJ/bit", "one bit over one vault-to-vault hop "
-                                                "of a cube's logic-die network", 0, False)
-    static_power_pu_mw: float = _param("mW", "static power of one PU", 0, False)
+                                                "of a cube's logic-die network", 0, False, 1e6)
+    static_power_pu_mw: float = _param("mW", "static power of one PU", 0, False, 1e9)
 
     def __post_init__(self) -> None:
         for item in dataclasses.fields(self):
@@ -179,11 +182,29 @@ class _RunKeys:
 
     accelerators: int = _param("", "accelerators in the array (--accelerators)", 1, False,
                                2**20)
-    batch: int = _param("samples", "samples per training step (--batch)", 1, False, 2**40)
+    batch: int = _param("samples", "samples per training step (--batch)", 1, False, 2**24)
 
 
 #: Keys a config file may give for the run's request (`hypar_sim.request`), not the hardware.
 RUN_KEYS = {item.name: item for item in dataclasses.fields(_RunKeys)}
+
+
+def allowed(item: dataclasses.Field) -> str:
+    """A key's allowed values, as the `hardware` table and the error messages show them."""
+    meta = item.metadata
+    if "choices" in meta:
+        return ", ".join(meta["choices"])
+    low = f"{'> ' if meta['strict'] else ''}{_number(meta['min'])}"
+    return f"{low} to {_number(meta['max'])}"
+
+
+def _number(value: float) -> str:
+    """1,048,576; 1/1024; 0.001; 1e+07 (a range's ends, as people write them)."""
+    if float(value).is_integer() and abs(value) < 1e9:
+        return f"{int(value):,}"
+    if 0 < value < 1 and math.log2(1 / value).is_integer():
+        return f"1/{int(1 / value)}"
+    return f"{value:g}"
 
 
 def _type_name(item: dataclasses.Field) -> str:
@@ -195,7 +216,7 @@ def _check_value(item: dataclasses.Field, value: Any, where: str) -> None:
     meta = item.metadata
     if "choices" in meta:
         if value not in meta["choices"]:
-            raise InputError(f"{where}: {item.name}: {value!r} is not allowed; allowed: "
+            raise InputError(f"{where}: {item.name}: {clip_value(value)} is not allowed; allowed: "
                              f"{', '.join(meta['choices'])}")
         return
     unit = f" {meta['unit']}" if meta["unit"] else ""
@@ -203,12 +224,12 @@ def _check_value(item: dataclasses.Field, value: Any, where: str) -> None:
     ok_type = isinstance(value, int) if is_int else isinstance(value, int | float)
     if isinstance(value, bool) or not ok_type or (not is_int and not math.isfinite(value)):
         raise InputError(f"{where}: {item.name}: must be {_type_name(item)}{unit and ' in' + unit}, "
-                         f"got {value!r}")
+                         f"got {clip_value(value)}")
     low_ok = value > meta["min"] if meta["strict"] else value >= meta["min"]
     if not low_ok or value > meta["max"]:
-        low = f"> {meta['min']:g}" if meta["strict"] else f">= {meta['min']:g}"
-        high = f" and <= {meta['max']:g}" if math.isfinite(meta["max"]) else ""
-        raise InputError(f"{where}: {item.name}: {value!r} is out of range; allowed: {low}{high}{unit}")
+        shown = clip_value(value)
+        raise InputError(f"{where}: {item.name}: {shown} is out of range; allowed: "
+                         f"{allowed(item)}{unit}")
 
 
 def coerce_overrides(overrides: Mapping[str, Any], where: str) -> dict[str, Any]:
@@ -350,7 +371,8 @@ def default_sources() -> dict[str, str]:
 
 def describe(config: HardwareConfig, user_file: str | None = None,
              run: Mapping[str, int] | None = None) -> list[dict[str, Any]]:
-    """Rows of (key, value, unit, meaning, source) for printing the effective config: the
+    """Rows of (key, value, unit, allowed, meaning, source) for printing the effective config
+    (a value equal to its default keeps the default's citation, wherever it is given): the
     run's keys (`run`: accelerators and batch as the request has them) first, then the
     hardware's."""
     sources = default_sources()
@@ -361,14 +383,15 @@ def describe(config: HardwareConfig, user_file: str | None = None,
     rows = []
     for name, item in (RUN_KEYS | _FIELDS).items():
         value = values[name]
-        if name in user_values and value == user_values[name]:
-            source = f"set in {user_file}"
-        elif value != defaults[name]:
-            source = "set on the command line"
-        else:
+        if value == defaults[name]:  # a file repeating a default keeps the default's citation
             source = sources.get(name, "")
+        elif name in user_values and value == user_values[name]:
+            source = f"set in {user_file}"
+        else:
+            source = "set on the command line"
         rows.append({"key": name, "value": value, "unit": item.metadata["unit"],
-                     "meaning": item.metadata["help"], "source": source})
+                     "allowed": allowed(item), "meaning": item.metadata["help"],
+                     "source": source})
     return rows
 
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hypar_sim.errors import InputError
+from hypar_sim.errors import InputError, clip_value
 from hypar_sim.hardware.config import HardwareConfig, coerce_overrides
 from hypar_sim.workload.network import read_yaml
 
@@ -78,7 +78,7 @@ def read_topology_file(path: str) -> TopologyFile:
         raise InputError(f"{path}: unknown key '{unknown[0]}'; allowed: {', '.join(sorted(allowed))}")
     kind = data.get("topology")
     if kind not in KINDS:
-        raise InputError(f"{path}: topology: must be one of {', '.join(KINDS)}, got {kind!r}")
+        raise InputError(f"{path}: topology: must be one of {', '.join(KINDS)}, got {clip_value(kind)}")
     if kind == "htree" and ("links" in data or "rows" in data):
         raise InputError(f"{path}: an htree takes 'levels' (per level), not 'links' or 'rows'")
     if kind == "torus" and "levels" in data:
@@ -88,7 +88,7 @@ def read_topology_file(path: str) -> TopologyFile:
         raise InputError(f"{path}: levels: must be a list of mappings of {', '.join(LINK_KEYS)}")
     rows = data.get("rows")
     if rows is not None and (isinstance(rows, bool) or not isinstance(rows, int) or rows < 1):
-        raise InputError(f"{path}: rows: must be a positive integer, got {rows!r}")
+        raise InputError(f"{path}: rows: must be a positive integer, got {clip_value(rows)}")
     return TopologyFile(path, kind,
                         tuple(_link_keys(entry, f"{path}: levels[{i}]")
                               for i, entry in enumerate(levels)),

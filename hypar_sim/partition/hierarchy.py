@@ -17,7 +17,7 @@ from functools import cached_property
 
 import numpy as np
 
-from hypar_sim.errors import InputError
+from hypar_sim.errors import InputError, clip_value
 
 #: Most members accepted (2**20 accelerators).
 MAX_MEMBERS = 2**20
@@ -61,7 +61,7 @@ class Hierarchy:
         """The default hierarchy of `count` members: its prime factors, largest first."""
         if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_MEMBERS:
             raise InputError(f"accelerators: must be an integer from 1 to {MAX_MEMBERS}, "
-                             f"got {count!r}")
+                             f"got {clip_value(count)}")
         return cls(prime_factors(count))
 
     @classmethod
@@ -163,5 +163,5 @@ def as_hierarchy(levels_or_hierarchy: int | Hierarchy) -> Hierarchy:
         return levels_or_hierarchy
     levels = levels_or_hierarchy
     if isinstance(levels, bool) or not isinstance(levels, int) or not 0 <= levels <= 20:
-        raise InputError(f"levels: must be an integer from 0 to 20, got {levels!r}")
+        raise InputError(f"levels: must be an integer from 0 to 20, got {clip_value(levels)}")
     return Hierarchy.binary(levels)

@@ -30,6 +30,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from hypar_sim.resources import check_memory
+
 Interval = tuple[int, int]
 Box = tuple[Interval, ...]  # one interval per axis
 Region = tuple[Box, ...]  # disjoint boxes
@@ -211,7 +213,12 @@ def member_products(left: Cover | np.ndarray, right: Cover | np.ndarray) -> Move
     per_cell = np.bincount(right.cell, minlength=cells)
     repeats = per_cell[left.cell]
     pairs = int(repeats.sum())
-    if pairs * 8 > members * members * max(cells, 1):
+    dense = pairs * 8 > members * members * max(cells, 1)
+    check_memory(8.0 * (members * members + 2 * members * cells) if dense else 40.0 * pairs,
+                 f"a redistribution among {members:,} members (pairs of members as rows of "
+                 "messages)", "use --traffic-model layout_levels (level by level) or paper, "
+                 "or fewer accelerators")
+    if dense:
         return Moved.from_dense(left.dense() @ (right.dense() != 0).T.astype(np.float64))
     first = np.cumsum(per_cell) - per_cell  # each cell's first pair in `right`
     within = np.arange(pairs) - np.repeat(np.cumsum(repeats) - repeats, repeats)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hypar_sim.errors import InputError, closest
+from hypar_sim.errors import InputError, clip_value, closest
 from hypar_sim.hardware.topology import TOPOLOGIES
 from hypar_sim.hardware.topology_file import is_topology_file
 from hypar_sim.sim.defaults import (
@@ -38,11 +38,11 @@ class SimOptions:
             raise InputError(f"engine: unknown '{self.engine}'; allowed: {', '.join(ENGINES)}")
         if isinstance(self.chunk_bytes, bool) or not isinstance(self.chunk_bytes, int) \
                 or self.chunk_bytes < 1:
-            raise InputError(f"chunk_bytes: must be a positive integer, got {self.chunk_bytes!r}")
+            raise InputError(f"chunk_bytes: must be a positive integer, got {clip_value(self.chunk_bytes)}")
         if isinstance(self.max_chunks, bool) or not isinstance(self.max_chunks, int) \
                 or self.max_chunks < 1:
-            raise InputError(f"max_chunks: must be a positive integer, got {self.max_chunks!r}")
+            raise InputError(f"max_chunks: must be a positive integer, got {clip_value(self.max_chunks)}")
         if isinstance(self.bucket_mb, bool) or not isinstance(self.bucket_mb, int | float) \
                 or not 0 <= self.bucket_mb <= 2**20:
             raise InputError(f"--bucket-mb: must be a number of MiB from 0 (off) to {2**20}, got "
-                             f"{self.bucket_mb!r}")
+                             f"{clip_value(self.bucket_mb)}")

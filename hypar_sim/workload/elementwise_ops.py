@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 
-from hypar_sim.errors import InputError
+from hypar_sim.errors import InputError, clip_value
 from hypar_sim.workload.dims import Dim, Dims
 from hypar_sim.workload.ops import (
     Attrs,
@@ -118,7 +118,7 @@ def _transpose(where: str, a: Attrs, shapes: list[Shape]) -> Counts:
     perm = a["perm"]
     if not isinstance(perm, list | tuple) or sorted(perm) != list(range(len(shapes[0]))):
         raise InputError(f"{where}.perm: must order the axes 0..{len(shapes[0]) - 1}, "
-                         f"got {perm!r}")
+                         f"got {clip_value(perm)}")
     return Counts(tuple(shapes[0][p] for p in perm))
 
 
@@ -138,7 +138,7 @@ def _reshape(where: str, a: Attrs, shapes: list[Shape]) -> Counts:
     if not isinstance(target, list | tuple) or not target or \
             sum(1 for v in target if v == -1) > 1:
         raise InputError(f"{where}.shape: must be a list of sizes with at most one -1, "
-                         f"got {target!r}")
+                         f"got {clip_value(target)}")
     known = [positive(f"{where}.shape", v) for v in target if v != -1]
     size = math.prod(shapes[0])
     if -1 in target:
@@ -197,7 +197,7 @@ def _describe_flatten(a: Attrs, shapes: list[Shape], shape: Shape,
 def _tensor_op(where: str, a: Attrs, shapes: list[Shape]) -> Counts:
     shape = a["shape"]
     if not isinstance(shape, list | tuple):
-        raise InputError(f"{where}.shape: must be a list of sizes, got {shape!r}")
+        raise InputError(f"{where}.shape: must be a list of sizes, got {clip_value(shape)}")
     shape = tuple(positive(f"{where}.shape", v) for v in shape)
     follows = a["from_axes"]
     if follows is not None and (not isinstance(follows, list | tuple) or len(follows) !=
@@ -205,7 +205,7 @@ def _tensor_op(where: str, a: Attrs, shapes: list[Shape]) -> Counts:
                                     isinstance(f, bool) or not isinstance(f, int) or
                                     not 0 <= f < len(shapes[0])) for f in follows)):
         raise InputError(f"{where}.from_axes: must list, per output axis, an axis of the "
-                         f"first input (0 to {len(shapes[0]) - 1}) or null, got {follows!r}")
+                         f"first input (0 to {len(shapes[0]) - 1}) or null, got {clip_value(follows)}")
     return Counts(shape, positive(f"{where}.params", a["params"], 0))
 
 

@@ -26,10 +26,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from hypar_sim.errors import InputError, closest
+from hypar_sim.errors import InputError, clip_value, closest
 from hypar_sim.workload.dims import Dim, Dims
 from hypar_sim.workload.operators import flattens
-from hypar_sim.workload.ops import OPS, Shape, positive
+from hypar_sim.workload.ops import OPS, Shape, check_elements, positive
 from hypar_sim.workload.tdl import Description
 
 _TOP_KEYS = {"name", "description", "source", "inputs", "nodes", "outputs"}
@@ -110,7 +110,7 @@ class Graph:
 
 def _shape(where: str, value: Any) -> Shape:
     if not isinstance(value, list) or not value:
-        raise InputError(f"{where}: must be a list of sizes, e.g. [3, 224, 224], got {value!r}")
+        raise InputError(f"{where}: must be a list of sizes, e.g. [3, 224, 224], got {clip_value(value)}")
     return tuple(positive(where, v) for v in value)
 
 
@@ -162,10 +162,14 @@ def parse_graph(data: Any, source: str, default_name: str = "graph") -> Graph:
     for key in ("inputs", "nodes"):
         if key not in data:
             raise InputError(f"{source}: missing field '{key}'")
-    given = _keys(f"{source}: inputs", data["inputs"], set(data["inputs"] or {}),
-                  "input name -> per-sample shape")
+    if not isinstance(data["inputs"], Mapping):
+        raise InputError(f"{source}: inputs: must map each input's name to its per-sample "
+                         f"shape, e.g. {{image: [3, 224, 224]}}, got {clip_value(data['inputs'])}")
+    given = data["inputs"]
     inputs = {str(name): _shape(f"{source}: inputs.{name}", shape) for name, shape in
               given.items()}
+    for name, shape in inputs.items():
+        check_elements(f"{source}: inputs.{name}", shape)
     if not inputs:
         raise InputError(f"{source}: inputs: give at least one, e.g. image: [3, 224, 224]")
     raw_nodes = data["nodes"]
@@ -177,7 +181,7 @@ def parse_graph(data: Any, source: str, default_name: str = "graph") -> Graph:
         where = f"{source}: nodes[{index}]"
         op = entry.get("type") if isinstance(entry, Mapping) else None
         if op not in OPS:
-            raise InputError(f"{where}.type: unknown operator {op!r}{closest(str(op), OPS)}; "
+            raise InputError(f"{where}.type: unknown operator {clip_value(op)}{closest(str(op), OPS)}; "
                              f"allowed: {', '.join(OPS)}")
         name = str(entry.get("name", f"{op}{index + 1}"))
         if name in names:
@@ -217,6 +221,7 @@ def parse_graph(data: Any, source: str, default_name: str = "graph") -> Graph:
         attrs = spec.attributes(where, {k: v for k, v in entry.items() if k not in _NODE_KEYS})
         in_shapes = [shapes[s] for s in sources]
         counts = spec.count(where, attrs, in_shapes)
+        check_elements(f"{where}: output", counts.shape)
         shapes[name] = counts.shape
         desc, why = _describe(spec.describe, attrs, in_shapes, counts.shape,
                               [dims[s] for s in sources], name, spec.name)
@@ -233,7 +238,7 @@ def parse_graph(data: Any, source: str, default_name: str = "graph") -> Graph:
         read = {s for node in nodes for s in node.inputs}
         outputs = [node.name for node in nodes if node.name not in read]
     if not isinstance(outputs, list) or not all(o in shapes for o in outputs):
-        raise InputError(f"{source}: outputs: must list node names, got {outputs!r}")
+        raise InputError(f"{source}: outputs: must list node names, got {clip_value(outputs)}")
     return Graph(str(data.get("name", default_name)), inputs, tuple(nodes),
                  tuple(str(o) for o in outputs), str(data.get("source", "")),
                  str(data.get("description", "")))

@@ -24,9 +24,10 @@ from typing import Any
 
 import yaml
 
-from hypar_sim.errors import InputError, closest
+from hypar_sim.errors import InputError, clip_value, closest
 from hypar_sim.workload.graph import Graph, Node, parse_graph
 from hypar_sim.workload.layers import FeatureShape, Layer, LayerKind, Pool, make_conv, make_fc
+from hypar_sim.workload.ops import check_elements
 
 #: Most nodes a YAML document may expand to, aliases followed (a "billion laughs" file of
 #: 400 bytes expands to 10**9): far above any network's (VGG-E's is about 200).
@@ -200,6 +201,8 @@ def read_yaml(path: Path) -> Any:
         problem = getattr(exc, "problem", None) or "invalid YAML"
         kind = "" if isinstance(exc, yaml.constructor.ConstructorError) else "syntax "
         raise InputError(f"{path}: YAML {kind}error{where}: {problem}") from None
+    except ValueError as exc:  # an integer of more digits than Python converts (4,300)
+        raise InputError(f"{path}: YAML error: {str(exc).split(';')[0][:120]}") from None
 
 
 def _check_keys(where: str, data: Any, required: set[str], optional: set[str]) -> None:
@@ -224,7 +227,7 @@ MAX_SIZE = 2**24
 
 def _positive_int(where: str, value: Any, minimum: int = 1) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= MAX_SIZE:
-        raise InputError(f"{where}: must be an integer from {minimum} to {MAX_SIZE}, got {value!r}")
+        raise InputError(f"{where}: must be an integer from {minimum} to {MAX_SIZE}, got {clip_value(value)}")
     return value
 
 
@@ -233,17 +236,19 @@ def _parse_input(where: str, data: Any) -> FeatureShape:
         _check_keys(where, data, {"features"}, set())
         return FeatureShape(_positive_int(f"{where}.features", data["features"]), 1, 1)
     _check_keys(where, data, {"channels", "height", "width"}, set())
-    return FeatureShape(*(_positive_int(f"{where}.{key}", data[key])
-                          for key in ("channels", "height", "width")))
+    shape = FeatureShape(*(_positive_int(f"{where}.{key}", data[key])
+                           for key in ("channels", "height", "width")))
+    check_elements(where, tuple(shape))
+    return shape
 
 
 def _parse_pool(where: str, data: Any) -> Pool:
     _check_keys(where, data, *_POOL_KEYS)
     if data.get("type", "max") not in ("max", "avg"):
-        raise InputError(f"{where}.type: must be max or avg, got {data['type']!r}")
+        raise InputError(f"{where}.type: must be max or avg, got {clip_value(data['type'])}")
     ceil_mode = data.get("ceil_mode", False)
     if not isinstance(ceil_mode, bool):
-        raise InputError(f"{where}.ceil_mode: must be true or false, got {ceil_mode!r}")
+        raise InputError(f"{where}.ceil_mode: must be true or false, got {clip_value(ceil_mode)}")
     return Pool(
         kernel=_positive_int(f"{where}.kernel", data["kernel"]),
         stride=_positive_int(f"{where}.stride", data["stride"]),
@@ -259,7 +264,7 @@ def _parse_layer(where: str, data: Any, index: int, shape: FeatureShape) -> Laye
                          "'pool' field of the conv layer before it, e.g. pool: {kernel: 2, stride: 2}")
     if kind not in _LAYER_KEYS:
         raise InputError(
-            f"{where}.type: must be one of {', '.join(_LAYER_KEYS)}, got {kind!r}"
+            f"{where}.type: must be one of {', '.join(_LAYER_KEYS)}, got {clip_value(kind)}"
             f"{closest(str(kind), _LAYER_KEYS)}"
         )
     _check_keys(where, data, *_LAYER_KEYS[kind])

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 
-from hypar_sim.errors import InputError
+from hypar_sim.errors import InputError, clip_value
 from hypar_sim.workload.dims import Dim, Dims
 from hypar_sim.workload.ops import (
     Attrs,
@@ -73,7 +73,7 @@ def _pool_attrs(where: str, given: object) -> Attrs:
     ceil_mode) with their defaults; unknown or missing: InputError."""
     if not isinstance(given, dict):
         raise InputError(f"{where}: must be a mapping such as {{kernel: 2, stride: 2}}, "
-                         f"got {given!r}")
+                         f"got {clip_value(given)}")
     unknown = sorted(set(given) - {"kernel", "type", *_POOL_DEFAULTS})
     if unknown:
         raise InputError(f"{where}: unknown field '{unknown[0]}'; allowed: kernel, mode, "

@@ -31,7 +31,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from hypar_sim.errors import InputError
+from hypar_sim.errors import InputError, clip_value
 from hypar_sim.workload.dims import Dims
 from hypar_sim.workload.tdl import Access, Description, Expr, Ix, Whole
 
@@ -46,8 +46,20 @@ def positive(where: str, value: Any, minimum: int = 1) -> int:
     """`value` as an integer in [minimum, MAX_SIZE], or a one-line InputError."""
     if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= MAX_SIZE:
         raise InputError(f"{where}: must be an integer from {minimum} to {MAX_SIZE}, "
-                         f"got {value!r}")
+                         f"got {clip_value(value)}")
     return value
+
+
+#: Most elements of one tensor per sample (2^32: a 4-byte tensor of 16 GiB per sample; GPT-3's
+#: largest activation per sample has 2^25), so that bytes times a batch stay exact integers.
+MAX_ELEMENTS = 2**32
+
+
+def check_elements(where: str, shape: Shape) -> None:
+    """A one-line InputError if a per-sample tensor of `shape` is larger than MAX_ELEMENTS."""
+    if math.prod(shape) > MAX_ELEMENTS:
+        raise InputError(f"{where}: {list(shape)} has {math.prod(shape):,} elements per sample; "
+                         f"at most {MAX_ELEMENTS:,} (2^32)")
 
 
 def pair(where: str, value: Any, minimum: int = 1) -> tuple[int, int]:
@@ -55,7 +67,7 @@ def pair(where: str, value: Any, minimum: int = 1) -> tuple[int, int]:
     if isinstance(value, list | tuple):
         if len(value) != 2:
             raise InputError(f"{where}: must be an integer or a [rows, columns] pair, "
-                             f"got {value!r}")
+                             f"got {clip_value(value)}")
         return positive(where, value[0], minimum), positive(where, value[1], minimum)
     number = positive(where, value, minimum)
     return number, number
@@ -72,13 +84,13 @@ def pads(where: str, value: Any) -> tuple[int, int, int, int]:
 
 def flag(where: str, value: Any) -> bool:
     if not isinstance(value, bool):
-        raise InputError(f"{where}: must be true or false, got {value!r}")
+        raise InputError(f"{where}: must be true or false, got {clip_value(value)}")
     return value
 
 
 def choice(where: str, value: Any, allowed: Sequence[str]) -> str:
     if value not in allowed:
-        raise InputError(f"{where}: must be one of {', '.join(allowed)}, got {value!r}")
+        raise InputError(f"{where}: must be one of {', '.join(allowed)}, got {clip_value(value)}")
     return value
 
 
@@ -145,9 +157,9 @@ OPS: dict[str, OpSpec] = {}
 def register_op(spec: OpSpec) -> OpSpec:
     """Add an operator kind (a new name only, with its description)."""
     if spec.name in OPS:
-        raise ValueError(f"operator {spec.name!r} is registered already")
+        raise ValueError(f"operator {clip_value(spec.name)} is registered already")
     if not callable(spec.describe):
-        raise ValueError(f"operator {spec.name!r} has no description (describe)")
+        raise ValueError(f"operator {clip_value(spec.name)} has no description (describe)")
     OPS[spec.name] = spec
     return spec
 
@@ -161,7 +173,7 @@ def check_rank(where: str, shape: Shape, ranks: Sequence[int], what: str) -> Non
 
 def check_axis(where: str, value: Any, rank: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not -rank <= value < rank:
-        raise InputError(f"{where}: must be an axis from {-rank} to {rank - 1}, got {value!r}")
+        raise InputError(f"{where}: must be an axis from {-rank} to {rank - 1}, got {clip_value(value)}")
     return value % rank
 
 

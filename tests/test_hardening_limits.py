@@ -1,0 +1,115 @@
+"""Issue "Hardening", item 2: numbers too large to represent, wrong types and absurd
+hardware values are one line naming the file, field or flag with its allowed range (exit 2,
+no traceback, nothing written), checked before anything is allocated; quoted values are
+cut (`errors.clip_value`). In-process (`cli.main`), so each case costs milliseconds."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from hypar_sim.cli import main
+from hypar_sim.errors import MAX_QUOTED, clip_value
+from hypar_sim.hardware.config import HardwareConfig, describe, load_hardware
+
+CHAIN = "input: {channels: 1, height: 28, width: 28}\nlayers:\n" \
+        "  - {type: conv, out_channels: %s, kernel: 5}\n  - {type: fc, out_features: 10}\n"
+
+FILES = {
+    "5,000-digit integer": ("net.yaml", CHAIN % ("9" * 5000), ("run", "{path}"),
+                            "YAML error: Exceeds the limit (4300 digits)"),
+    "graph inputs as a list of maps": (
+        "g.yaml", "inputs:\n  - {x: [3, 8, 8]}\nnodes:\n  - {name: r, type: act, "
+        "function: relu}\n", ("run", "{path}"), "inputs: must map each input's name to its"),
+    "graph outputs as a map": (
+        "g.yaml", "inputs: {x: [3, 8, 8]}\nnodes:\n  - {name: r, type: act, function: relu}\n"
+        "outputs: {a: 1}\n", ("run", "{path}"), "outputs: must list node names"),
+    "a tensor of 2^72 elements": (
+        "g.yaml", "inputs: {x: [16777216, 16777216, 16777216]}\nnodes:\n  - {name: r, type: "
+        "act, function: relu}\n", ("run", "{path}"),
+        "inputs.x: [16777216, 16777216, 16777216] has 4,722,366,482,869,645,213,696 elements "
+        "per sample; at most 4,294,967,296"),
+    "a chain layer of 2^72 elements": (
+        "net.yaml", CHAIN.replace("channels: 1, height: 28, width: 28",
+                                  "channels: 16777216, height: 16777216, width: 16777216") % 4,
+        ("run", "{path}"), "elements per sample; at most 4,294,967,296"),
+    "a 1e30 KiB buffer": ("hw.yaml", "buffer_kib: 1e30\n", ("run", "lenet_c", "--config",
+                                                            "{path}"),
+                          "buffer_kib: 1e+30 is out of range; allowed: 1/1024 to 1,048,576 KiB"),
+    "a 1e30 KiB buffer, shown": ("hw.yaml", "buffer_kib: 1e30\n", ("hardware", "--config",
+                                                                   "{path}"),
+                                 "buffer_kib: 1e+30 is out of range"),
+}
+
+FLAGS = {
+    "batch of 10^30": (("run", "lenet_c", "--batch", str(10**30)),
+                       "--batch: must be an integer from 1 to 16,777,216, got 1000000000000000"),
+    "a link of 1e-300 Gb/s": (("run", "lenet_c", "--set", "link_bandwidth_gbps=1e-300"),
+                              "link_bandwidth_gbps: 1e-300 is out of range; allowed: 0.001 to "
+                              "10,000,000 Gb/s"),
+    "sweep over 0 accelerators": (("sweep", "--networks", "lenet_c", "--accelerators", "0"),
+                                  "--accelerators: each must be an integer from 1 to "
+                                  "1,048,576, got 0"),
+    "sweep over a batch of 10^30": (("sweep", "--networks", "lenet_c", "--batch", str(10**30)),
+                                    "--batch: each must be an integer from 1 to 16,777,216"),
+}
+
+
+def clean_failure(capsys, argv: list[str], fragment: str) -> None:
+    assert main(argv) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and "Traceback" not in err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and fragment in lines[0], lines
+
+
+@pytest.mark.parametrize("case", sorted(FILES))
+def test_bad_files(capsys, tmp_path, case):
+    name, body, argv, fragment = FILES[case]
+    path = tmp_path / name
+    path.write_text(body)
+    csv = tmp_path / "out.csv"
+    args = [a.format(path=path) for a in argv]
+    clean_failure(capsys, args + (["--csv", str(csv)] if args[0] == "run" else []), fragment)
+    assert not csv.exists()
+
+
+@pytest.mark.parametrize("case", sorted(FLAGS))
+def test_bad_flags(capsys, tmp_path, case):
+    argv, fragment = FLAGS[case]
+    out = tmp_path / "sweep.csv"
+    clean_failure(capsys, list(argv) + (["--out", str(out)] if argv[0] == "sweep" else []),
+                  fragment)
+    assert not out.exists()
+
+
+def test_quoted_values_are_cut():
+    assert clip_value("x" * 10) == "'xxxxxxxxxx'"
+    long = clip_value(list(range(10_000)))
+    assert len(long) <= MAX_QUOTED + 25 and long.endswith("... (58,890 characters)")
+    assert clip_value(int("9" * 4000) * 10**400) == "an integer of more than 4,300 digits"
+
+
+def test_every_hardware_key_has_a_finite_range_shown(capsys):
+    """Each key has a stated range (issue: e.g. cube_capacity_gib from 1/1024 to 1,048,576),
+    finite at both ends, shown by `hardware`."""
+    rows = describe(load_hardware())
+    assert len(rows) == len(dataclasses.fields(HardwareConfig)) + 2  # and accelerators, batch
+    for row in rows:
+        assert row["allowed"], row["key"]
+        if " to " in row["allowed"]:
+            assert "inf" not in row["allowed"], row["key"]
+    assert main(["hardware"]) == 0
+    assert "cube_capacity_gib                   8  GiB      1/1048576 to 1,048,576" in \
+        capsys.readouterr().out
+
+
+def test_a_config_file_repeating_defaults_keeps_their_citations(tmp_path):
+    """`hardware --yaml > my_hw.yaml`, one value changed: the unchanged keys keep the
+    default file's citation; the changed one says where it was set."""
+    path = tmp_path / "my_hw.yaml"
+    path.write_text("clock_mhz: 250\nbuffer_kib: 216\n")
+    rows = {row["key"]: row["source"] for row in describe(load_hardware(path), str(path))}
+    assert rows["clock_mhz"].startswith("HyPar 6.1") and rows["buffer_kib"] == \
+        f"set in {path}"
