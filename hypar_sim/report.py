@@ -104,17 +104,23 @@ def clip(text: str, width: int) -> str:
     return text if len(text) <= width else "…" + text[len(text) - width + 1:]
 
 
-#: Widths of the node table's text columns (node, op, inputs), so that a table of an
-#: exported model's long names fits 120 columns.
-NODE_COLUMNS = (30, 16, 26)
+#: Width of the node table (`nodes_table`): its text columns are cut to fit.
+TABLE_COLUMNS = 120
 
 
 def nodes_table(graph: Graph) -> str:
     """Every node of a graph: operator, inputs, output shape, parameters, MACs (long names
-    cut, `clip`, so that a row fits 120 columns; `--json` has them whole)."""
-    name, op, inputs = NODE_COLUMNS
-    rows = [(clip(n.name, name), clip(op_label(n), op), clip(", ".join(n.inputs), inputs),
-             "x".join(map(str, n.shape)), f"{n.params:,}", f"{n.macs:,}") for n in graph.nodes]
+    and operators cut, `clip`, so that a row fits TABLE_COLUMNS; `--json` has them
+    whole)."""
+    heads = ("node", "op", "inputs", "output", "parameters", "MACs/sample")
+    full = [(n.name, op_label(n), ", ".join(n.inputs), "x".join(map(str, n.shape)),
+             f"{n.params:,}", f"{n.macs:,}") for n in graph.nodes]
+    widths = [max(len(str(row[i])) for row in [heads, *full]) for i in range(len(heads))]
+    room = TABLE_COLUMNS - sum(widths[3:]) - 2 * (len(heads) - 1)
+    op = min(widths[1], 16)
+    name = min(widths[0], max(len(heads[0]), (room - op) * 11 // 20))
+    inputs = max(len(heads[2]), room - op - name)
+    rows = [(clip(a, name), clip(b, op), clip(c, inputs), *rest) for a, b, c, *rest in full]
     outputs = clip(", ".join(graph.outputs), 60)
     notes = "".join(f"note: {note}\n" for note in graph.notes)
     head = (f"{graph.name}: {graph.description}\nsource: {graph.source}\n{notes}"

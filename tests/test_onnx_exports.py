@@ -246,3 +246,54 @@ def test_seq_is_refused_where_the_export_fixes_or_has_no_tokens(tmp_path):
     image = save(tmp_path, "image", [n("Relu", ["x"], ["y"])], [x], [])
     with pytest.raises(InputError, match="--seq: .* has no token input"):
         load_workload(str(image), seq=16)
+
+
+def test_audio_einsum_and_mask_operators(tmp_path):
+    """What other exports use (tried as a new user would, issue "ONNX import"): a 1-D
+    convolution (Whisper, wav2vec 2.0: a 2-D one over one row, the same MACs), instance
+    normalisation, Einsum as a batched product (MaxViT) or a linear, and GatherND (the
+    padding mask of transformers' dynamo exports)."""
+    x = helper.make_tensor_value_info("audio", TensorProto.FLOAT, ["N", 4, 50])
+    nodes = [n("Conv", ["audio", "k1", "b1"], ["c"], strides=[2], pads=[1, 1]),
+             n("InstanceNormalization", ["c", "in_s", "in_b"], ["norm"]),
+             n("Transpose", ["norm"], ["t"], perm=[0, 2, 1]),
+             n("Einsum", ["t", "w"], ["lin"], equation="btc,cd->btd"),
+             n("Einsum", ["lin", "lin"], ["gram"], equation="bid,bjd->bij")]
+    inits = [weight("k1", 8, 4, 3), weight("b1", 8), weight("in_s", 8), weight("in_b", 8),
+             weight("w", 8, 6)]
+    g = load_workload(str(save(tmp_path, "audio", nodes, [x], inits)))
+    length = (50 + 2 - 3) // 2 + 1
+    assert g.node("c").shape == (8, length) and g.node("c/conv2d").op == "conv"
+    assert g.node("c/conv2d").macs == 8 * 4 * 3 * length
+    assert g.node("lin").op == "fc" and g.node("lin").macs == length * 8 * 6
+    assert g.node("gram").op == "matmul" and g.node("gram").attrs["transpose_b"]
+    assert g.node("gram").macs == length * length * 6
+    assert g.node("norm").op == "tensor_op"
+    assert g.params == 8 * 4 * 3 + 8 + 16 + 48
+    assert not [node.name for node in g.nodes if node.desc is None]
+    with pytest.raises(InputError, match="Einsum 'btc,bcd->bd' is not a \\(batched\\) matrix"):
+        load_workload(str(save(tmp_path, "odd", [n("Einsum", ["audio", "audio"], ["y"],
+                                                       equation="btc,bcd->bd")], [x], [])))
+
+
+def test_gather_nd_of_a_padding_mask(tmp_path):
+    """transformers' dynamo export builds its padding mask as mask[batch_index, kv_index]:
+    GatherND of the [1, seq] mask by [1, 1, 1, seq, 2] index pairs."""
+    seq = 6
+    mask = helper.make_tensor_value_info("attention_mask", TensorProto.FLOAT, [1, seq])
+    pairs = [[[[[0, j] for j in range(seq)]]]]
+    g = load_workload(str(save(tmp_path, "mask", [n("GatherND", ["attention_mask", "idx"],
+                                                       ["picked"])], [mask],
+                               [ints("idx", pairs)])))
+    picked = g.node("picked")
+    assert picked.shape == (1, 1, seq) and picked.op == "tensor_op" and picked.desc is not None
+
+
+def test_dim_cannot_set_the_batch_nor_repeat_seq(tmp_path):
+    path = llama_block(tmp_path, fixed=False)
+    with pytest.raises(InputError, match="--dim: batch is the batch axis .*--batch sets"):
+        load_workload(str(path), seq=8, dims={"batch": 4})
+    with pytest.raises(InputError, match="sequence is the sequence axis .* by --seq or --dim, "
+                                         "not both"):
+        load_workload(str(path), seq=8, dims={"sequence": 8})
+    assert load_workload(str(path), dims={"sequence": 8}).inputs == {"input_ids": (8,)}

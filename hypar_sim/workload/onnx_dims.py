@@ -71,13 +71,19 @@ def bind_inputs(path: Path, inputs: Sequence[Any], seq: int | None,
                 continue
             name = dim.dim_param or f"{tensor.name}[{axis}]"
             symbolic.add(name)
-            if axis == 0 and name not in dims:
+            if axis == 0:
+                if name in dims:
+                    raise InputError(f"--dim: {name} is the batch axis (axis 0 of input "
+                                     f"{tensor.name}); --batch sets the samples of a step")
                 batch = batch or name
                 value = PROBE_BATCH
+            elif axis == 1 and _tokens(tensor, axes):
+                if seq is not None and name in dims:
+                    raise InputError(f"--dim: {name} is the sequence axis of input "
+                                     f"{tensor.name}; give it by --seq or --dim, not both")
+                value = seq if seq is not None else dims.get(name, DEFAULT_SEQ)
             elif name in dims:
                 value = dims[name]
-            elif axis == 1 and _tokens(tensor, axes):
-                value = seq if seq is not None else DEFAULT_SEQ
             else:
                 raise InputError(f"{path}: input {tensor.name} axis {axis} is dynamic "
                                  f"('{name}'); give its size with --dim {name}=SIZE")

@@ -94,7 +94,8 @@ def map_node(im: Any, node: Any) -> None:
     mapper(im, call)
 
 
-def _shape(im: Any, name: str) -> list[int]:
+def sample_shape(im: Any, name: str) -> list[int]:
+    """Tensor `name`'s per-sample shape."""
     return list(im.sample(name).shape)
 
 
@@ -103,17 +104,17 @@ def tensor_op(im: Any, call: Call, follows: list[int | None] | None = None,
     """A `tensor_op` node: shape from ONNX, output axes following the first activation's
     (`follows`; default numpy's broadcasting), the learned constants it reads counted."""
     out = out or call.out
-    attrs: dict[str, Any] = {"function": call.node.op_type, "shape": _shape(im, out),
+    attrs: dict[str, Any] = {"function": call.node.op_type, "shape": sample_shape(im, out),
                              "params": im.learned_params(call.consts)}
     if follows is not None:
         attrs["from_axes"] = follows
     im.emit(out, "tensor_op", call.acts, **attrs)
 
 
-def _same_axes(im: Any, call: Call) -> list[int | None]:
+def same_axes(im: Any, call: Call) -> list[int | None]:
     """Every output axis follows the same axis of the first activation (same rank)."""
-    rank = len(_shape(im, call.out))
-    if len(_shape(im, call.acts[0])) != rank:
+    rank = len(sample_shape(im, call.out))
+    if len(sample_shape(im, call.acts[0])) != rank:
         raise im.refuse(call.node, "its output and input ranks differ per sample")
     return list(range(rank))
 
@@ -126,16 +127,31 @@ def _conv(im: Any, call: Call) -> None:
     if node.input[1] not in im.weights or node.input[1] in im.active:
         raise im.refuse(node, "its weights are computed from activations; not supported")
     kernels, _, *window = im.weights[node.input[1]]
-    if len(window) != 2:
-        raise im.refuse(node, f"only 2-D convolutions are supported, got a {len(window)}-D "
-                        "kernel")
+    if len(window) not in (1, 2):
+        raise im.refuse(node, f"only 1-D and 2-D convolutions are supported, got a "
+                        f"{len(window)}-D kernel")
     im.claim(call.out, node.input[1])
-    im.emit(call.out, "conv", call.acts[:1], out_channels=kernels, kernel=list(window),
-            stride=list(attrs.get("strides", [1, 1])), padding=_pads(im, call),
-            dilation=list(attrs.get("dilations", [1, 1])), groups=int(attrs.get("group", 1)),
-            bias=len(node.input) > 2 and bool(node.input[2]))
-    if len(node.input) > 2 and node.input[2]:
+    bias = len(node.input) > 2 and bool(node.input[2])
+    if bias:
         im.claim(call.out, node.input[2])
+    if len(window) == 2:
+        im.emit(call.out, "conv", call.acts[:1], out_channels=kernels, kernel=list(window),
+                stride=list(attrs.get("strides", [1, 1])), padding=_pads(im, call),
+                dilation=list(attrs.get("dilations", [1, 1])),
+                groups=int(attrs.get("group", 1)), bias=bias)
+        return
+    # a 1-D convolution (audio: Whisper, wav2vec 2.0) is a 2-D one over one row
+    channels, length = sample_shape(im, call.acts[0])
+    before, after = (list(attrs.get("pads", [0, 0])) + [0, 0])[:2]
+    if attrs.get("auto_pad", b"NOTSET") not in (b"NOTSET", "NOTSET", b"VALID", "VALID"):
+        raise im.refuse(node, "a 1-D convolution with auto_pad SAME is not supported")
+    im.emit(f"{call.out}/rows", "reshape", call.acts[:1], shape=[channels, 1, length])
+    im.emit(f"{call.out}/conv2d", "conv", [f"{call.out}/rows"], out_channels=kernels,
+            kernel=[1, window[0]], stride=[1, int(attrs.get("strides", [1])[0])],
+            padding=[0, int(before), 0, int(after)],
+            dilation=[1, int(attrs.get("dilations", [1])[0])],
+            groups=int(attrs.get("group", 1)), bias=bias)
+    im.emit(call.out, "reshape", [f"{call.out}/conv2d"], shape=sample_shape(im, call.out))
 
 
 @maps("Gemm")
@@ -153,7 +169,7 @@ def _gemm(im: Any, call: Call) -> None:
 def _fc(im: Any, call: Call, weight: str, features: int, bias: bool) -> None:
     tied = im.claim(call.out, weight)
     attrs: dict[str, Any] = {"out_features": features, "bias": bias}
-    if len(_shape(im, call.acts[0])) == 3:
+    if len(sample_shape(im, call.acts[0])) == 3:
         attrs["flatten"] = False  # a MatMul acts on the last axis (a channels-last linear)
     if tied:
         attrs["tied_to"] = tied
@@ -187,10 +203,41 @@ def _gather(im: Any, call: Call) -> None:
         raise im.refuse(node, "a Gather is read as an embedding (a 2-D table, active ids) or "
                         "as indexing an activation by constant indices")
     axis = im.axis(node, node.input[0], call.attrs.get("axis", 0))
-    rank = len(_shape(im, node.input[0]))
-    indices = len(_shape(im, call.out)) - rank + 1  # the indices' axes, per sample
+    rank = len(sample_shape(im, node.input[0]))
+    indices = len(sample_shape(im, call.out)) - rank + 1  # the indices' axes, per sample
     follows = [*range(axis), *[None] * indices, *range(axis + 1, rank)]
     tensor_op(im, call, follows)
+
+
+@maps("Einsum")
+def _einsum(im: Any, call: Call) -> None:
+    """An Einsum that is a (batched) matrix product: of two activations, a matmul; of an
+    activation by a 2-D weight, an fc layer (MaxViT's attention, some linears)."""
+    node = call.node
+    equation = call.attrs["equation"]
+    equation = (equation.decode() if isinstance(equation, bytes) else equation).replace(" ", "")
+    terms, _, out = equation.partition("->")
+    inputs = terms.split(",")
+    if len(inputs) != 2 or not out:
+        raise im.refuse(node, f"Einsum '{equation}' is not a product of two tensors")
+    a, b = inputs
+    summed = [c for c in a if c in b and c not in out]
+    weight = len(call.acts) == 1 and call.acts[0] == node.input[0] and len(b) == 2
+    if len(summed) == 1 and weight and a[-1] == summed[0] and out == a[:-1] + \
+            b.replace(summed[0], ""):
+        rows, cols = im.weights[node.input[1]]
+        _fc(im, call, node.input[1], cols if b[0] == summed[0] else rows, False)
+        return
+    k = summed[0] if len(summed) == 1 else ""
+    if len(call.acts) == 2 and k and a[-1] == k and a[:-2] == b[:-2] and \
+            k in b[-2:] and out == a[:-1] + b[-2:].replace(k, ""):
+        if b[-1] == k:
+            im.emit(call.out, "matmul", call.acts, transpose_b=True)
+        else:
+            im.emit(call.out, "matmul", call.acts)
+        return
+    raise im.refuse(node, f"Einsum '{equation}' is not a (batched) matrix product "
+                    "(..., i, k) x (..., k, j) -> (..., i, j)")
 
 
 # --- normalisations, activations, elementwise -------------------------------------------
@@ -204,7 +251,7 @@ def _batch_norm(im: Any, call: Call) -> None:
 @maps("LayerNormalization")
 def _layer_norm(im: Any, call: Call) -> None:
     if im.axis(call.node, call.acts[0], call.attrs.get("axis", -1)) != \
-            len(_shape(im, call.acts[0])) - 1:
+            len(sample_shape(im, call.acts[0])) - 1:
         tensor_op(im, call)
         return
     im.learned_params(call.consts)
@@ -239,135 +286,31 @@ def _softmax(im: Any, call: Call) -> None:
 
 @maps("Add", "Mul")
 def _sum_product(im: Any, call: Call) -> None:
-    out = _shape(im, call.out)
+    out = sample_shape(im, call.out)
     if len(call.acts) >= 2 and not call.consts and \
-            any(_shape(im, a) == out for a in call.acts):
+            any(sample_shape(im, a) == out for a in call.acts):
         im.emit(call.out, call.node.op_type.lower(), call.acts)
     else:
-        tensor_op(im, call, _broadcast_axes(im, call))
+        tensor_op(im, call, broadcast_axes(im, call))
 
 
-@maps("Sub", "Div", "Pow", "Where", "Min", "Max", "Mean", "Sum", "PRelu", "Equal", "Less",
+@maps("InstanceNormalization", "GroupNormalization", "MeanVarianceNormalization",
+      "RMSNormalization", "LpNormalization",
+      "Sub", "Div", "Pow", "Where", "Min", "Max", "Mean", "Sum", "PRelu", "Equal", "Less",
       "Greater", "And", "Or", "Not", "Erf", "Sqrt", "Exp", "Log", "Neg", "Abs", "Reciprocal",
       "Cast", "CastLike", "LeakyRelu", "Elu", "Selu", "Softplus", "Softsign", "HardSigmoid",
       "Clip", "Floor", "Ceil", "Sin", "Cos", "IsNaN", "IsInf", "Trilu", "CumSum")
 def _elementwise(im: Any, call: Call) -> None:
-    tensor_op(im, call, _broadcast_axes(im, call))
+    tensor_op(im, call, broadcast_axes(im, call))
 
 
-def _broadcast_axes(im: Any, call: Call) -> list[int | None] | None:
+def broadcast_axes(im: Any, call: Call) -> list[int | None] | None:
     """An elementwise output's axes: the first activation's, right-aligned (numpy)."""
-    out, first = _shape(im, call.out), _shape(im, call.acts[0])
+    out, first = sample_shape(im, call.out), sample_shape(im, call.acts[0])
     skip = len(out) - len(first)
     if skip < 0:
         raise im.refuse(call.node, "its activation has more axes than its output per sample")
     return [j - skip if j >= skip else None for j in range(len(out))]
-
-
-# --- moving elements ----------------------------------------------------------------------
-
-@maps("Reshape", "Flatten", "Squeeze", "Unsqueeze")
-def _reshape(im: Any, call: Call) -> None:
-    shape = _shape(im, call.out)
-    if call.node.op_type == "Flatten" and len(shape) == 1:
-        im.emit(call.out, "flatten", call.acts[:1])
-    else:
-        im.emit(call.out, "reshape", call.acts[:1], shape=shape)
-
-
-@maps("Transpose")
-def _transpose(im: Any, call: Call) -> None:
-    """The permutation of the per-sample axes; one that only moves axes of size 1 (or the
-    batch) is a reshape."""
-    source = im.sample(call.acts[0])
-    rank = len(source.shape) + (1 if source.dropped else 0)
-    perm = [int(p) for p in call.attrs.get("perm", list(reversed(range(rank))))]
-    order = [source.sample_axis(p) for p in perm]
-    order = [p for p in order if p is not None]
-    moved = [p for p in order if source.shape[p] > 1]
-    if moved == sorted(moved):
-        im.emit(call.out, "reshape", call.acts, shape=_shape(im, call.out))
-    elif [source.shape[p] for p in order] == _shape(im, call.out):
-        im.emit(call.out, "transpose", call.acts, perm=order)
-    else:  # the batch fixed at 1 leaves an axis of size 1 where the export moved it
-        im.emit(f"{call.out}/transpose", "transpose", call.acts, perm=order)
-        im.emit(call.out, "reshape", [f"{call.out}/transpose"], shape=_shape(im, call.out))
-
-
-@maps("Concat")
-def _concat(im: Any, call: Call) -> None:
-    axis = im.axis(call.node, call.acts[0], call.attrs["axis"])
-    if call.consts:
-        tensor_op(im, call, _same_axes(im, call))
-    else:
-        im.emit(call.out, "concat", call.acts, axis=axis)
-
-
-@maps("Split")
-def _split(im: Any, call: Call) -> None:
-    axis = im.axis(call.node, call.acts[0], call.attrs.get("axis", 0))
-    start = 0
-    for part in call.node.output:
-        size = _shape(im, part)[axis]
-        im.emit(part, "slice", call.acts, axis=axis, start=start, stop=start + size)
-        start += size
-
-
-@maps("Slice")
-def _slice(im: Any, call: Call) -> None:
-    """One axis by constant bounds with step 1: a `slice` node (ShuffleNet's channel
-    split); anything else a tensor_op."""
-    node = call.node
-    before, after = _shape(im, node.input[0]), _shape(im, call.out)
-    bounds = [im.values.get(name) for name in node.input[1:] if name]
-    changed = [a for a, (x, y) in enumerate(zip(before, after, strict=True)) if x != y]
-    if call.acts != [node.input[0]] or any(b is None for b in bounds) or len(changed) != 1 \
-            or any(int(step) != 1 for step in (bounds[3] if len(bounds) > 3 else [1])):
-        tensor_op(im, call, _same_axes(im, call))
-        return
-    source = im.sample(node.input[0])
-    axes = [int(a) for a in bounds[2]] if len(bounds) > 2 else list(range(len(bounds[0])))
-    onnx_axes = [source.sample_axis(a) for a in axes]
-    axis = changed[0]
-    start = int(bounds[0][onnx_axes.index(axis)]) if axis in onnx_axes else 0
-    start = min(max(start + before[axis] if start < 0 else start, 0), before[axis])
-    im.emit(call.out, "slice", call.acts, axis=axis, start=start, stop=start + after[axis])
-
-
-@maps("Pad", "Tile", "Resize", "Upsample", "GatherElements", "ScatterND", "ScatterElements")
-def _same_rank(im: Any, call: Call) -> None:
-    tensor_op(im, call, _same_axes(im, call))
-
-
-@maps("Expand")
-def _expand(im: Any, call: Call) -> None:
-    tensor_op(im, call, _broadcast_axes(im, call))
-
-
-@maps("ReduceMean", "ReduceMax", "ReduceMin", "ReduceSum", "ReduceL2", "ReduceProd",
-      "ReduceSumSquare", "ArgMax", "ArgMin")
-def _reduce(im: Any, call: Call) -> None:
-    """Over a feature map's rows and columns: a global pool; otherwise a tensor_op whose
-    reduced axes are read whole."""
-    node, attrs = call.node, call.attrs
-    source = _shape(im, node.input[0])
-    axes = attrs.get("axes", [attrs["axis"]] if "axis" in attrs else None)
-    if axes is None and len(node.input) > 1 and node.input[1] in im.values:
-        axes = [int(a) for a in im.values[node.input[1]]]
-    axes = list(range(len(source))) if axes is None else \
-        sorted(im.axis(node, node.input[0], a) for a in axes)
-    keep = attrs.get("keepdims", 1)
-    if len(source) == 3 and axes == [1, 2] and node.op_type in ("ReduceMean", "ReduceMax"):
-        mode = "avg" if node.op_type == "ReduceMean" else "max"
-        if keep:
-            im.emit(call.out, "global_pool", call.acts, mode=mode)
-        else:
-            im.emit(f"{call.out}/pool", "global_pool", call.acts, mode=mode)
-            im.emit(call.out, "flatten", [f"{call.out}/pool"])
-        return
-    follows = list(range(len(source))) if keep else \
-        [a for a in range(len(source)) if a not in axes]
-    tensor_op(im, call, follows)
 
 
 # --- pooling ---------------------------------------------------------------------------
@@ -395,7 +338,7 @@ def _pads(im: Any, call: Call) -> list[int]:
     if auto not in ("SAME_UPPER", "SAME_LOWER"):
         top, left, bottom, right = (list(attrs.get("pads", [0, 0, 0, 0])) + [0] * 4)[:4]
         return [top, left, bottom, right]
-    _, rows, cols = _shape(im, call.acts[0])
+    _, rows, cols = sample_shape(im, call.acts[0])
     kernel = attrs.get("kernel_shape") or im.weights[node.input[1]][2:]
     strides = attrs.get("strides", [1, 1])
     dilations = attrs.get("dilations", [1, 1])
@@ -405,3 +348,7 @@ def _pads(im: Any, call: Call) -> list[int]:
     big = [t - t // 2 for t in total]
     before, after = (small, big) if auto == "SAME_UPPER" else (big, small)
     return [before[0], before[1], after[0], after[1]]
+
+
+# The mappers of operators that move elements register themselves (after the framework).
+from hypar_sim.workload import onnx_moves as _moves  # noqa: E402,F401,I001
