@@ -17,7 +17,7 @@ from hypar_sim.partition.axes import sites as graph_sites
 from hypar_sim.partition.hierarchy import Hierarchy
 from hypar_sim.planner.options import PlanOptions
 from hypar_sim.planner.plan import evaluate_plan, make_plan, plan_graph
-from hypar_sim.planner.plan_messages import shared_table, sharing_edges
+from hypar_sim.planner.plan_messages import shared_cost, shared_table, sharing_edges
 from hypar_sim.planner.traffic import TRAFFIC_MODELS
 from hypar_sim.workload.graph import parse_graph
 from hypar_sim.workload.layers import FeatureShape, make_conv, make_fc
@@ -333,3 +333,32 @@ def test_sequence_parallelism_is_the_spatial_kind_on_token_streams():
     assert plan.columns == (("spatial",), ("spatial",))  # each member its tokens
     # nothing moves between the layers; both weight gradients are all-reduced (reduce + gather)
     assert plan.traffic_bytes == 2 * (4096 * 16384 + 16384 * 4096) * 4
+
+
+@pytest.mark.parametrize("kinds", [("batch", "in", "out"), ("batch", "out", "spatial", "heads")])
+def test_shared_tables_equal_the_cell_by_cell_cost(kinds):
+    """`shared_table` (each edge's table broadcast over the group's grid) gives, in every
+    cell, `shared_cost` of that combination (the consumers that read alike paying once):
+    brute force over every combination of the group's options, on a layer norm read by q,
+    k and v."""
+    graph = parse_graph({"inputs": {"x": [4, 8]}, "nodes": [
+        {"name": "ln", "type": "layer_norm"},
+        *({"name": t, "type": "fc", "out_features": 8, "inputs": ["ln"]} for t in "qkv"),
+        {"name": "sum", "type": "add", "inputs": ["q", "k", "v"]}]}, "shared")
+    hierarchy, batch = Hierarchy.binary(2), 4
+    sites = graph_sites(graph)
+    options = [[c for c in itertools.product(kinds, repeat=hierarchy.levels)
+                if node_layout.offered(s, batch, c, hierarchy)] for s in sites]
+    costs = node_layout.Costs(batch, 4)
+    shared = [edges for edges in sharing_edges(graph) if len(edges) > 1]
+    assert shared
+    for edges in shared:
+        nodes, table = shared_table(costs, sites, edges, options, hierarchy)
+        cells = list(itertools.product(*(options[n] for n in nodes)))
+        assert len(table) == len(cells)
+        for combo, value in zip(cells, table, strict=True):
+            columns = [()] * len(sites)
+            for n, column in zip(nodes, combo, strict=True):
+                columns[n] = column
+            assert value == pytest.approx(shared_cost(costs, sites, edges, columns, hierarchy),
+                                          rel=1e-12, abs=1e-9)

@@ -7,12 +7,13 @@ columns, and it plans and runs."""
 from __future__ import annotations
 
 import json
+import math
 import shutil
 from pathlib import Path
 
 import pytest
 
-pytest.importorskip("onnx")
+onnx = pytest.importorskip("onnx")
 
 from hypar_sim.report import nodes_table  # noqa: E402
 from hypar_sim.request import make_request  # noqa: E402
@@ -49,9 +50,23 @@ def test_the_corpus_has_the_twelve_kinds():
             "bert_base", "gpt2", "llama_small"} <= set(MODELS)
 
 
+def initializer_values(path: Path) -> int:
+    """The learned values the graph file stores: floating-point initializers of more than
+    one element, batch norms' running statistics left out."""
+    model = onnx.load(str(path), load_external_data=False)
+    statistics = {name for node in model.graph.node if node.op_type == "BatchNormalization"
+                  for name in node.input[3:5]}
+    return sum(math.prod(t.dims) for t in model.graph.initializer
+               if t.data_type in (1, 10, 11, 16) and math.prod(t.dims) > 1
+               and t.name not in statistics)
+
+
 @pytest.mark.parametrize("name", MODELS)
 def test_imports_without_weights_with_torchs_counts(tmp_path, name):
+    """Issue "ONNX import": MACs within 1% of torch's (they are equal), parameters equal to
+    the graph's initializers, and within PARAMS_TOLERANCE of torch's count."""
     graph, torch = imported(name, tmp_path)
+    assert graph.params == initializer_values(CORPUS / f"{name}.onnx")
     assert graph.macs_per_sample == pytest.approx(torch["macs_per_sample"], rel=0.01)
     assert graph.params == pytest.approx(torch["params"] + EXPORT_COPIES.get(name, 0),
                                          rel=PARAMS_TOLERANCE)

@@ -12,8 +12,9 @@ Steps are keyed like a chain's (node, why) and sent by the `ring` collective.
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Mapping, Sequence
+
+import numpy as np
 
 from hypar_sim.partition import node_layout
 from hypar_sim.partition.axes import Site
@@ -79,14 +80,36 @@ def shared_table(costs: node_layout.Costs, sites: Sequence[Site], edges: Sequenc
                  options: Sequence[Sequence[Column]], hierarchy: Hierarchy
                  ) -> tuple[tuple[int, ...], list[float]]:
     """The group's nodes (producer first) and its bytes for every combination of their
-    options (C order), for the planner's min-sum elimination."""
+    options (C order), for the planner's min-sum elimination: `shared_cost` of every cell,
+    from each edge's table over its two nodes (`Costs.edge_table`) and each consumer's read
+    signatures, broadcast over the grid (an edge counts where no earlier edge of the group
+    reads alike), so that the edges' costs are computed once, not once per cell."""
     nodes = tuple(dict.fromkeys([edges[0][0], *(c for _, c, _ in edges)]))
-    columns: dict[int, Column] = {}
-    table = []
-    for combo in itertools.product(*(options[n] for n in nodes)):
-        columns.update(zip(nodes, combo, strict=True))
-        table.append(shared_cost(costs, sites, edges, columns, hierarchy))
-    return nodes, table
+    shape = [len(options[n]) for n in nodes]
+    axis = {n: i for i, n in enumerate(nodes)}
+
+    def spread(values: np.ndarray, along: Sequence[int]) -> np.ndarray:
+        """`values` over the nodes `along` (in order), broadcast to the whole grid."""
+        view = [1] * len(nodes)
+        for n, size in zip(along, values.shape, strict=True):
+            view[axis[n]] = size
+        return np.broadcast_to(values.reshape(view), shape)
+
+    ids: dict[tuple, int] = {}
+    total = np.zeros(shape)
+    signatures: list[np.ndarray] = []
+    for p, c, k in edges:
+        cost = spread(np.asarray(costs.edge_table(sites[p], sites[c], k, options[p],
+                                                  options[c], hierarchy), dtype=float), (p, c))
+        signature = spread(np.array([ids.setdefault(costs.reads(sites[c], k, column,
+                                                                hierarchy), len(ids))
+                                     for column in options[c]]), (c,))
+        alone = np.ones(shape, dtype=bool)
+        for earlier in signatures:
+            alone &= earlier != signature
+        total += np.where(alone, cost, 0.0)
+        signatures.append(signature)
+    return nodes, total.reshape(-1).tolist()
 
 
 #: The step each stage of an edge, a gradient or the loss goes into, keyed like a chain's:
