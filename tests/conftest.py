@@ -2,15 +2,23 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from collections import defaultdict
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from hypar_sim.planner.options import PlanOptions
 from hypar_sim.workload.layers import FeatureShape, Layer, Pool, make_conv, make_fc
+
+#: Property tests draw the same examples on every run (`derandomize`), so that a failure in
+#: CI reproduces on any machine; `HYPOTHESIS_PROFILE=explore pytest` draws new ones.
+settings.register_profile("fixed", derandomize=True, print_blob=True)
+settings.register_profile("explore", derandomize=False, print_blob=True)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "fixed"))
 
 REPO = Path(__file__).resolve().parents[1]
 #: HyPar's reading of its Tables 1 and 2, which the figures (and the tests of them) ask for.

@@ -12,6 +12,9 @@ import pytest
 from hypar_sim.cli import main
 from hypar_sim.errors import MAX_QUOTED, clip_value
 from hypar_sim.hardware.config import HardwareConfig, describe, load_hardware
+from hypar_sim.request import make_request
+from hypar_sim.runner import simulate_request
+from hypar_sim.workload.network import available_graphs, available_networks
 
 CHAIN = "input: {channels: 1, height: 28, width: 28}\nlayers:\n" \
         "  - {type: conv, out_channels: %s, kernel: 5}\n  - {type: fc, out_features: 10}\n"
@@ -34,6 +37,13 @@ FILES = {
         "net.yaml", CHAIN.replace("channels: 1, height: 28, width: 28",
                                   "channels: 16777216, height: 16777216, width: 16777216") % 4,
         ("run", "{path}"), "elements per sample; at most 4,294,967,296"),
+    "a network named by a list": ("net.yaml", "name: [1, 2]\n" + CHAIN % 4, ("run", "{path}"),
+                                  "name: must be a name (text), got [1, 2]"),
+    "a node name with a terminal escape": (
+        "g.yaml", "inputs: {x: [3, 8, 8]}\nnodes:\n  - {name: \"\\e[31mred\", type: act, "
+        "function: relu}\n", ("run", "{path}"),
+        "nodes[0].name: must be 1 to 200 printable characters (no control or escape "
+        "characters), got '\\x1b[31mred'"),
     "a 1e30 KiB buffer": ("hw.yaml", "buffer_kib: 1e30\n", ("run", "lenet_c", "--config",
                                                             "{path}"),
                           "buffer_kib: 1e+30 is out of range; allowed: 1/1024 to 1,048,576 KiB"),
@@ -113,3 +123,24 @@ def test_a_config_file_repeating_defaults_keeps_their_citations(tmp_path):
     rows = {row["key"]: row["source"] for row in describe(load_hardware(path), str(path))}
     assert rows["clock_mhz"].startswith("HyPar 6.1") and rows["buffer_kib"] == \
         f"set in {path}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", available_networks() + available_graphs())
+def test_time_shares_add_up_on_every_shipped_network(name):
+    """Issue "Hardening", item 5: compute, DRAM stalls and communication are shares of the
+    step that add up to 100% (graphs once summed to 116.6%), for HyPar's plan and data
+    parallelism."""
+    for strategy in ("hypar", "data"):
+        result = simulate_request(make_request(name, accelerators=4, batch=16,
+                                               strategy=strategy,
+                                               overrides={"cube_capacity_gib": 64}))
+        assert sum(result.time_shares.values()) == pytest.approx(1.0, abs=1e-3)
+
+
+def test_a_result_prints_in_a_screenful():
+    """`print(result)` once dumped 11,800 characters; str and repr stay under 2,000 (the
+    issue's bound) on a graph of 122 nodes too."""
+    result = simulate_request(make_request("resnet50", accelerators=4, batch=16,
+                                           overrides={"cube_capacity_gib": 64}))
+    assert len(str(result)) <= 2000 and len(repr(result)) <= 2000

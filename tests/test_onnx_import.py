@@ -347,3 +347,23 @@ def test_absent_weights_file_imports_when_no_shape_needs_it(tmp_path):
     imported, inline = load_workload(str(path)), load_workload(str(source))
     assert [(n.name, n.op, n.shape, n.params, n.macs) for n in imported.nodes] == \
         [(n.name, n.op, n.shape, n.params, n.macs) for n in inline.nodes]
+
+
+def test_external_data_longer_than_its_tensor_is_refused(tmp_path):
+    """Issue "Hardening": an external-data entry claiming more bytes than its tensor holds
+    (a 3 GB file for a 16 x 8 tensor) is refused in one line; nothing beyond the tensor's
+    own bytes is ever read."""
+    source = transformer_block(tmp_path)
+    model = onnx.load(str(source))
+    path = tmp_path / "long.onnx"
+    onnx.save_model(model, str(path), save_as_external_data=True,
+                    all_tensors_to_one_file=True, location="long.bin", size_threshold=0)
+    model = onnx.load(str(path), load_external_data=False)
+    small = next(t for t in model.graph.initializer if t.name == "hd")
+    for entry in small.external_data:
+        if entry.key == "length":
+            entry.value = str(3 * 2**30)
+    onnx.save(model, str(path))
+    with pytest.raises(InputError, match="the external data of tensor hd is '3221225472' bytes "
+                                         "long; its \\[2\\] values take 16"):
+        load_workload(str(path))

@@ -30,6 +30,7 @@ from hypar_sim.errors import InputError, clip_value, closest
 from hypar_sim.workload.dims import Dim, Dims
 from hypar_sim.workload.operators import flattens
 from hypar_sim.workload.ops import OPS, Shape, check_elements, positive
+from hypar_sim.workload.ops import name as check_name
 from hypar_sim.workload.tdl import Description
 
 _TOP_KEYS = {"name", "description", "source", "inputs", "nodes", "outputs"}
@@ -166,8 +167,8 @@ def parse_graph(data: Any, source: str, default_name: str = "graph") -> Graph:
         raise InputError(f"{source}: inputs: must map each input's name to its per-sample "
                          f"shape, e.g. {{image: [3, 224, 224]}}, got {clip_value(data['inputs'])}")
     given = data["inputs"]
-    inputs = {str(name): _shape(f"{source}: inputs.{name}", shape) for name, shape in
-              given.items()}
+    inputs = {check_name(f"{source}: inputs", name): _shape(f"{source}: inputs.{name}", shape)
+              for name, shape in given.items()}
     for name, shape in inputs.items():
         check_elements(f"{source}: inputs.{name}", shape)
     if not inputs:
@@ -183,7 +184,7 @@ def parse_graph(data: Any, source: str, default_name: str = "graph") -> Graph:
         if op not in OPS:
             raise InputError(f"{where}.type: unknown operator {clip_value(op)}{closest(str(op), OPS)}; "
                              f"allowed: {', '.join(OPS)}")
-        name = str(entry.get("name", f"{op}{index + 1}"))
+        name = check_name(f"{where}.name", entry.get("name", f"{op}{index + 1}"))
         if name in names:
             raise InputError(f"{where}.name: duplicate name '{name}'")
         names.add(name)
@@ -239,7 +240,8 @@ def parse_graph(data: Any, source: str, default_name: str = "graph") -> Graph:
         outputs = [node.name for node in nodes if node.name not in read]
     if not isinstance(outputs, list) or not all(o in shapes for o in outputs):
         raise InputError(f"{source}: outputs: must list node names, got {clip_value(outputs)}")
-    return Graph(str(data.get("name", default_name)), inputs, tuple(nodes),
+    return Graph(check_name(f"{source}: name", data.get("name", default_name)), inputs,
+                 tuple(nodes),
                  tuple(str(o) for o in outputs), str(data.get("source", "")),
                  str(data.get("description", "")))
 

@@ -28,6 +28,7 @@ from hypar_sim.errors import InputError, clip_value, closest
 from hypar_sim.workload.graph import Graph, Node, parse_graph
 from hypar_sim.workload.layers import FeatureShape, Layer, LayerKind, Pool, make_conv, make_fc
 from hypar_sim.workload.ops import check_elements
+from hypar_sim.workload.ops import name as check_name
 
 #: Most nodes a YAML document may expand to, aliases followed (a "billion laughs" file of
 #: 400 bytes expands to 10**9): far above any network's (VGG-E's is about 200).
@@ -268,7 +269,7 @@ def _parse_layer(where: str, data: Any, index: int, shape: FeatureShape) -> Laye
             f"{closest(str(kind), _LAYER_KEYS)}"
         )
     _check_keys(where, data, *_LAYER_KEYS[kind])
-    name = str(data.get("name", f"{kind}{index + 1}"))
+    name = check_name(f"{where}.name", data.get("name", f"{kind}{index + 1}"))
     try:
         if kind == LayerKind.FC.value:
             return make_fc(name, shape, _positive_int(f"{where}.out_features", data["out_features"]))
@@ -304,7 +305,7 @@ def parse_network(data: Any, source: str, default_name: str = "network") -> Netw
         layers.append(layer)
         shape = layer.output
     return Network(
-        name=str(data.get("name", default_name)),
+        name=check_name(f"{source}: name", data.get("name", default_name)),
         input=input_shape,
         layers=tuple(layers),
         source=str(data.get("source", "")),

@@ -17,6 +17,8 @@ from typing import Any
 
 import numpy as np
 
+from hypar_sim.errors import InputError, clip_value
+
 #: Largest value folded (elements): shapes, axes, indices.
 MAX_FOLDED = 64
 
@@ -167,6 +169,11 @@ def small_external_values(model: Any, folder: Path) -> list[str]:
         size = int(np.prod(tensor.dims)) * helper.tensor_dtype_to_np_dtype(
             tensor.data_type).itemsize
         file = (folder / info.get("location", "")).resolve()
+        length = info.get("length", str(size))
+        if not length.isdigit() or int(length) != size:
+            raise InputError(f"{file}: the external data of tensor {tensor.name} is "
+                             f"{clip_value(length)} bytes long; its {list(tensor.dims)} values "
+                             f"take {size:,}")
         try:
             if folder.resolve() not in file.parents:
                 raise OSError("outside the model's folder")

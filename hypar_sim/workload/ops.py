@@ -62,6 +62,22 @@ def check_elements(where: str, shape: Shape) -> None:
                          f"at most {MAX_ELEMENTS:,} (2^32)")
 
 
+#: Longest name of a network, node, layer or input (characters).
+MAX_NAME = 200
+
+
+def name(where: str, value: Any) -> str:
+    """A name as text: a string or an integer of printable characters (no terminal escape
+    sequences, no line breaks), at most MAX_NAME long; else a one-line InputError."""
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        raise InputError(f"{where}: must be a name (text), got {clip_value(value)}")
+    text = str(value)
+    if not text or not text.isprintable() or len(text) > MAX_NAME:
+        raise InputError(f"{where}: must be 1 to {MAX_NAME} printable characters (no control "
+                         f"or escape characters), got {clip_value(text)}")
+    return text
+
+
 def pair(where: str, value: Any, minimum: int = 1) -> tuple[int, int]:
     """An int or a [rows, cols] list as a pair."""
     if isinstance(value, list | tuple):
