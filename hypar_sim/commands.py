@@ -240,8 +240,12 @@ def cmd_reproduce(args: argparse.Namespace) -> str:
         raise InputError(f"--out: {out} holds the committed results of the full reproduction; "
                          f"{'--quick' if args.quick else '--only'} writes part of them (and "
                          "their README): choose another --out")
-    path = reproduce(out, args.quick, args.workers, names, progress=not args.no_progress,
-                     formats=formats)
+    try:
+        path = reproduce(out, args.quick, args.workers, names, progress=not args.no_progress,
+                         formats=formats)
+    except KeyboardInterrupt:  # say where the figures written so far are, then stop
+        print(f"hypar-sim reproduce: the figures finished so far are in {out}", file=sys.stderr)
+        raise
     return f"wrote {plural(len(names), 'figure')} and {path}"
 
 

@@ -6,6 +6,7 @@ cut (`errors.clip_value`). In-process (`cli.main`), so each case costs milliseco
 from __future__ import annotations
 
 import dataclasses
+import tempfile
 
 import pytest
 
@@ -144,3 +145,19 @@ def test_a_result_prints_in_a_screenful():
     result = simulate_request(make_request("resnet50", accelerators=4, batch=16,
                                            overrides={"cube_capacity_gib": 64}))
     assert len(str(result)) <= 2000 and len(repr(result)) <= 2000
+
+
+def test_an_interrupted_quick_reproduction_names_its_folder(capsys, monkeypatch, tmp_path):
+    """Issue "Hardening", item 4: Ctrl-C during `reproduce --quick` says where the figures
+    finished so far are (its scratch folder), then exits 130 as any interrupted command."""
+    from hypar_sim.experiments import reproduce
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(reproduce, "reproduce", interrupted)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    assert main(["reproduce", "--quick", "--only", "fig05_plans", "--no-progress"]) == 130
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith("hypar-sim reproduce: the figures finished so far are in ")
+    assert str(tmp_path) in err[0] and err[1] == "hypar-sim reproduce: interrupted"
