@@ -4,6 +4,7 @@ only its own case (after a retry); Ctrl-C reaches the sweep, not its workers."""
 
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 from collections.abc import Callable, Mapping, Sequence
@@ -23,7 +24,7 @@ Runner = Callable[[Any, Any], dict[str, Any]]  # (case, options) -> its row
 def _run_isolated(case: Case, options, runner: Runner, attempts: int = 2) -> dict[str, Any]:
     """Run one case in a process of its own; a dying worker is retried, then recorded."""
     for _ in range(attempts):
-        with ProcessPoolExecutor(1, initializer=_leave_interrupts_to_the_parent) as pool:
+        with _pool(1) as pool:
             try:
                 return pool.submit(runner, case, options).result()
             except BrokenProcessPool:
@@ -32,11 +33,28 @@ def _run_isolated(case: Case, options, runner: Runner, attempts: int = 2) -> dic
                             "version": __version__}
 
 
-def _leave_interrupts_to_the_parent() -> None:
+def _leave_interrupts_to_the_parent(parent: int | None = None) -> None:
     """Ctrl-C (and a SIGTERM sent to the group) reaches every process: workers ignore them,
-    the sweep itself stops (a worker killed mid-case would be recorded as a failed row)."""
+    the sweep itself stops (a worker killed mid-case would be recorded as a failed row). A
+    worker dies with the process that started it, even one killed by SIGKILL (Linux's
+    PR_SET_PDEATHSIG; elsewhere a worker ends when it next finds its pipe closed)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    try:
+        ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):
+        return
+    if parent is not None and os.getppid() != parent:  # it died before prctl took effect
+        os._exit(1)
+
+
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def _pool(workers: int) -> ProcessPoolExecutor:
+    """A process pool whose workers leave interrupts to this process and die with it."""
+    return ProcessPoolExecutor(workers, initializer=_leave_interrupts_to_the_parent,
+                               initargs=(os.getpid(),))
 
 
 def parallel_map(function: Callable[[Any], Any], items: Sequence[Any],
@@ -54,7 +72,7 @@ def parallel_map(function: Callable[[Any], Any], items: Sequence[Any],
                 results.append(function(item))
                 bar.update(1)
             return results
-        with ProcessPoolExecutor(workers, initializer=_leave_interrupts_to_the_parent) as pool:
+        with _pool(workers) as pool:
             results = []
             for result in pool.map(function, items):
                 results.append(result)
@@ -65,7 +83,7 @@ def parallel_map(function: Callable[[Any], Any], items: Sequence[Any],
 def _run_pool(cases: list[Case], workers: int, options, on_row, runner: Runner) -> list[Case]:
     """Run `cases` in one process pool; returns the cases lost when a worker died."""
     lost = []
-    pool = ProcessPoolExecutor(workers, initializer=_leave_interrupts_to_the_parent)
+    pool = _pool(workers)
     try:
         futures: dict[Future, Case] = {pool.submit(runner, c, options): c for c in cases}
         pending = set(futures)

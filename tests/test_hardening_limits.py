@@ -6,7 +6,11 @@ cut (`errors.clip_value`). In-process (`cli.main`), so each case costs milliseco
 from __future__ import annotations
 
 import dataclasses
+import subprocess
+import sys
 import tempfile
+import time
+from pathlib import Path
 
 import pytest
 
@@ -161,3 +165,38 @@ def test_an_interrupted_quick_reproduction_names_its_folder(capsys, monkeypatch,
     err = capsys.readouterr().err.splitlines()
     assert err[0].startswith("hypar-sim reproduce: the figures finished so far are in ")
     assert str(tmp_path) in err[0] and err[1] == "hypar-sim reproduce: interrupted"
+
+
+def _alive(pid: int) -> bool:
+    """Whether process `pid` runs (a zombie, dead but not yet reaped, does not)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+@pytest.mark.slow  # real processes
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="needs Linux's /proc")
+def test_pool_workers_die_with_a_killed_sweep(tmp_path):
+    """Issue "Hardening", item 4: SIGKILL of a sweep's main process (not its group) ends its
+    pool workers too (they ran on for a minute)."""
+    out = tmp_path / "s.csv"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "hypar_sim", "sweep", "--networks", "vgg_a,vgg_b,alexnet_half",
+         "--strategies", "data,model", "--topologies", "htree,torus", "--no-progress",
+         "--workers", "2", "--out", str(out)], stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL)
+    children: list[int] = []
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and len(children) < 2:
+        time.sleep(0.05)
+        text = Path(f"/proc/{process.pid}/task/{process.pid}/children").read_text()
+        children = [int(pid) for pid in text.split()]
+    assert len(children) >= 2
+    process.kill()
+    process.wait()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(_alive(pid) for pid in children):
+        time.sleep(0.05)
+    assert not any(_alive(pid) for pid in children)
