@@ -18,6 +18,18 @@ if TYPE_CHECKING:
 from hypar_sim.report import BYTE_UNITS, TIME_UNITS, plural, quantity, table, unit_for
 
 
+def whole_cycles(data: Any) -> Any:
+    """`data` with every `*_cycles` number rounded to whole cycles (the simulator's clock
+    ticks; the DES keeps fractions of a cycle where a transfer ends mid-cycle), in nested
+    dicts and lists too; seconds keep their fractions."""
+    if isinstance(data, dict):
+        return {key: round(value) if key.endswith("_cycles") and isinstance(value, float)
+                else whole_cycles(value) for key, value in data.items()}
+    if isinstance(data, list):
+        return [whole_cycles(item) for item in data]
+    return data
+
+
 @dataclass(frozen=True)
 class LayerResult:
     """One layer on one accelerator (all accelerators do the same work)."""
@@ -123,8 +135,8 @@ class SimResult:
                 "communication": self.comm_wait_cycles / self.latency_cycles}
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON object of `run --json`."""
-        return {
+        """The JSON object of `run --json` (cycles as whole cycles, `whole_cycles`)."""
+        return whole_cycles({
             "network": self.network, "strategy": self.strategy, "topology": self.topology,
             "engine": self.engine, "accelerators": self.accelerators, "batch": self.batch,
             "plan": [list(level) for level in self.plan],
@@ -141,7 +153,7 @@ class SimResult:
             "wall_s": self.wall_s,
             "version": self.version,
             "config": dict(self.config or {}),
-        }
+        })
 
     def to_frame(self) -> pd.DataFrame:
         """One row: every number of `to_dict` (dicts as `name.key` columns, lists as JSON

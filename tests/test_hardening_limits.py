@@ -6,6 +6,7 @@ cut (`errors.clip_value`). In-process (`cli.main`), so each case costs milliseco
 from __future__ import annotations
 
 import dataclasses
+import json
 import subprocess
 import sys
 import tempfile
@@ -200,3 +201,15 @@ def test_pool_workers_die_with_a_killed_sweep(tmp_path):
     while time.monotonic() < deadline and any(_alive(pid) for pid in children):
         time.sleep(0.05)
     assert not any(_alive(pid) for pid in children)
+
+
+def test_cycles_are_whole_in_json(capsys):
+    """Issue "Hardening", item 5: `latency_cycles` was fractional in `run --json`; every
+    `*_cycles` number is a whole number of cycles, seconds keep their fractions."""
+    assert main(["run", "lenet_c", "--accelerators", "4", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    cycles = [data["latency_cycles"]] + [value for layer in data["per_layer"]
+                                         for key, value in layer.items()
+                                         if key.endswith("_cycles")]
+    assert all(isinstance(value, int) for value in cycles)
+    assert data["latency_s"] == pytest.approx(data["latency_cycles"] / 250e6, abs=1e-8)
