@@ -96,7 +96,7 @@ def _plan_arguments(plan: argparse.ArgumentParser) -> None:
     from hypar_sim.hardware.topology import TOPOLOGIES
     from hypar_sim.planner.strategies import STRATEGIES
 
-    plan.add_argument("network", help="a network name (see `networks`) or a .yaml path")
+    plan.add_argument("network", help="a network name (see `networks`) or a path to a .yaml or .onnx file")
     plan.add_argument("--strategy", default="hypar", choices=STRATEGIES, metavar="STRATEGY",
                       help=f"one of {', '.join(STRATEGIES)} (default hypar; explicit needs --plan)")
     plan.add_argument("--plan", dest="plan_text", default=None,
@@ -166,7 +166,7 @@ def _sweep_arguments(sweep: argparse.ArgumentParser) -> None:
     from hypar_sim.planner.traffic import DEFAULT_TRAFFIC_MODEL, TRAFFIC_MODELS
 
     sweep.add_argument("--networks", default="all",
-                       help="comma-separated network names or .yaml paths, or all (default)")
+                       help="comma-separated network names or .yaml or .onnx paths, or all (default)")
     sweep.add_argument("--strategies", default="data,model,hypar",
                        help="comma-separated, from "
                             f"{', '.join(s for s, v in STRATEGIES.items() if not v.takes_plan)} "
@@ -277,7 +277,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 def _add_simulation_arguments(parser: argparse.ArgumentParser) -> None:
     from hypar_sim.hardware.topology import TOPOLOGIES
 
-    parser.add_argument("network", help="a network name (see `networks`) or a .yaml path")
+    parser.add_argument("network", help="a network name (see `networks`) or a path to a .yaml or .onnx file")
     parser.add_argument("--topology", default="htree", metavar="TOPOLOGY",
                         help=f"one of {', '.join(TOPOLOGIES)} (default htree), or a topology "
                              "file (.yaml: links per level; see hardware/topology_file.py)")

@@ -80,16 +80,16 @@ def check_dims(given: Any) -> tuple[tuple[str, int], ...]:
     """`--dim NAME=SIZE` (given several times, or a mapping): named axis sizes."""
     if not given:
         return ()
-    pairs = list(given.items()) if isinstance(given, Mapping) else []
-    if not isinstance(given, Mapping):
-        for text in given:
-            name, _, size = str(text).partition("=")
-            pairs.append((name.strip(), int(size) if size.strip().isdigit() else size))
-    for name, size in pairs:
-        if not name or isinstance(size, bool) or not isinstance(size, int) or \
-                not 1 <= size <= MAX_SIZE:
-            raise InputError(f"--dim: must be NAME=SIZE with SIZE from 1 to {MAX_SIZE}, got "
-                             f"{name}={size}"[:200])
+    texts = [f"{k}={v}" for k, v in given.items()] if isinstance(given, Mapping) else \
+        [str(text) for text in given]
+    pairs = []
+    for text in texts:
+        name, _, size = text.partition("=")
+        if not name.strip() or not size.strip().isdigit() or \
+                not 1 <= int(size) <= MAX_SIZE:
+            raise InputError(f"--dim: must be NAME=SIZE with SIZE from 1 to {MAX_SIZE:,}, "
+                             f"got {clip_value(text)}")
+        pairs.append((name.strip(), int(size)))
     return tuple(pairs)
 
 

@@ -122,7 +122,8 @@ def test_llama_block_imports_per_sample_and_runs(tmp_path, fixed):
     node is described, so the graph plans and runs."""
     g = load_workload(str(llama_block(tmp_path, fixed)), seq=8)
     assert g.inputs == {"input_ids": (8,)}
-    assert g.node("h2").shape == (8, 32) and g.node("q_t").shape == (4, 8, 8)
+    assert "h2" not in [node.name for node in g.nodes]  # [batch x seq, dim]: the same per sample
+    assert g.node("q_mm").input_shapes == ((8, 32),) and g.node("q_t").shape == (4, 8, 8)
     assert g.node("k_r_all").shape == (4, 8, 8) and g.node("k_r_e").op == "tensor_op"
     assert g.node("scores").op == "matmul" and g.node("q_mm").op == "fc"
     assert g.macs_per_sample == llama_macs()
@@ -297,3 +298,57 @@ def test_dim_cannot_set_the_batch_nor_repeat_seq(tmp_path):
                                          "not both"):
         load_workload(str(path), seq=8, dims={"sequence": 8})
     assert load_workload(str(path), dims={"sequence": 8}).inputs == {"input_ids": (8,)}
+
+
+def test_a_channels_last_linear_is_costed_as_it_runs(tmp_path):
+    """ConvNeXt's and Swin's Linear on [H, W, C] is no chain fc layer: the planner's cost of
+    its gradient all-reduce (HyPar's closed forms took it as an fc on the flattened map,
+    its weights H x W times too many: hypar planned swin_t at 14x data parallelism's
+    bytes) is that of its messages, for every column."""
+    from hypar_sim.partition import node_layout
+    from hypar_sim.partition.axes import sites
+    from hypar_sim.partition.hierarchy import Hierarchy
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 6, 6, 8])
+    g = load_workload(str(save(tmp_path, "cl", [n("MatMul", ["x", "w"], ["fc"])], [x],
+                               [weight("w", 8, 16)])))
+    site = sites(g)[0]
+    hierarchy = Hierarchy.for_count(4)
+    costs = node_layout.Costs(8, 4)
+    for column in (("batch", "batch"), ("batch", "in"), ("in", "out")):
+        own = node_layout.layout(site, 8, column, hierarchy)
+        sent = sum(m.sum() for m in node_layout.own_matrices(own, 8, 4, False).values())
+        assert costs.own(site, column, hierarchy, False) == pytest.approx(sent, rel=1e-12)
+    assert node_layout.member_params(node_layout.layout(site, 8, ("batch", "batch"),
+                                                        hierarchy)).max() == 8 * 16
+
+
+def test_token_ids_are_positions_and_identity_reshapes_fold(tmp_path):
+    """At a fixed batch of 1 an export reshapes [1, 128] ids to [128]: per sample nothing
+    changes, so no node is made, and the ids stay positions (P), so that a plan may split
+    the tokens (`--kinds batch,seq` at batch 1 was refused on the exported GPT-2)."""
+    path = llama_block(tmp_path, fixed=True)
+    g = load_workload(str(path))
+    assert g.node("x").input_dims[0] == ("P",)
+    assert not {"h2", "r2", "o3", "down3"} & {node.name for node in g.nodes}
+    from hypar_sim.partition.hierarchy import Hierarchy
+    from hypar_sim.planner.options import PlanOptions
+    from hypar_sim.planner.plan import make_plan
+
+    plan = make_plan(g, "hypar", Hierarchy.for_count(4), 1,
+                     options=PlanOptions(kinds=("batch", "spatial")))
+    assert plan.traffic_bytes > 0 and any("spatial" in column for column in plan.columns)
+
+
+def test_mistakes_with_onnx_files_are_named(tmp_path):
+    weights = tmp_path / "model.onnx.data"
+    weights.write_bytes(b"\0" * 1024)
+    with pytest.raises(InputError, match="the external data \\(weights\\) of an ONNX model, "
+                                         "not a network; give its .onnx file"):
+        load_workload(str(weights))
+    x = helper.make_tensor_value_info("audio", TensorProto.FLOAT, ["N", 1, "samples"])
+    path = save(tmp_path, "short", [n("Conv", ["audio", "k"], ["c"], strides=[5])], [x],
+                [weight("k", 4, 1, 10)])
+    with pytest.raises(InputError, match="of shape \\[batch, 4, 0\\] has an axis of size 0 "
+                                         "\\(an input too small"):
+        load_workload(str(path), dims={"samples": 5})

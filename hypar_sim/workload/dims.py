@@ -16,6 +16,8 @@ class Dim(StrEnum):
     Q = "Q"  # output columns, after pooling
     H = "H"  # attention heads (graph networks)
     G = "G"  # groups of a grouped convolution (graph networks)
+    W = "W"  # another axis of an imported tensor (a windowed attention's windows): no kind
+    V = "V"  # splits these two; they name axes beyond P, Q, H and K
 
 
 Dims = tuple[Dim, ...]  # the loop dimension of every axis of a per-sample tensor

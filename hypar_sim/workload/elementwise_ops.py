@@ -174,7 +174,7 @@ def _describe_reshape(a: Attrs, shapes: list[Shape], shape: Shape,
         for j in outs:  # axes of size 1 in a run take spare loops, like added ones
             output.append(inner if j == sized[-1] else next(outer) if j in sized else None)
     output = [d if d not in output[:i] else None for i, d in enumerate(output)]
-    spare = [d for d in (Dim.P, Dim.Q, Dim.H, Dim.K, Dim.G) if d not in output]
+    spare = [d for d in (Dim.P, Dim.Q, Dim.H, Dim.K, Dim.W, Dim.V) if d not in output]
     if output.count(None) > len(spare):
         raise InputError(f"cannot name {output.count(None)} new axes of size 1")
     named = tuple(d if d is not None else spare.pop(0) for d in output)
@@ -205,7 +205,8 @@ def _tensor_op(where: str, a: Attrs, shapes: list[Shape]) -> Counts:
                                     isinstance(f, bool) or not isinstance(f, int) or
                                     not 0 <= f < len(shapes[0])) for f in follows)):
         raise InputError(f"{where}.from_axes: must list, per output axis, an axis of the "
-                         f"first input (0 to {len(shapes[0]) - 1}) or null, got {clip_value(follows)}")
+                         f"first input (0 to {len(shapes[0]) - 1}) or null, got "
+                         f"{clip_value(follows)}")
     return Counts(shape, positive(f"{where}.params", a["params"], 0))
 
 
@@ -214,7 +215,9 @@ def _describe_tensor_op(a: Attrs, shapes: list[Shape], shape: Shape,
     """Each output axis follows an axis of the first input (`from_axes`; by default numpy's
     right-aligned broadcasting) and takes its loop; an axis whose size changed (a reduced,
     sliced, padded or gathered one) reads that input axis whole, and so does an input axis
-    no output axis follows; the other inputs are broadcast to the output."""
+    no output axis follows; the other inputs are broadcast to the output. Learned values
+    (`params`) that are a whole number per output channel are vectors (a bias, a layer
+    scale): held by the members that make those channels, their gradients all-reduced."""
     first = shapes[0]
     follows = a["from_axes"]
     if follows is None:
@@ -224,7 +227,7 @@ def _describe_tensor_op(a: Attrs, shapes: list[Shape], shape: Shape,
     for source in follows:
         name = dims[0][source] if source is not None else None
         named.append(name if name not in named else None)
-    spare = [d for d in (Dim.P, Dim.Q, Dim.H, Dim.K, Dim.G) if d not in named]
+    spare = [d for d in (Dim.P, Dim.Q, Dim.H, Dim.K, Dim.W, Dim.V) if d not in named]
     if named.count(None) > len(spare):
         raise InputError(f"cannot name the {len(shape)} axes of its output {list(shape)}")
     output = tuple(d if d is not None else spare.pop(0) for d in named)
@@ -234,7 +237,10 @@ def _describe_tensor_op(a: Attrs, shapes: list[Shape], shape: Shape,
         axes.append(Ix(output[j]) if j is not None and shape[j] == size else Whole(size))
     reads = (Access(tuple(axes)), *(broadcast_read(output, shape, source)
                                     for source in shapes[1:]))
-    return Description(output, dict(zip(output, shape, strict=True)), reads, made(output))
+    loops = dict(zip(output, shape, strict=True))
+    channels = loops.get(Dim.K, 0)  # learned values per output channel: a bias, a layer
+    vectors = a["params"] // channels if channels and not a["params"] % channels else 0
+    return Description(output, loops, reads, made(output), vectors=vectors)  # scale
 
 
 for _spec in (

@@ -157,8 +157,11 @@ def _ordered(source: str, raw: list[tuple[str, Mapping[str, Any], tuple[str, ...
     return order
 
 
-def parse_graph(data: Any, source: str, default_name: str = "graph") -> Graph:
-    """Validate a parsed YAML graph and infer every node's shape, parameters and MACs."""
+def parse_graph(data: Any, source: str, default_name: str = "graph",
+                input_dims: Mapping[str, Dims] | None = None) -> Graph:
+    """Validate a parsed YAML graph and infer every node's shape, parameters and MACs; an
+    importer may name the loops of graph inputs (`input_dims`: token ids are positions P,
+    whatever reads them), else `_input_dims` names them."""
     data = _keys(source, data, _TOP_KEYS, "name, inputs, nodes, outputs")
     for key in ("inputs", "nodes"):
         if key not in data:
@@ -206,9 +209,9 @@ def parse_graph(data: Any, source: str, default_name: str = "graph") -> Graph:
         outputs = [renamed.get(o, o) for o in outputs]
     shapes: dict[str, Shape] = dict(inputs)
     ordered = _ordered(source, raw, inputs)
-    dims = {name: _input_dims(name, shape, [entry["type"] for _, entry, sources in ordered
-                                            if name in sources])
-            for name, shape in inputs.items()}
+    dims = {name: (input_dims or {}).get(name) or _input_dims(
+        name, shape, [entry["type"] for _, entry, sources in ordered if name in sources])
+        for name, shape in inputs.items()}
     nodes = []
     for name, entry, sources in ordered:
         spec = OPS[entry["type"]]

@@ -186,9 +186,20 @@ def load_network(name_or_path: str) -> Network:
     return parse_network(data, str(path), default_name=path.stem)
 
 
+#: Largest network or configuration file read (bytes): a 100,000-layer chain is 8 MB.
+MAX_YAML_BYTES = 256 * 2**20
+
+
 def read_yaml(path: Path) -> Any:
-    """Parse a YAML file; syntax errors become one-line InputErrors with line and column."""
+    """Parse a YAML file; syntax errors become one-line InputErrors with line and column. A
+    file larger than MAX_YAML_BYTES, or an ONNX model's weights file, is refused unread."""
+    if path.name.endswith(".onnx.data") or path.suffix == ".data":
+        raise InputError(f"{path}: the external data (weights) of an ONNX model, not a "
+                         "network; give its .onnx file")
     try:
+        if path.stat().st_size > MAX_YAML_BYTES:
+            raise InputError(f"{path}: {path.stat().st_size:,} bytes; a network or "
+                             f"configuration file has at most {MAX_YAML_BYTES:,}")
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise InputError(f"{path}: cannot read file ({exc.strerror})") from None
@@ -399,6 +410,8 @@ def _feature_shape(shape: tuple[int, ...]) -> FeatureShape:
 def _layer_of(node: Node, shape: FeatureShape) -> Layer:
     """A conv or fc node as a chain's layer (ValueError saying why it is not one)."""
     a = node.attrs
+    if node.op == "fc" and not a["flatten"] and len(node.input_shapes[0]) == 3:
+        raise ValueError("an fc layer on the last axis of a feature map (flatten: false)")
     if node.op == "fc" and not a["tied_to"]:
         return make_fc(node.name, shape, a["out_features"])
     if node.op != "conv":

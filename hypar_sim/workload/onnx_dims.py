@@ -137,9 +137,12 @@ def sampled(full: Shape, probe: int | None) -> Sampled | str:
         if full and full[0] == 1:
             return Sampled(tuple(full[1:]), 0, True)
         return Sampled(tuple(full), None, False)
+    if 0 in full:
+        return "has an axis of size 0 (an input too small for the operators that read it?)"
     carriers = [axis for axis, size in enumerate(full) if size % probe == 0]
     if len(carriers) != 1:
-        return "mixes the samples" if carriers else "has no axis that carries the samples"
+        return "mixes the samples; such models are not supported" if carriers else \
+            "has no axis that carries the samples; such models are not supported"
     axis = carriers[0]
     if full[axis] == probe:
         return Sampled(tuple(full[:axis] + full[axis + 1:]), axis, True)

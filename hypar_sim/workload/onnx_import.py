@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from hypar_sim.errors import InputError
+from hypar_sim.workload.dims import Dim
 from hypar_sim.workload.graph import Graph, parse_graph
 from hypar_sim.workload.onnx_dims import Binding, Sampled, bind_inputs, sampled
 from hypar_sim.workload.onnx_fold import attributes, static_shapes
@@ -85,16 +86,21 @@ class Importer:
         self.counted: set[str] = set()  # learned tensors counted at some node
         self.owner: dict[str, str] = {}  # learned tensor -> the weighted node that owns it
         self.active: set[str] = set()
+        self.alias: dict[str, str] = {}  # a tensor -> the one it is per sample (`same`)
+        self.outputs = {o.name for o in model.graph.output}
         self.nodes: list[dict[str, Any]] = []
         self._sampled: dict[str, Sampled] = {}
 
     def graph(self, inputs: list) -> Graph:
         from hypar_sim.workload.onnx_nodes import map_node
 
-        graph_inputs = {}
+        graph_inputs, positions = {}, {}
         for tensor in inputs:
             graph_inputs[tensor.name] = list(self.sample(tensor.name).shape)
             self.active.add(tensor.name)
+            if len(graph_inputs[tensor.name]) == 1 and \
+                    tensor.type.tensor_type.elem_type in (6, 7):  # token ids, or a mask
+                positions[tensor.name] = (Dim.P,)  # per token: positions, whoever reads them
         for node in self.model.graph.node:
             if node.op_type in ("Constant", "Shape", "Size") or \
                     not any(i in self.active for i in node.input):
@@ -106,7 +112,8 @@ class Importer:
         data = {"name": self.path.stem, "description": f"imported from ONNX graph '{name}'",
                 "source": str(self.path), "inputs": graph_inputs, "nodes": self.nodes,
                 "outputs": outputs}
-        graph = parse_graph(data, str(self.path), default_name=self.path.stem)
+        graph = parse_graph(data, str(self.path), default_name=self.path.stem,
+                            input_dims=positions)
         for node in graph.nodes:
             if node.name not in self.shapes or node.attrs.get("pool"):
                 continue  # a node the import added (a global pool's flatten), or a
@@ -144,7 +151,7 @@ class Importer:
         view = sampled(shape, self.binding.probe)
         if isinstance(view, str):
             raise InputError(f"{self.path}: tensor {name} of shape {self._shown(shape)} "
-                             f"{view}; such models are not supported")
+                             f"{view}")
         self._sampled[name] = view
         return view
 
@@ -152,7 +159,8 @@ class Importer:
         """A shape at the probe batch, the probe shown as 'batch'."""
         probe = self.binding.probe
         return "[" + ", ".join("batch" if s == probe else f"batch*{s // probe}"
-                               if probe and s % probe == 0 else str(s) for s in shape) + "]"
+                               if probe and s and s % probe == 0 else str(s)
+                               for s in shape) + "]"
 
     def axis(self, node: Any, tensor: str, axis: int) -> int:
         """ONNX axis `axis` of `tensor` as a per-sample axis; the batch axis is an error."""
@@ -180,8 +188,19 @@ class Importer:
         return ""
 
     def emit(self, name: str, op: str, inputs: list[str], **attrs: Any) -> None:
-        self.nodes.append({"name": name, "type": op, "inputs": inputs, **attrs})
+        self.nodes.append({"name": name, "type": op,
+                           "inputs": [self.alias.get(i, i) for i in inputs], **attrs})
         self.active.add(name)
+
+    def same(self, name: str, source: str) -> bool:
+        """Read tensor `name` as `source` itself (a reshape that changes nothing per sample:
+        [1, 128] to [128] at a fixed batch of 1); False where `name` must be a node of its
+        own (a graph output)."""
+        if name in self.outputs:
+            return False
+        self.alias[name] = self.alias.get(source, source)
+        self.active.add(name)
+        return True
 
     def refuse(self, node: Any, why: str) -> InputError:
         """A one-line error naming the node, its operator and its input shapes."""

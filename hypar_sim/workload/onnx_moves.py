@@ -19,6 +19,8 @@ from hypar_sim.workload.onnx_nodes import (
 @maps("Reshape", "Flatten", "Squeeze", "Unsqueeze")
 def _reshape(im: Any, call: Call) -> None:
     shape = sample_shape(im, call.out)
+    if shape == sample_shape(im, call.acts[0]) and im.same(call.out, call.acts[0]):
+        return  # the same tensor per sample: only the batch axis moved
     if call.node.op_type == "Flatten" and len(shape) == 1:
         im.emit(call.out, "flatten", call.acts[:1])
     else:
