@@ -19,7 +19,7 @@ from hypar_sim.sim.engine import simulate_des
 from hypar_sim.sim.options import SimOptions
 from hypar_sim.sim.schedule import Schedule, build_schedule
 from hypar_sim.workload.graph import Graph
-from hypar_sim.workload.network import Network
+from hypar_sim.workload.network import Network, as_graph
 
 __all__ = ["SimOptions", "simulate", "simulate_request"]
 
@@ -30,7 +30,13 @@ def simulate(workload: Network | Graph, plan: Plan, config: HardwareConfig,
     hardware of `config`."""
     schedule = build_schedule(workload, plan, config, options.overlap_gradients,
                               options.bucket_mb * 2**20)
-    return _run(schedule, plan.hierarchy, config, options, plan.search)
+    result = _run(schedule, plan.hierarchy, config, options, plan.search)
+    graph = as_graph(workload)
+    if not graph.source.endswith(".onnx"):
+        return result
+    # an imported model: which file, and the sizes its named axes were bound to (--seq, --dim)
+    where = {"network_file": graph.source, "network_axes": dict(graph.axes)}
+    return dataclasses.replace(result, config=dict(result.config or {}) | where)
 
 
 def simulate_request(request: RunRequest, workload: Network | Graph | None = None) -> SimResult:

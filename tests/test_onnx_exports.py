@@ -352,3 +352,12 @@ def test_mistakes_with_onnx_files_are_named(tmp_path):
     with pytest.raises(InputError, match="of shape \\[batch, 4, 0\\] has an axis of size 0 "
                                          "\\(an input too small"):
         load_workload(str(path), dims={"samples": 5})
+
+
+def test_a_run_records_its_file_and_bound_axes(tmp_path):
+    """`run --json` of an imported model says which file and which sizes its named axes
+    took (--seq, --dim), so that a run can be told apart and repeated."""
+    path = llama_block(tmp_path, fixed=False)
+    result = simulate_request(make_request(str(path), accelerators=2, batch=4, seq=8))
+    assert result.config["network_file"] == str(path)
+    assert result.config["network_axes"] == {"sequence": 8}

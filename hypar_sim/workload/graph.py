@@ -67,6 +67,7 @@ class Graph:
     source: str = ""
     description: str = ""
     notes: tuple[str, ...] = ()  # what an importer decided for the user (one line each)
+    axes: Mapping[str, int] = field(default_factory=dict)  # an import's bound named axes
 
     @property
     def params(self) -> int:

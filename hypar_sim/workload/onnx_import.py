@@ -122,7 +122,8 @@ class Importer:
             if node.shape != expected:
                 raise InputError(f"{self.path}: node {node.name} ({node.op}): shape "
                                  f"{list(node.shape)} here, ONNX infers {list(expected)}")
-        return dataclasses.replace(graph, notes=self.binding.notes)
+        return dataclasses.replace(graph, notes=self.binding.notes,
+                                   axes=dict(self.binding.sizes))
 
     def _constant(self, node: Any) -> None:
         """A node on constants or shapes only: folded (the shapes of its outputs kept for
