@@ -309,10 +309,12 @@ def parse_network(data: Any, source: str, default_name: str = "network") -> Netw
     if not isinstance(raw_layers, list) or not raw_layers:
         raise InputError(f"{source}: layers: must be a non-empty list of conv/fc layers")
     layers: list[Layer] = []
+    names: set[str] = set()
     for index, raw in enumerate(raw_layers):
         layer = _parse_layer(f"{source}: layers[{index}]", raw, index, shape)
-        if layer.name in {existing.name for existing in layers}:
+        if layer.name in names:
             raise InputError(f"{source}: layers[{index}].name: duplicate layer name '{layer.name}'")
+        names.add(layer.name)
         layers.append(layer)
         shape = layer.output
     return Network(
