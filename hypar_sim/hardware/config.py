@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from hypar_sim.errors import InputError, clip_value, closest
-from hypar_sim.workload.network import read_yaml
+from hypar_sim.workload.yaml_reader import read_yaml
 
 DEFAULT_CONFIG = Path(__file__).resolve().parents[2] / "configs" / "hypar_paper.yaml"
 

@@ -24,7 +24,7 @@ from typing import Any
 
 from hypar_sim.errors import InputError, clip_value
 from hypar_sim.hardware.config import HardwareConfig, coerce_overrides
-from hypar_sim.workload.network import read_yaml
+from hypar_sim.workload.yaml_reader import read_yaml
 
 #: The hardware keys a topology file may set, per level (H-tree) or for every link (torus).
 LINK_KEYS = ("link_bandwidth_gbps", "link_latency_ns", "energy_link_pj_per_bit")
