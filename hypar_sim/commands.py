@@ -164,13 +164,12 @@ def _topologies(names: tuple[str, ...]) -> tuple[str, ...]:
 
 def cmd_sweep(args: argparse.Namespace) -> str:
     from hypar_sim import sweep
-    from hypar_sim.hardware.config import load_hardware, parse_overrides, run_keys
+    from hypar_sim.hardware.config import MAX_BATCH, load_hardware, parse_overrides, run_keys
     from hypar_sim.partition.hierarchy import MAX_MEMBERS
     from hypar_sim.partition.kinds import parse_kinds
     from hypar_sim.planner.objectives import OBJECTIVES
     from hypar_sim.planner.search import SEARCHES
     from hypar_sim.planner.traffic import TRAFFIC_MODELS
-    from hypar_sim.request import MAX_BATCH
 
     networks = sweep.parse_list(args.networks, None, "--networks")
     if networks == ("all",):

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from hypar_sim.errors import InputError, clip_value
-from hypar_sim.hardware.config import HardwareConfig, load_config, run_keys
+from hypar_sim.hardware.config import MAX_BATCH, HardwareConfig, load_config, run_keys
 from hypar_sim.partition.hierarchy import MAX_MEMBERS, Hierarchy, as_hierarchy
 from hypar_sim.partition.kinds import parse_kinds
 from hypar_sim.planner.options import PlanOptions
@@ -91,10 +91,6 @@ def check_dims(given: Any) -> tuple[tuple[str, int], ...]:
                              f"got {clip_value(text)}")
         pairs.append((name.strip(), int(size)))
     return tuple(pairs)
-
-
-#: Most samples in a step (`--batch`; a config file's `batch` has the same range).
-MAX_BATCH = 2**24
 
 
 def _count(value: Any, flag: str, most: int) -> int:

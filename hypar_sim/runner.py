@@ -19,7 +19,7 @@ from hypar_sim.sim.engine import simulate_des
 from hypar_sim.sim.options import SimOptions
 from hypar_sim.sim.schedule import Schedule, build_schedule
 from hypar_sim.workload.graph import Graph
-from hypar_sim.workload.network import Network, as_graph
+from hypar_sim.workload.network import Network
 
 __all__ = ["SimOptions", "simulate", "simulate_request"]
 
@@ -31,11 +31,10 @@ def simulate(workload: Network | Graph, plan: Plan, config: HardwareConfig,
     schedule = build_schedule(workload, plan, config, options.overlap_gradients,
                               options.bucket_mb * 2**20)
     result = _run(schedule, plan.hierarchy, config, options, plan.search)
-    graph = as_graph(workload)
-    if not graph.source.endswith(".onnx"):
-        return result
+    if not isinstance(workload, Graph) or not workload.source.endswith(".onnx"):
+        return result  # (a chain is never an import: no graph built from it here)
     # an imported model: which file, and the sizes its named axes were bound to (--seq, --dim)
-    where = {"network_file": graph.source, "network_axes": dict(graph.axes)}
+    where = {"network_file": workload.source, "network_axes": dict(workload.axes)}
     return dataclasses.replace(result, config=dict(result.config or {}) | where)
 
 

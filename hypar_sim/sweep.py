@@ -175,8 +175,8 @@ def parse_ints(text: str, what: str, most: int) -> tuple[int, ...]:
                          f"{clip_value(text)}") from None
     for value in values:
         if not 1 <= value <= most:
-            raise InputError(f"{what}: each must be an integer from 1 to {most:,}, got {value}"
-                             [:200])
+            raise InputError(f"{what}: each must be an integer from 1 to {most:,}, got "
+                             f"{clip_value(value)}")
     return values
 
 

@@ -19,16 +19,16 @@ from pathlib import Path
 from typing import Any
 
 from hypar_sim.errors import InputError, clip_value, closest
+from hypar_sim.partition.hierarchy import MAX_MEMBERS
 from hypar_sim.workload.yaml_reader import read_yaml
 
 DEFAULT_CONFIG = Path(__file__).resolve().parents[2] / "configs" / "hypar_paper.yaml"
 
 
-def _param(unit: str, help_text: str, minimum: float = 0.0, strict: bool = True,
-           maximum: float = math.inf) -> Any:
-    """A dataclass field with its unit, meaning and allowed range (no default: the YAML gives it)."""
-    return field(metadata={"unit": unit, "help": help_text, "min": minimum, "strict": strict,
-                           "max": maximum})
+def _param(unit: str, help_text: str, minimum: float, maximum: float) -> Any:
+    """A dataclass field with its unit, meaning and allowed range, from `minimum` to `maximum`
+    inclusive (no default: the YAML gives it)."""
+    return field(metadata={"unit": unit, "help": help_text, "min": minimum, "max": maximum})
 
 
 def _choice(help_text: str, *choices: str) -> Any:
@@ -40,56 +40,56 @@ def _choice(help_text: str, *choices: str) -> Any:
 class HardwareConfig:
     """The machine: array, HMC cubes, processing units, links, energy per action."""
 
-    word_bytes: int = _param("B", "bytes per element (4 = fp32)", 1, False, 8)
-    clock_mhz: float = _param("MHz", "array clock; one simulator cycle", 1e-3, False, 1e5)
+    word_bytes: int = _param("B", "bytes per element (4 = fp32)", 1, 8)
+    clock_mhz: float = _param("MHz", "array clock; one simulator cycle", 1e-3, 1e5)
 
     cube_bandwidth_gb_per_s: float = _param("GB/s", "DRAM bandwidth of one cube (all vaults)",
-                                            1e-3, False, 1e6)
-    cube_capacity_gib: float = _param("GiB", "DRAM capacity of one cube", 2**-20, False, 2**20)
-    vaults_per_cube: int = _param("", "vaults (DRAM channels) per cube", 1, False, 1024)
-    pus_per_cube: int = _param("", "processing units per cube (one per vault)", 1, False, 1024)
-    dram_trcd_ns: float = _param("ns", "row activate to column command", 0, False, 1e6)
-    dram_tcl_ns: float = _param("ns", "column command to data", 0, False, 1e6)
-    dram_tburst_ns: float = _param("ns", "one burst on the vault bus", 0, False, 1e6)
-    dram_controller_ns: float = _param("ns", "vault controller latency", 0, False, 1e6)
-    dram_row_bytes: int = _param("B", "DRAM row (page) size", 1, False, 2**20)
+                                            1e-3, 1e6)
+    cube_capacity_gib: float = _param("GiB", "DRAM capacity of one cube", 2**-20, 2**20)
+    vaults_per_cube: int = _param("", "vaults (DRAM channels) per cube", 1, 1024)
+    pus_per_cube: int = _param("", "processing units per cube (one per vault)", 1, 1024)
+    dram_trcd_ns: float = _param("ns", "row activate to column command", 0, 1e6)
+    dram_tcl_ns: float = _param("ns", "column command to data", 0, 1e6)
+    dram_tburst_ns: float = _param("ns", "one burst on the vault bus", 0, 1e6)
+    dram_controller_ns: float = _param("ns", "vault controller latency", 0, 1e6)
+    dram_row_bytes: int = _param("B", "DRAM row (page) size", 1, 2**20)
 
-    pe_rows: int = _param("", "rows of the PE array", 1, False, 1024)
-    pe_cols: int = _param("", "columns of the PE array", 1, False, 1024)
+    pe_rows: int = _param("", "rows of the PE array", 1, 1024)
+    pe_cols: int = _param("", "columns of the PE array", 1, 1024)
     pe_count: int = _param("", "processing engines per PU (must be pe_rows x pe_cols)",
-                           1, False, 2**20)
-    buffer_kib: float = _param("KiB", "on-chip global buffer per PU", 2**-10, False, 2**20)
+                           1, 2**20)
+    buffer_kib: float = _param("KiB", "on-chip global buffer per PU", 2**-10, 2**20)
     rf_filter_bytes: int = _param("B", "filter scratch pad per PE (words = bytes / word_bytes)",
-                                  1, False, 2**20)
-    rf_ifmap_bytes: int = _param("B", "ifmap scratch pad per PE", 1, False, 2**20)
-    rf_psum_bytes: int = _param("B", "psum scratch pad per PE", 1, False, 2**20)
+                                  1, 2**20)
+    rf_ifmap_bytes: int = _param("B", "ifmap scratch pad per PE", 1, 2**20)
+    rf_psum_bytes: int = _param("B", "psum scratch pad per PE", 1, 2**20)
     mapper_objective: str = _choice("what the PU's mapping search minimises: energy (pJ) or "
                                     "cycles (processing overlapped with the vault's DRAM)",
                                     "energy", "cycles")
     pe_bus_bits: int = _param("bits", "width of each global buffer <-> PE array bus (filters, "
-                              "ifmaps, psums), a multiple of 8", 8, False, 4096)
+                              "ifmaps, psums), a multiple of 8", 8, 4096)
 
     link_bandwidth_gbps: float = _param("Gb/s", "bandwidth of one link, each direction",
-                                        1e-3, False, 1e7)
-    link_latency_ns: float = _param("ns", "fixed latency of one link traversal", 0, False, 1e9)
-    switch_latency_ns: float = _param("ns", "latency of one switch traversal", 0, False, 1e9)
-    packet_payload_bytes: int = _param("B", "data bytes per packet", 1, False, 2**20)
-    packet_overhead_bytes: int = _param("B", "header and tail bytes per packet", 0, False, 2**20)
+                                        1e-3, 1e7)
+    link_latency_ns: float = _param("ns", "fixed latency of one link traversal", 0, 1e9)
+    switch_latency_ns: float = _param("ns", "latency of one switch traversal", 0, 1e9)
+    packet_payload_bytes: int = _param("B", "data bytes per packet", 1, 2**20)
+    packet_overhead_bytes: int = _param("B", "header and tail bytes per packet", 0, 2**20)
     torus_bandwidth: str = _choice("a torus link's bandwidth: per_link (link_bandwidth_gbps "
                                    "each) or total (accelerators x link_bandwidth_gbps shared "
                                    "by the torus's links)", "per_link", "total")
 
-    energy_fp_add_pj: float = _param("pJ", "one 32-bit float addition", 0, False, 1e6)
-    energy_fp_mult_pj: float = _param("pJ", "one 32-bit float multiplication", 0, False, 1e6)
-    energy_buffer_pj: float = _param("pJ", "one global-buffer (SRAM) word access", 0, False, 1e6)
-    energy_dram_pj: float = _param("pJ", "one DRAM word access", 0, False, 1e6)
-    energy_rf_pj: float = _param("pJ", "one register-file word access", 0, False, 1e6)
-    energy_inter_pe_pj: float = _param("pJ", "one word passed between PEs", 0, False, 1e6)
-    energy_link_pj_per_bit: float = _param("pJ/bit", "one bit over one link", 0, False, 1e6)
-    energy_switch_pj_per_bit: float = _param("pJ/bit", "one bit through one switch", 0, False, 1e6)
+    energy_fp_add_pj: float = _param("pJ", "one 32-bit float addition", 0, 1e6)
+    energy_fp_mult_pj: float = _param("pJ", "one 32-bit float multiplication", 0, 1e6)
+    energy_buffer_pj: float = _param("pJ", "one global-buffer (SRAM) word access", 0, 1e6)
+    energy_dram_pj: float = _param("pJ", "one DRAM word access", 0, 1e6)
+    energy_rf_pj: float = _param("pJ", "one register-file word access", 0, 1e6)
+    energy_inter_pe_pj: float = _param("pJ", "one word passed between PEs", 0, 1e6)
+    energy_link_pj_per_bit: float = _param("pJ/bit", "one bit over one link", 0, 1e6)
+    energy_switch_pj_per_bit: float = _param("pJ/bit", "one bit through one switch", 0, 1e6)
     energy_vault_hop_pj_per_bit: float = _param("pJ/bit", "one bit over one vault-to-vault hop "
-                                                "of a cube's logic-die network", 0, False, 1e6)
-    static_power_pu_mw: float = _param("mW", "static power of one PU", 0, False, 1e9)
+                                                "of a cube's logic-die network", 0, 1e6)
+    static_power_pu_mw: float = _param("mW", "static power of one PU", 0, 1e9)
 
     def __post_init__(self) -> None:
         for item in dataclasses.fields(self):
@@ -175,14 +175,18 @@ class HardwareConfig:
 _FIELDS = {item.name: item for item in dataclasses.fields(HardwareConfig)}
 
 
+#: Most samples in a step (`--batch`, a config file's `batch`, a sweep's batches).
+MAX_BATCH = 2**24
+
+
 @dataclass(frozen=True)
 class _RunKeys:
     """The keys of a config file that belong to the run, not the hardware (their defaults
     are in the default config file, with their sources)."""
 
-    accelerators: int = _param("", "accelerators in the array (--accelerators)", 1, False,
-                               2**20)
-    batch: int = _param("samples", "samples per training step (--batch)", 1, False, 2**24)
+    accelerators: int = _param("", "accelerators in the array (--accelerators)", 1,
+                               MAX_MEMBERS)
+    batch: int = _param("samples", "samples per training step (--batch)", 1, MAX_BATCH)
 
 
 #: Keys a config file may give for the run's request (`hypar_sim.request`), not the hardware.
@@ -194,8 +198,7 @@ def allowed(item: dataclasses.Field) -> str:
     meta = item.metadata
     if "choices" in meta:
         return ", ".join(meta["choices"])
-    low = f"{'> ' if meta['strict'] else ''}{_number(meta['min'])}"
-    return f"{low} to {_number(meta['max'])}"
+    return f"{_number(meta['min'])} to {_number(meta['max'])}"
 
 
 def _number(value: float) -> str:
@@ -225,10 +228,8 @@ def _check_value(item: dataclasses.Field, value: Any, where: str) -> None:
     if isinstance(value, bool) or not ok_type or (not is_int and not math.isfinite(value)):
         raise InputError(f"{where}: {item.name}: must be {_type_name(item)}{unit and ' in' + unit}, "
                          f"got {clip_value(value)}")
-    low_ok = value > meta["min"] if meta["strict"] else value >= meta["min"]
-    if not low_ok or value > meta["max"]:
-        shown = clip_value(value)
-        raise InputError(f"{where}: {item.name}: {shown} is out of range; allowed: "
+    if not meta["min"] <= value <= meta["max"]:
+        raise InputError(f"{where}: {item.name}: {clip_value(value)} is out of range; allowed: "
                          f"{allowed(item)}{unit}")
 
 

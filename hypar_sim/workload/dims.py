@@ -20,4 +20,9 @@ class Dim(StrEnum):
     V = "V"  # splits these two; they name axes beyond P, Q, H and K
 
 
+#: The loops an axis takes, in this order, where its operator names none (a new axis, a
+#: renamed one): P, Q, H and K, then W and V, which no kind splits (never G, which scales a
+#: grouped operator's weights).
+SPARE_LOOPS = (Dim.P, Dim.Q, Dim.H, Dim.K, Dim.W, Dim.V)
+
 Dims = tuple[Dim, ...]  # the loop dimension of every axis of a per-sample tensor

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 
 from hypar_sim.errors import InputError, clip_value
-from hypar_sim.workload.dims import Dim, Dims
+from hypar_sim.workload.dims import SPARE_LOOPS, Dim, Dims
 from hypar_sim.workload.ops import (
     Attrs,
     Counts,
@@ -174,7 +174,7 @@ def _describe_reshape(a: Attrs, shapes: list[Shape], shape: Shape,
         for j in outs:  # axes of size 1 in a run take spare loops, like added ones
             output.append(inner if j == sized[-1] else next(outer) if j in sized else None)
     output = [d if d not in output[:i] else None for i, d in enumerate(output)]
-    spare = [d for d in (Dim.P, Dim.Q, Dim.H, Dim.K, Dim.W, Dim.V) if d not in output]
+    spare = [d for d in SPARE_LOOPS if d not in output]
     if output.count(None) > len(spare):
         raise InputError(f"cannot name {output.count(None)} new axes of size 1")
     named = tuple(d if d is not None else spare.pop(0) for d in output)
@@ -227,7 +227,7 @@ def _describe_tensor_op(a: Attrs, shapes: list[Shape], shape: Shape,
     for source in follows:
         name = dims[0][source] if source is not None else None
         named.append(name if name not in named else None)
-    spare = [d for d in (Dim.P, Dim.Q, Dim.H, Dim.K, Dim.W, Dim.V) if d not in named]
+    spare = [d for d in SPARE_LOOPS if d not in named]
     if named.count(None) > len(spare):
         raise InputError(f"cannot name the {len(shape)} axes of its output {list(shape)}")
     output = tuple(d if d is not None else spare.pop(0) for d in named)

@@ -99,16 +99,15 @@ def sample_shape(im: Any, name: str) -> list[int]:
     return list(im.sample(name).shape)
 
 
-def tensor_op(im: Any, call: Call, follows: list[int | None] | None = None,
-              out: str | None = None) -> None:
+def tensor_op(im: Any, call: Call, follows: list[int | None] | None = None) -> None:
     """A `tensor_op` node: shape from ONNX, output axes following the first activation's
     (`follows`; default numpy's broadcasting), the learned constants it reads counted."""
-    out = out or call.out
-    attrs: dict[str, Any] = {"function": call.node.op_type, "shape": sample_shape(im, out),
+    attrs: dict[str, Any] = {"function": call.node.op_type,
+                             "shape": sample_shape(im, call.out),
                              "params": im.learned_params(call.consts)}
     if follows is not None:
         attrs["from_axes"] = follows
-    im.emit(out, "tensor_op", call.acts, **attrs)
+    im.emit(call.out, "tensor_op", call.acts, **attrs)
 
 
 def same_axes(im: Any, call: Call) -> list[int | None]:
@@ -231,10 +230,7 @@ def _einsum(im: Any, call: Call) -> None:
     k = summed[0] if len(summed) == 1 else ""
     if len(call.acts) == 2 and k and a[-1] == k and a[:-2] == b[:-2] and \
             k in b[-2:] and out == a[:-1] + b[-2:].replace(k, ""):
-        if b[-1] == k:
-            im.emit(call.out, "matmul", call.acts, transpose_b=True)
-        else:
-            im.emit(call.out, "matmul", call.acts)
+        im.emit(call.out, "matmul", call.acts, transpose_b=b[-1] == k)
         return
     raise im.refuse(node, f"Einsum '{equation}' is not a (batched) matrix product "
                     "(..., i, k) x (..., k, j) -> (..., i, j)")
@@ -268,14 +264,9 @@ def _activation(im: Any, call: Call) -> None:
     im.emit(call.out, "act", call.acts, function=_UNARY[call.node.op_type])
 
 
-@maps("Identity", "Dropout")
+@maps("Identity", "Dropout", "LRN")
 def _pass(im: Any, call: Call) -> None:
     im.emit(call.out, call.node.op_type.lower(), call.acts[:1])
-
-
-@maps("LRN")
-def _lrn(im: Any, call: Call) -> None:
-    im.emit(call.out, "lrn", call.acts[:1])
 
 
 @maps("Softmax", "LogSoftmax")

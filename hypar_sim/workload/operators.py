@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 
 from hypar_sim.errors import InputError, clip_value
-from hypar_sim.workload.dims import Dim, Dims
+from hypar_sim.workload.dims import SPARE_LOOPS, Dim, Dims
 from hypar_sim.workload.ops import (
     Attrs,
     Counts,
@@ -156,7 +156,7 @@ def _describe_fc(a: Attrs, shapes: list[Shape], shape: Shape, dims: list[Dims]) 
         read = Access((Flat((Dim.C,), (features,), tuple(source)),))
     else:  # a leading axis named K (a transposed stream) takes a spare loop's name
         features = source[-1]
-        spare = [d for d in (Dim.P, Dim.Q, Dim.H, Dim.W, Dim.V) if d not in dims[0]]
+        spare = [d for d in SPARE_LOOPS if d is not Dim.K and d not in dims[0]]
         lead = tuple(spare.pop(0) if d is Dim.K and spare else d for d in dims[0][:-1])
         output = (*lead, Dim.K)
         read = Access((*(Ix(d) for d in lead), Ix(Dim.C)))
@@ -194,8 +194,7 @@ def _describe_matmul(a: Attrs, shapes: list[Shape], shape: Shape,
     rows = first[-2]
     column = second[-2] if a["transpose_b"] else second[-1]
     if column in (*lead, rows):
-        column = next(d for d in (Dim.K, Dim.P, Dim.Q, Dim.H, Dim.W, Dim.V)
-                      if d not in (*lead, rows))
+        column = next(d for d in (Dim.K, *SPARE_LOOPS) if d not in (*lead, rows))
     output = (*lead, rows, column)
     loops = {**dict(zip(output, shape, strict=True)), Dim.C: shapes[0][-1]}
 

@@ -173,9 +173,9 @@ OPS: dict[str, OpSpec] = {}
 def register_op(spec: OpSpec) -> OpSpec:
     """Add an operator kind (a new name only, with its description)."""
     if spec.name in OPS:
-        raise ValueError(f"operator {clip_value(spec.name)} is registered already")
+        raise ValueError(f"operator {spec.name!r} is registered already")
     if not callable(spec.describe):
-        raise ValueError(f"operator {clip_value(spec.name)} has no description (describe)")
+        raise ValueError(f"operator {spec.name!r} has no description (describe)")
     OPS[spec.name] = spec
     return spec
 
