@@ -62,13 +62,25 @@ def request(network: str | Network | Graph, strategy: str = "hypar", topology: s
         if key not in HardwareConfig.__dataclass_fields__ and hint:
             raise InputError(f"{key}: unknown argument{hint}; arguments: "
                              f"{', '.join(arguments)}, or a hardware key")
-    return make_request(network, accelerators=accelerators, batch=batch, hierarchy=hierarchy,
-                        config=config, overrides=config_overrides, seq=seq, dims=dims,
-                        strategy=strategy,
-                        plan_text=plan_text, kinds=kinds, search=search,
-                        traffic_model=traffic_model, objective=objective, phases=phases,
-                        sim=SimOptions(topology=topology, engine=engine,
-                                       overlap_gradients=overlap_gradients, trace=trace))
+    try:
+        return make_request(network, accelerators=accelerators, batch=batch,
+                            hierarchy=hierarchy, config=config, overrides=config_overrides,
+                            seq=seq, dims=dims, strategy=strategy, plan_text=plan_text,
+                            kinds=kinds, search=search, traffic_model=traffic_model,
+                            objective=objective, phases=phases,
+                            sim=SimOptions(topology=topology, engine=engine,
+                                           overlap_gradients=overlap_gradients, trace=trace))
+    except InputError as error:
+        raise InputError(_as_argument(str(error))) from None
+
+
+def _as_argument(message: str) -> str:
+    """A request error as the API's caller reads it: the flag that begins it (`--batch:`)
+    named as the keyword argument (`batch:`)."""
+    flag, colon, rest = message.partition(": ")
+    if colon and flag.startswith("--") and " " not in flag:
+        return f"{flag[2:].replace('-', '_')}: {rest}"
+    return message
 
 
 def plan(network: str | Network | Graph, strategy: str = "hypar",

@@ -16,9 +16,37 @@ from hypar_sim.errors import InputError
 
 def atomic_write(path: str | Path, write: Callable[[IO[bytes]], None]) -> Path:
     """Call `write(f)` on a temporary binary file, then rename it to `path`."""
+    path = Path(path)
+    tmp = _temporary(path, write)
+    try:
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return path
+
+
+def write_together(files: dict[str | Path, bytes]) -> None:
+    """Write every file's bytes to a temporary file beside it, then rename them all: a
+    failure or an interruption while writing (a full disk, Ctrl-C) leaves none of them
+    new, not some (`run --csv --trace --plot`), and no temporary file behind."""
+    done: list[Path] = []
+    try:
+        for path, data in files.items():
+            done.append(_temporary(Path(path), lambda handle, data=data: handle.write(data)))
+        for tmp, path in zip(done, files, strict=True):
+            os.replace(tmp, path)
+    except BaseException:
+        for tmp in done:
+            tmp.unlink(missing_ok=True)
+        raise
+
+
+def _temporary(path: Path, write: Callable[[IO[bytes]], None]) -> Path:
+    """A hidden temporary file beside `path` holding what `write(f)` wrote (synced to disk),
+    removed again if writing fails."""
     import tempfile  # 4 ms of a process's start: only when a file is written
 
-    path = Path(path)
     check_target(path, "output")
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -28,11 +56,10 @@ def atomic_write(path: str | Path, write: Callable[[IO[bytes]], None]) -> Path:
             write(handle)
             handle.flush()
             os.fsync(handle.fileno())
-        os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    return path
+    return Path(tmp)
 
 
 def _umask() -> int:

@@ -153,6 +153,10 @@ def _compare_arguments(compare: argparse.ArgumentParser) -> None:
                               "plan, e.g. a batch smaller than the array, the error names one "
                               "that can)")
     compare.add_argument("--json", action="store_true", help="print a JSON list of the runs")
+    compare.add_argument("--csv", default=None, metavar="FILE",
+                         help="also write a row per strategy: its numbers (those of run "
+                              "--json but the per-layer and per-link lists) and its ratios to "
+                              "the baseline")
     compare.add_argument("--workers", type=int, default=None,
                          help="processes running the strategies side by side (default: all "
                               "cores; 1: one after another)")
@@ -201,6 +205,9 @@ def _sweep_arguments(sweep: argparse.ArgumentParser) -> None:
     sweep.add_argument("--overlap", default="on",
                        help="on, off or on,off: the gradient exchange overlapped with the "
                             "backward pass (default on)")
+    sweep.add_argument("--phases", default="training",
+                       help="training, forward or training,forward: a whole training step "
+                            "(default), or inference, the forward pass alone")
     sweep.add_argument("--out", required=True, help="the CSV to write (rows already there for the "
                                                     "same inputs are kept and not rerun)")
     sweep.add_argument("--executor", default="process", choices=("process", "serial", "dask"),
@@ -352,7 +359,12 @@ def main(argv: Sequence[str] | None = None) -> int:
               file=sys.stderr)
         return 143 if terminated else 130
     try:
-        print(output)
+        print(output, flush=True)
     except BrokenPipeError:  # e.g. piped into `head`: not an error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except OSError as exc:  # e.g. a full disk or /dev/full: the output place, like --csv's
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing left to flush
+        print(f"{PROG} {args.command}: error: standard output: cannot write "
+              f"({exc.strerror or exc})", file=sys.stderr)
+        return 2
     return 0

@@ -6,11 +6,12 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hypar_sim.atomic import atomic_write_text, check_writable
+from hypar_sim.atomic import check_writable, write_together
 from hypar_sim.comparison import cmd_compare
 from hypar_sim.errors import InputError, Terminated, Unfinished, closest
 from hypar_sim.report import (
@@ -94,43 +95,53 @@ RING_HINT_ACCELERATORS = 256
 
 
 def cmd_run(args: argparse.Namespace) -> str:
-    from hypar_sim.runner import simulate_request
+    from hypar_sim.request import plan_request
+    from hypar_sim.runner import simulate
 
-    for path, flag in ((args.csv, "--csv"), (args.trace, "--trace"), (args.plot, "--plot")):
-        if path:
-            check_writable(path, flag)
+    outputs = [(path, flag) for path, flag in ((args.csv, "--csv"), (args.csv and
+               f"{args.csv}.config.json", "--csv"), (args.trace, "--trace"),
+               (args.plot, "--plot")) if path]
+    for path, flag in outputs:
+        check_writable(path, flag)
+    if len({os.path.realpath(path) for path, _ in outputs}) < len(outputs):
+        raise InputError(f"{', '.join(dict.fromkeys(flag for _, flag in outputs))}: "
+                         "give each output its own file")
     if args.plot:
         from hypar_sim.figure_style import figure_format
 
         figure_format(args.plot, "--plot")
     request = request_from_args(args)
+    workload = request.workload()
+    plan = plan_request(request, workload)  # a plan refused is one line, without the note
     if args.traffic_model == "layout" and request.accelerators >= RING_HINT_ACCELERATORS:
         print(f"note: --traffic-model layout sends each collective as a ring of k - 1 rounds "
               f"(k(k - 1) messages); on {request.accelerators} accelerators --traffic-model "
               f"layout_levels sends the same bytes level by level in fewer rounds (faster to "
               f"simulate)",
               file=sys.stderr)
-    result = simulate_request(request)
+    result = simulate(workload, plan, request.hardware, request.sim)
+    files: dict[str, bytes] = {}  # written together at the end: all of them or none
     written = ""
     if args.csv:  # the layers, and the configuration once beside them (not on every row)
         table = result.per_layer_frame().assign(hypar_sim_version=result.version)
         settings = f"{args.csv}.config.json"
-        atomic_write_text(settings, json.dumps(
+        files[settings] = (json.dumps(
             {"hypar_sim_version": result.version, "network": result.network,
              "strategy": result.strategy, "topology": result.topology, "engine": result.engine,
              "plan": [list(level) for level in result.plan],
-             "config": dict(result.config or {})}, indent=2) + "\n")
-        atomic_write_text(args.csv, table.to_csv(index=False))
+             "config": dict(result.config or {})}, indent=2) + "\n").encode()
+        files[args.csv] = table.to_csv(index=False).encode()
         written = f"\nper-layer table written to {args.csv}, its configuration to {settings}"
     if args.plot:
-        from hypar_sim.plots import save_step_figure
+        from hypar_sim.plots import step_figure_bytes
 
-        save_step_figure(result, args.plot)
+        files[args.plot] = step_figure_bytes(result, args.plot)
         written += f"\nfigure written to {args.plot}"
     if args.trace:
-        atomic_write_text(args.trace, json.dumps(
-            {"traceEvents": list(result.trace_events), "displayTimeUnit": "ms"}))
+        files[args.trace] = json.dumps(
+            {"traceEvents": list(result.trace_events), "displayTimeUnit": "ms"}).encode()
         written += f"\ntrace written to {args.trace} (open it in ui.perfetto.dev)"
+    write_together(files)
     if args.json:
         return json.dumps(result.to_dict(), indent=2)
     return result.summary() + written
@@ -164,12 +175,13 @@ def _topologies(names: tuple[str, ...]) -> tuple[str, ...]:
 
 def cmd_sweep(args: argparse.Namespace) -> str:
     from hypar_sim import sweep
+    from hypar_sim.executors import check_scheduler
     from hypar_sim.hardware.config import MAX_BATCH, load_hardware, parse_overrides, run_keys
     from hypar_sim.partition.hierarchy import MAX_MEMBERS
     from hypar_sim.partition.kinds import parse_kinds
     from hypar_sim.planner.objectives import OBJECTIVES
     from hypar_sim.planner.search import SEARCHES
-    from hypar_sim.planner.traffic import TRAFFIC_MODELS
+    from hypar_sim.planner.traffic import PHASES, TRAFFIC_MODELS
 
     networks = sweep.parse_list(args.networks, None, "--networks")
     if networks == ("all",):
@@ -200,8 +212,10 @@ def cmd_sweep(args: argparse.Namespace) -> str:
         searches=sweep.parse_list(args.searches, SEARCHES, "--searches"),
         traffic_models=sweep.parse_list(args.traffic_models, tuple(TRAFFIC_MODELS),
                                         "--traffic-models"),
+        phases=sweep.parse_list(args.phases, PHASES, "--phases"),
     )
     sweep.check_axes(spec)
+    check_scheduler(args.executor, args.scheduler)
     cases = spec.cases()
     try:
         rows = sweep.run_sweep(cases, args.out, args.executor, args.workers, args.scheduler,

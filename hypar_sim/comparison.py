@@ -8,6 +8,7 @@ import dataclasses
 import json
 from typing import TYPE_CHECKING, Any
 
+from hypar_sim.atomic import atomic_write_text, check_writable
 from hypar_sim.errors import InputError, closest
 from hypar_sim.report import comparison_table
 from hypar_sim.workload.graph import Graph
@@ -24,6 +25,8 @@ def cmd_compare(args: argparse.Namespace) -> str:
     from hypar_sim.planner.strategies import STRATEGIES, minimised, objective_for
     from hypar_sim.request import with_strategy
 
+    if args.csv:
+        check_writable(args.csv, "--csv")
     request = request_from_args(args)
     network = request.workload()
     allowed = tuple(s for s in STRATEGIES if s != "explicit")  # every one plans every network
@@ -47,6 +50,11 @@ def cmd_compare(args: argparse.Namespace) -> str:
     if request.plan.phases == "training":  # the bound counts a training step
         bound = sum(node_bounds(network, request.batch, request.hierarchy, request.plan.kinds,
                                 request.hardware.word_bytes))
+    written = ""
+    if args.csv:
+        atomic_write_text(args.csv, comparison_frame(results, objectives, args.baseline,
+                                                     bound).to_csv(index=False))
+        written = f"\n\ncomparison written to {args.csv} (a row per strategy)"
     if args.json:
         return json.dumps([result.to_dict() | {"objective": objective,
                                                "baseline": args.baseline}
@@ -54,7 +62,35 @@ def cmd_compare(args: argparse.Namespace) -> str:
                           indent=2)
     return comparison_table(results, [minimised(s, o) for s, o in zip(strategies, objectives,
                                                                        strict=True)],
-                            bound, request.plan.kinds, args.baseline)
+                            bound, request.plan.kinds, args.baseline) + written
+
+
+#: Columns of a result too long for a comparison row (`run --csv` and `--json` give them).
+_DETAILS = ("per_layer", "per_link", "per_accelerator", "trace_events")
+
+
+def comparison_frame(results: list, objectives: list[str], baseline: str,
+                     bound_bytes: float | None):
+    """`compare --csv`: a row per strategy, every number of `run --json` but the per-layer,
+    per-link and per-accelerator lists, with what it minimised and its ratios to the
+    baseline (speedup = baseline cycles / cycles; energy efficiency likewise; bytes =
+    bytes / baseline bytes) and the lower bound on bytes (empty for inference)."""
+    import pandas as pd
+
+    from hypar_sim.results import flatten
+
+    base = next(r for r in results if r.strategy == baseline)
+    rows = []
+    for result, objective in zip(results, objectives, strict=True):
+        data = {k: v for k, v in result.to_dict().items() if k not in _DETAILS}
+        rows.append({"strategy": result.strategy, "objective": objective,
+                     "baseline": baseline,
+                     "speedup_vs_baseline": base.latency_cycles / result.latency_cycles,
+                     "energy_efficiency_vs_baseline": base.energy_pj / result.energy_pj,
+                     "bytes_vs_baseline": result.traffic_bytes / base.traffic_bytes
+                     if base.traffic_bytes else None,
+                     "bound_bytes": bound_bytes} | flatten(data))
+    return pd.DataFrame(rows)
 
 
 def _simulate_job(job: tuple) -> Any:

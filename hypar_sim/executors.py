@@ -13,7 +13,7 @@ from concurrent.futures.process import BrokenProcessPool
 from typing import TYPE_CHECKING, Any
 
 from hypar_sim import __version__
-from hypar_sim.errors import InputError
+from hypar_sim.errors import InputError, clip_value
 
 if TYPE_CHECKING:
     from hypar_sim.sweep import Case
@@ -126,9 +126,9 @@ def _run_dask(todo: list[Case], scheduler: str | None, options, on_row, runner: 
     try:
         try:
             client = Client(scheduler or cluster, timeout=30)
-        except OSError as exc:
-            raise InputError(f"--scheduler: cannot reach the Dask scheduler at {scheduler} "
-                             f"({exc})") from None
+        except (OSError, ValueError) as exc:  # unreachable, or an unknown address scheme
+            raise InputError(f"--scheduler: cannot reach the Dask scheduler at "
+                             f"{clip_value(scheduler)} ({clip_value(str(exc))})") from None
         with client:
             futures = [client.submit(runner, case, options, pure=False, retries=1)
                        for case in todo]
@@ -142,6 +142,25 @@ def _run_dask(todo: list[Case], scheduler: str | None, options, on_row, runner: 
     finally:
         if cluster is not None:
             cluster.close()
+
+
+def check_scheduler(executor: str, scheduler: str | None) -> None:
+    """Refuse a --scheduler address Dask cannot read (its scheme, e.g. foo://) or one given
+    without --executor dask, before the sweep starts."""
+    if scheduler is None:
+        return
+    if executor != "dask":
+        raise InputError(f"--scheduler: only with --executor dask, not --executor {executor}")
+    try:
+        from distributed.comm import get_address_host, registry
+        from distributed.comm.addressing import parse_address
+        registry.get_backend(parse_address(scheduler)[0])
+        get_address_host(scheduler)
+    except ImportError:
+        return  # _run_dask names the missing package
+    except (ValueError, TypeError) as exc:
+        raise InputError(f"--scheduler: {clip_value(scheduler)} is not a Dask scheduler "
+                         f"address ({clip_value(str(exc))}); e.g. tcp://HOST:8786") from None
 
 
 def execute(todo: Sequence[Case], on_row: Callable[[dict], None], runner: Runner,

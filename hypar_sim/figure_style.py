@@ -116,8 +116,17 @@ def save_figure(fig, path: str | Path, *, also: Iterable[str] = (),
     with the same stem in every format of `also`; PNG at 300 dpi, every file cropped to
     what is drawn (`bbox_inches="tight"`, nothing clipped), written atomically, with the
     tool's version and `description` in its metadata. Closes the figure; returns the paths."""
+    rendered = render_figure(fig, path, also=also, description=description)
+    for target, data in rendered.items():
+        atomic_write(target, lambda handle, data=data: handle.write(data))
+    return list(rendered)
+
+
+def render_figure(fig, path: str | Path, *, also: Iterable[str] = (),
+                  description: str | None = None) -> dict[Path, bytes]:
+    """The files `save_figure` writes, as bytes by path (nothing written). Closes `fig`."""
     path = Path(path)
-    rendered = []
+    rendered = {}
     try:
         targets = {figure_format(path): path}
         for fmt in also:
@@ -132,9 +141,7 @@ def save_figure(fig, path: str | Path, *, also: Iterable[str] = (),
                 buffer = io.BytesIO()
                 fig.savefig(buffer, format=fmt, dpi=DPI, bbox_inches="tight", pad_inches=0.05,
                             metadata=_metadata(fmt, description))
-                rendered.append((target, buffer.getvalue()))
+                rendered[target] = buffer.getvalue()
     finally:
         plt.close(fig)
-    for target, data in rendered:
-        atomic_write(target, lambda handle, data=data: handle.write(data))
-    return [target for target, _ in rendered]
+    return rendered

@@ -2,7 +2,7 @@
 
 A sweep is the cartesian product of networks, strategies, topologies,
 accelerator counts, batch sizes, hierarchies, kind sets, searches, traffic
-models and hardware overrides (`--set key=v1,v2`).
+models, objectives, engines, overlap, phases (training or forward) and hardware overrides (`--set key=v1,v2`).
 Each case becomes one row with every input and every scalar output of
 `run --json` (dicts flattened to `name.key` columns; lists, the plan, the
 per-layer and per-link tables as JSON text). A failed simulation becomes a
@@ -53,7 +53,10 @@ EXECUTORS = ("process", "serial", "dask")
 #: Input columns, in order; then the outputs.
 INPUT_COLUMNS = ("network", "strategy", "topology", "accelerators", "batch", "hierarchy", "kinds",
                  "search", "traffic_model", "objective", "engine", "overlap", "overrides",
-                 "plan_input", "config_file", "config_digest")
+                 "plan_input", "config_file", "config_digest", "phases")
+#: Input columns added after sweeps were first written, with the value a row without them
+#: ran with (so an older CSV resumes instead of running again).
+ADDED_COLUMNS = {"phases": "training"}
 
 
 @dataclass(frozen=True)
@@ -76,6 +79,7 @@ class Case:
     traffic_model: str = DEFAULT_TRAFFIC_MODEL  # the figures of HyPar's evaluation ask for paper
     objective: str = "bytes"  # what the searching strategies minimise
     overlap: bool = True  # gradient exchange overlapped with the backward pass
+    phases: str = "training"  # a whole training step, or forward (inference)
 
     def key(self) -> str:
         """What identifies the case in a CSV (its input columns as text)."""
@@ -91,14 +95,16 @@ class Case:
                 "traffic_model": self.traffic_model, "objective": self.objective,
                 "engine": self.engine, "overlap": self.overlap,
                 "overrides": self.overrides_text(), "plan_input": self.plan_text or "",
-                "config_file": self.config_file or "", "config_digest": self.config_digest}
+                "config_file": self.config_file or "", "config_digest": self.config_digest,
+                "phases": self.phases}
 
 
 def row_key(row: Mapping[str, Any]) -> str:
     """The key of a CSV row (values as read back from the file)."""
-    return json.dumps(["" if row.get(column) is None else str(row[column])
-                       if column not in ("accelerators", "batch") else str(int(row[column]))
-                       for column in INPUT_COLUMNS])
+    values = [row.get(column, ADDED_COLUMNS.get(column)) for column in INPUT_COLUMNS]
+    return json.dumps(["" if value is None else str(value)
+                       if column not in ("accelerators", "batch") else str(int(value))
+                       for column, value in zip(INPUT_COLUMNS, values, strict=True)])
 
 
 def file_digest(path: str | None) -> str:
@@ -130,6 +136,7 @@ class SweepSpec:
     traffic_models: tuple[str, ...] = ("layout",)
     objectives: tuple[str, ...] = ("bytes",)  # for strategies that take them (else bytes)
     overlaps: tuple[bool, ...] = (True,)
+    phases: tuple[str, ...] = ("training",)
 
     def cases(self) -> list[Case]:
         keys = [key for key, _ in self.overrides]
@@ -137,10 +144,10 @@ class SweepSpec:
         digest = file_digest(self.config_file)
         result = []
         for (network, strategy, topology, count, batch, hierarchy, kinds, search, model,
-             objective, engine, overlap) in itertools.product(
+             objective, engine, overlap, phases) in itertools.product(
                 self.networks, self.strategies, self.topologies, self.accelerators,
                 self.batches, self.hierarchies, self.kinds, self.searches, self.traffic_models,
-                self.objectives, self.engines, self.overlaps):
+                self.objectives, self.engines, self.overlaps, self.phases):
             for values in itertools.product(*value_lists):
                 result.append(Case(network, strategy, topology, count, batch, engine,
                                    tuple(zip(keys, values, strict=True)),
@@ -148,7 +155,8 @@ class SweepSpec:
                                    hierarchy=hierarchy, kinds=kinds, search=search,
                                    traffic_model=model,
                                    objective=objective_for(strategy, objective)
-                                   if strategy in STRATEGIES else objective, overlap=overlap))
+                                   if strategy in STRATEGIES else objective, overlap=overlap,
+                                   phases=phases))
         return list(dict.fromkeys(result))  # a strategy that takes no objective runs once
 
 
@@ -189,7 +197,8 @@ def case_request(case: Case, options: Mapping[str, Any] | None = None) -> RunReq
                         overrides=case.overrides, strategy=case.strategy,
                         plan_text=case.plan_text, kinds=case.kinds, search=case.search,
                         traffic_model=case.traffic_model,
-                        objective=objective_for(case.strategy, case.objective), sim=sim)
+                        objective=objective_for(case.strategy, case.objective),
+                        phases=case.phases, sim=sim)
 
 
 def run_case(case: Case, options: Mapping[str, Any] | None = None) -> dict[str, Any]:
@@ -238,12 +247,14 @@ class CsvJournal:
             atomic_write_text(self.path, text)
         reader = csv.DictReader(io.StringIO(text))
         self.columns = list(reader.fieldnames or [])
-        missing = set(INPUT_COLUMNS) - set(self.columns)
+        missing = set(INPUT_COLUMNS) - set(self.columns) - set(ADDED_COLUMNS)
         if self.columns and missing:
             raise InputError(f"{self.path}: not a sweep CSV of this version (no column "
                              f"{sorted(missing)[0]}); choose another --out")
         try:
             for row in reader:
+                row = {column: value for column, value in ADDED_COLUMNS.items()
+                       if row.get(column) is None} | row
                 self.rows[row_key(row)] = row
         except (ValueError, KeyError) as exc:
             raise InputError(f"{self.path}: not a sweep CSV ({exc}); choose another --out") from None

@@ -61,7 +61,7 @@ BAD_NETWORKS = {
     "alias bomb": ("a: &a [x, x, x, x, x, x, x, x, x, x]\n"
                    + "".join(f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join([f'*{chr(97 + i)}'] * 10)}]\n"
                              for i in range(7)) + GOOD_NET,
-                   "its aliases expand it to more than 1,000,000 nodes"),
+                   "its aliases expand it by more than 1,000,000 nodes"),
 }
 
 BAD_CONFIGS = {

@@ -69,6 +69,19 @@ FLAGS = {
                                   "1,048,576, got 0"),
     "sweep over a batch of 10^30": (("sweep", "--networks", "lenet_c", "--batch", str(10**30)),
                                     "--batch: each must be an integer from 1 to 16,777,216"),
+    "a Dask scheduler of an unknown scheme": (
+        ("sweep", "--networks", "lenet_c", "--executor", "dask", "--scheduler", "foo://bar"),
+        "--scheduler: 'foo://bar' is not a Dask scheduler address (\"unknown address scheme 'foo'"),
+    "a Dask scheduler without a port": (
+        ("sweep", "--networks", "lenet_c", "--executor", "dask", "--scheduler", "tcp://"),
+        "is not a Dask scheduler address (\"missing port number"),
+    "a scheduler for the process pool": (
+        ("sweep", "--networks", "lenet_c", "--scheduler", "tcp://HOST:8786"),
+        "--scheduler: only with --executor dask, not --executor process"),
+    "a million accelerators, batch 256 (no ring note before the error)": (
+        ("run", "lenet_c", "--accelerators", "1048576"), "use a batch of at least 512"),
+    "a retired hardware key": (("run", "lenet_c", "--set", "dram_row_bytes=256"),
+                               "dram_row_bytes is no longer a hardware key: no model read it"),
 }
 
 

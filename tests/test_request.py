@@ -94,3 +94,17 @@ def test_compare_names_a_baseline_that_plans(cli):
         text.stdout.index("data ")
     bad = cli("compare", "lenet_c", "--baseline", "fastest")
     assert bad.returncode == 2 and "--baseline: unknown or not comparable 'fastest'" in bad.stderr
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"accelerators": 0}, "accelerators: must be an integer from 1 to 1,048,576, got 0"),
+    ({"batch": 2**30}, "batch: must be an integer from 1 to 16,777,216, got 1073741824"),
+    ({"seq": 0}, "seq: must be a positive number of tokens, got 0"),
+])
+def test_api_errors_name_the_keyword_not_the_flag(kwargs, message):
+    """The Python API's caller passed `batch=`, not `--batch`: its errors begin with the
+    keyword (they began with the command line's flag)."""
+    import hypar_sim
+    with pytest.raises(InputError) as info:
+        hypar_sim.simulate("lenet_c", **kwargs)
+    assert str(info.value) == message

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 
+import pandas as pd
 import pytest
 
 import hypar_sim
@@ -341,6 +342,19 @@ def test_run_and_compare_commands(cli, tmp_path):
     assert (tmp_path / "l.csv").read_text().startswith("name,forward_cycles")
     text = cli("run", "lenet_c").stdout
     assert "step latency" in text and "busiest links" in text
+    compare = cli("compare", "lenet_c", "--engine", "analytic", "--csv", tmp_path / "c.csv",
+                  "--json")
+    assert compare.returncode == 0, compare.stderr
+    runs = {run["strategy"]: run for run in json.loads(compare.stdout)}
+    table = pd.read_csv(tmp_path / "c.csv").set_index("strategy")
+    assert list(table.index) == ["data", "model", "trick", "hypar"]
+    for strategy, run in runs.items():  # the CSV's numbers are the runs'
+        row = table.loc[strategy]
+        assert row.latency_cycles == run["latency_cycles"]
+        assert row.traffic_bytes == run["traffic_bytes"]
+        assert row.speedup_vs_baseline == pytest.approx(
+            runs["data"]["latency_cycles"] / run["latency_cycles"], rel=1e-6)  # whole cycles
+    assert table.loc["data"].speedup_vs_baseline == 1.0 and "per_layer" not in table
     compare = cli("compare", "lenet_c", "--engine", "analytic")
     assert compare.returncode == 0 and "hypar" in compare.stdout and "1.00x" in compare.stdout
 

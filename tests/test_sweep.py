@@ -265,3 +265,24 @@ def test_run_options_are_axes_of_the_sweep(tmp_path):
     assert no_overlap > table[(table.strategy == "data") & table.overlap].latency_s.iloc[0]
     run_sweep(cases, out, executor="serial", progress=False)  # every row resumed, none rerun
     assert pd.read_csv(out).wall_s.tolist() == table.wall_s.tolist()
+
+
+def test_phases_are_an_axis_and_an_older_csv_resumes(tmp_path):
+    """`sweep --phases training,forward` (issue "Hardening": sweep had no --phases): a
+    forward row is the inference, faster and without gradient traffic; a CSV written before
+    the phases column existed resumes as training rows instead of running again."""
+    spec = SweepSpec(networks=("lenet_c",), strategies=("data",), accelerators=(4,),
+                     batches=(64,), engines=("analytic",), phases=("training", "forward"))
+    out = tmp_path / "s.csv"
+    run_sweep(spec.cases(), out, executor="serial", progress=False)
+    table = pd.read_csv(out).set_index("phases")
+    assert table.loc["forward"].latency_s < table.loc["training"].latency_s
+    assert table.loc["forward"].traffic_bytes == 0 < table.loc["training"].traffic_bytes
+    older = tmp_path / "old.csv"
+    table.reset_index().query("phases == 'training'").drop(columns="phases").to_csv(
+        older, index=False)
+    training = SweepSpec(networks=("lenet_c",), strategies=("data",), accelerators=(4,),
+                         batches=(64,), engines=("analytic",))
+    walls = pd.read_csv(older).wall_s.tolist()
+    run_sweep(training.cases(), older, executor="serial", progress=False)
+    assert pd.read_csv(older).wall_s.tolist() == walls  # resumed, not rerun

@@ -64,7 +64,7 @@ def compute(quick: bool = False, workers: int | None = None, cache: dict | None 
     means = []
     for strategy, paper in zip(FIGURE_8_STRATEGIES, FIGURE_8_GEOMEAN_GB, strict=True):
         ours = geomean(table[table.strategy == strategy].ours_gb)
-        means.append({"network": "geomean", "display_name": "Gmean", "strategy": strategy,
+        means.append({"network": "geomean", "display_name": "geomean", "strategy": strategy,
                       "accelerators": 2**levels, "batch": batch, "ours_gb": ours,
                       "paper_gb": math.nan if quick else paper,
                       "ratio": math.nan if quick else ours / paper,

@@ -52,7 +52,6 @@ class HardwareConfig:
     dram_tcl_ns: float = _param("ns", "column command to data", 0, 1e6)
     dram_tburst_ns: float = _param("ns", "one burst on the vault bus", 0, 1e6)
     dram_controller_ns: float = _param("ns", "vault controller latency", 0, 1e6)
-    dram_row_bytes: int = _param("B", "DRAM row (page) size", 1, 2**20)
 
     pe_rows: int = _param("", "rows of the PE array", 1, 1024)
     pe_cols: int = _param("", "columns of the PE array", 1, 1024)
@@ -233,6 +232,11 @@ def _check_value(item: dataclasses.Field, value: Any, where: str) -> None:
                          f"{allowed(item)}{unit}")
 
 
+RETIRED_KEYS = {
+    "dram_row_bytes": "no model read it (each vault streams its words at the vault's bandwidth)",
+}
+
+
 def coerce_overrides(overrides: Mapping[str, Any], where: str) -> dict[str, Any]:
     """Check keys and types of a mapping of parameter overrides."""
     result = {}
@@ -240,6 +244,9 @@ def coerce_overrides(overrides: Mapping[str, Any], where: str) -> dict[str, Any]
         if key in RUN_KEYS:
             raise InputError(f"{where}: {key} is not a hardware key: it is the run's "
                              f"(--{key}, or `{key}:` in a config file)")
+        if key in RETIRED_KEYS:
+            raise InputError(f"{where}: {key} is no longer a hardware key: {RETIRED_KEYS[key]}; "
+                             "delete the line")
         if key not in _FIELDS:
             raise InputError(f"{where}: unknown key '{key}'{closest(str(key), _FIELDS)}; "
                              f"see `hypar-sim hardware` for the keys")
