@@ -50,13 +50,16 @@ def request(network: str | Network | Graph, strategy: str = "hypar", topology: s
             traffic_model: str = DEFAULT_TRAFFIC_MODEL,
             hierarchy: str | Sequence[int] | None = None, plan_text: str | None = None,
             overlap_gradients: bool = True, seq: int | None = None,
-            dims: Mapping[str, int] | None = None, config: str | None = None,
+            dims: Mapping[str, int] | None = None, layers: int | None = None,
+            config: str | None = None,
             trace: bool = False, objective: str = "bytes", phases: str = "training",
             **config_overrides: Any) -> RunRequest:
     """The run's request, built as the command line builds it (`hypar_sim.request`):
     `accelerators` and `batch` None take the config file's, else 16 and 256; any other
     keyword is a hardware key (`hardware()`)."""
     arguments = request.__code__.co_varnames[:request.__code__.co_argcount]
+    if layers is not None:  # a generated transformer's first blocks: its size `layers`
+        dims = {**(dims or {}), "layers": layers}
     for key in config_overrides:
         hint = closest(key, arguments)
         if key not in HardwareConfig.__dataclass_fields__ and hint:

@@ -32,11 +32,17 @@ class _Parser(argparse.ArgumentParser):
 
 def _add_seq_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seq", type=int, default=None, metavar="TOKENS",
-                        help="length of an ONNX model's dynamic sequence axis (default 128, or "
-                        "the model's own if fixed)")
+                        help="tokens per sample: an ONNX model's dynamic sequence axis (default 128, "
+                        "or the model's own if fixed) or a generated transformer's (default its "
+                        "own)")
     parser.add_argument("--dim", action="append", default=None, metavar="NAME=SIZE",
                         help="size of another named dynamic axis of an ONNX model (repeat for "
-                        "several, e.g. --dim height=384 --dim width=384)")
+                        "several, e.g. --dim height=384 --dim width=384), or a size of a "
+                        "generated transformer (layers, hidden, heads, kv_heads, ffn, vocab, "
+                        "positions)")
+    parser.add_argument("--layers", type=int, default=None, metavar="N",
+                        help="a generated transformer's first N blocks (gpt2_small, gpt2_xl, "
+                        "gpt3_2_7b, llama_7b; default: all), for quick runs")
 
 
 def _add_plan_arguments(parser: argparse.ArgumentParser) -> None:

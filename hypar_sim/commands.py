@@ -69,7 +69,7 @@ def request_from_args(args: argparse.Namespace) -> RunRequest:
     request = make_request(
         args.network, accelerators=args.accelerators, batch=args.batch,
         levels=getattr(args, "levels", None), hierarchy=args.hierarchy, config=args.config,
-        overrides=hardware_overrides(args), seq=args.seq, dims=args.dim,
+        overrides=hardware_overrides(args), seq=args.seq, dims=_dims(args),
         strategy=getattr(args, "strategy", "hypar"),
         plan_text=getattr(args, "plan_text", None), kinds=args.kinds, search=args.search,
         traffic_model=args.traffic_model, objective=args.objective,
@@ -87,7 +87,17 @@ def _workload(args: argparse.Namespace) -> Graph:
     named axes from --dim)."""
     from hypar_sim.request import check_dims, check_seq
 
-    return load_workload(args.network, check_seq(args.seq), dict(check_dims(args.dim)))
+    return load_workload(args.network, check_seq(args.seq), dict(check_dims(_dims(args))))
+
+
+def _dims(args: argparse.Namespace) -> list[str] | None:
+    """--dim NAME=SIZE, with --layers N as layers=N."""
+    layers = getattr(args, "layers", None)
+    if layers is None:
+        return args.dim
+    if layers < 1:
+        raise InputError(f"--layers: must be a positive number of blocks, got {layers}")
+    return [*(args.dim or []), f"layers={layers}"]
 
 
 #: From this many accelerators, `run` under the ring collectives suggests layout_levels.
@@ -320,7 +330,9 @@ def cmd_networks(args: argparse.Namespace) -> str:
     return (f"Chain networks (HyPar's ten, and the standard AlexNet beside its half-width one; "
             f"plan, run, compare, sweep):\n{networks_table(nets)}"
             "\n\nGraph networks (plan, run, compare, sweep; kinds batch, in, out, heads, "
-            f"groups, seq):\n{graphs_table(graphs)}")
+            f"groups, seq):\n{graphs_table(graphs)}\n\nGenerated from their sizes (--seq "
+            f"TOKENS, --layers N, --dim hidden=...): "
+            f"{', '.join(g.name for g in graphs if 'layers' in g.axes)}.")
 
 
 def graph_dict(graph: Graph) -> dict:

@@ -31,10 +31,14 @@ def simulate(workload: Network | Graph, plan: Plan, config: HardwareConfig,
     schedule = build_schedule(workload, plan, config, options.overlap_gradients,
                               options.bucket_mb * 2**20)
     result = _run(schedule, plan.hierarchy, config, options, plan.search)
-    if not isinstance(workload, Graph) or not workload.source.endswith(".onnx"):
+    if not isinstance(workload, Graph):
         return result  # (a chain is never an import: no graph built from it here)
-    # an imported model: which file, and the sizes its named axes were bound to (--seq, --dim)
-    where = {"network_file": workload.source, "network_axes": dict(workload.axes)}
+    # an imported model's file; the sizes its named axes were bound to (--seq, --dim) or a
+    # generated transformer's (--seq, --layers, --dim)
+    where: dict = {"network_file": workload.source} if workload.source.endswith(".onnx") \
+        else {}
+    if workload.axes:
+        where["network_axes"] = dict(workload.axes)
     return dataclasses.replace(result, config=dict(result.config or {}) | where)
 
 

@@ -37,6 +37,11 @@ PUBLISHED = {
     "bert_base": (110e6, None),
     # OpenAI's released GPT-2 small ("124M"), the output projection tied to the embedding.
     "gpt2_small": (124e6, None),
+    # Generated from their sizes (tests/test_transformers.py checks them exactly): OpenAI's
+    # GPT-2 XL "1558M"; Brown et al. 2020, Table 2.1: GPT-3 2.7B; Touvron et al. 2023: 6.7B.
+    "gpt2_xl": (1558e6, None),
+    "gpt3_2_7b": (2.7e9 * 0.982, None),  # 12 L d^2 + embeddings = 2.65B of the rounded 2.7B
+    "llama_7b": (6.7e9, None),
 }
 
 
@@ -44,7 +49,7 @@ def graph(nodes, inputs=None, **top):
     return parse_graph({"inputs": inputs or {"x": [8, 10, 12]}, "nodes": nodes, **top}, "t.yaml")
 
 
-def test_six_graphs_are_shipped():
+def test_the_graphs_are_shipped():
     assert set(available_graphs()) == set(PUBLISHED)
     assert len(available_networks()) == 11  # the paper's ten and alexnet_half, unchanged
 

@@ -59,6 +59,12 @@ def _layer_norm(where: str, a: Attrs, shapes: list[Shape]) -> Counts:
     return Counts(shapes[0], 2 * shapes[0][-1] * affine)
 
 
+def _rms_norm(where: str, a: Attrs, shapes: list[Shape]) -> Counts:
+    """A scale per feature (the last axis), no shift (Zhang and Sennrich 2019)."""
+    affine = flag(f"{where}.affine", a["affine"])
+    return Counts(shapes[0], shapes[0][-1] * affine)
+
+
 def _softmax(where: str, a: Attrs, shapes: list[Shape]) -> Counts:
     check_axis(f"{where}.axis", a["axis"], len(shapes[0]))
     return Counts(shapes[0])
@@ -254,6 +260,9 @@ for _spec in (
            {"affine": True}, _batch_norm, elementwise_description(per_element(2), vectors=2)),
     OpSpec("layer_norm", "layer normalisation over the last axis", (), {"affine": True},
            _layer_norm, elementwise_description(per_element(4), vectors=2, whole=last_axis)),
+    OpSpec("rms_norm", "RMS normalisation over the last axis (a scale per feature)", (),
+           {"affine": True}, _rms_norm,
+           elementwise_description(per_element(3), vectors=1, whole=last_axis)),
     OpSpec("act", f"elementwise activation ({', '.join(ACTIVATIONS)})", ("function",), {},
            _act, elementwise_description(per_element(1))),
     OpSpec("softmax", "softmax along an axis", (), {"axis": -1}, _softmax,

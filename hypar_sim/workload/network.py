@@ -72,7 +72,8 @@ def available_networks() -> list[str]:
 
 
 def available_graphs() -> list[str]:
-    """Names of the graph networks shipped in workloads/graphs/."""
+    """Names of the graph networks shipped in workloads/graphs/ (node lists, and the
+    transformers generated from their sizes, `workload.transformer`)."""
     return sorted(path.stem for path in GRAPHS_DIR.glob("*.yaml"))
 
 
@@ -104,14 +105,24 @@ def load_workload(name_or_path: str, seq: int | None = None,
         from hypar_sim.workload.onnx_import import load_onnx
 
         return load_onnx(path, seq, dims)
+    data = read_yaml(path)
+    if isinstance(data, Mapping) and "transformer" in data:
+        from hypar_sim.workload.transformer import load_transformer
+
+        return load_transformer(data, str(path), path.stem, seq, dims)
+    if dims and set(dims) == {"layers"}:
+        raise InputError(f"--layers: {name_or_path} is not a generated transformer; "
+                         "--layers keeps the first blocks of gpt2_small, gpt2_xl, gpt3_2_7b, "
+                         "llama_7b or a file with a `transformer:` mapping")
     if dims:
         raise InputError(f"--dim: {name_or_path} is a YAML network, whose shapes are fixed "
-                         "in the file; --dim sets a named dynamic axis of an ONNX model")
+                         "in the file; --dim sets a named dynamic axis of an ONNX model or "
+                         "a size of a generated transformer")
     if seq is not None:
         raise InputError(f"--seq: {name_or_path} is a YAML network, whose shapes are fixed in "
                          "the file; --seq sets the tokens of an ONNX model's dynamic sequence "
-                         "axis (edit the YAML's input shape instead)")
-    data = read_yaml(path)
+                         "axis or of a generated transformer (edit the YAML's input shape "
+                         "instead)")
     if isinstance(data, Mapping) and "nodes" in data:
         return parse_graph(data, str(path), default_name=path.stem)
     return graph_of(parse_network(data, str(path), default_name=path.stem))
@@ -124,6 +135,8 @@ def load_network(name_or_path: str) -> Network:
     if path.suffix == ".onnx":
         return chain_of(load_workload(name_or_path), name_or_path)
     data = read_yaml(path)
+    if isinstance(data, Mapping) and "transformer" in data:
+        return chain_of(load_workload(name_or_path), name_or_path)
     if isinstance(data, Mapping) and "nodes" in data:
         return chain_of(parse_graph(data, str(path), default_name=path.stem), name_or_path)
     return parse_network(data, str(path), default_name=path.stem)
