@@ -103,7 +103,7 @@ def _plan_arguments(plan: argparse.ArgumentParser) -> None:
     from hypar_sim.planner.strategies import STRATEGIES
 
     plan.add_argument("network", help="a network name (see `networks`) or a path to a .yaml or .onnx file")
-    plan.add_argument("--strategy", default="hypar", choices=STRATEGIES, metavar="STRATEGY",
+    plan.add_argument("--strategy", default=None, choices=STRATEGIES, metavar="STRATEGY",
                       help=f"one of {', '.join(STRATEGIES)} (default hypar; explicit needs --plan)")
     plan.add_argument("--plan", dest="plan_text", default=None,
                       help="with --strategy explicit (implied when given): a file or a string, "
@@ -131,7 +131,7 @@ def _run_arguments(run: argparse.ArgumentParser) -> None:
     from hypar_sim.planner.strategies import STRATEGIES
 
     _add_simulation_arguments(run)
-    run.add_argument("--strategy", default="hypar", choices=STRATEGIES, metavar="STRATEGY",
+    run.add_argument("--strategy", default=None, choices=STRATEGIES, metavar="STRATEGY",
                      help=f"one of {', '.join(STRATEGIES)} (default hypar)")
     run.add_argument("--plan", dest="plan_text", default=None,
                      help="an explicit plan (file or string, one row of kinds per level)")
@@ -343,6 +343,15 @@ def _terminate(signum: int, frame: object) -> None:
     raise Terminated
 
 
+def one_line(text: str) -> str:
+    """`text` with every character that is not printable (a line break or a terminal escape
+    inside a value the message quotes) written as its escape: an error stays one line."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii")
+                   for c in text)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     gc.set_threshold(GC_THRESHOLD)  # this process's setting (the command owns the process)
     argv = sys.argv[1:] if argv is None else list(argv)
@@ -352,7 +361,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         output = COMMANDS[args.command](args)
     except InputError as exc:
-        print(f"{PROG} {args.command}: error: {exc}", file=sys.stderr)
+        print(f"{PROG} {args.command}: error: {one_line(str(exc))}", file=sys.stderr)
         return 2
     except Unfinished as exc:
         if exc.output:

@@ -11,9 +11,9 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hypar_sim.atomic import check_writable, write_together
+from hypar_sim.atomic import check_folder, check_writable, write_together
 from hypar_sim.comparison import cmd_compare
-from hypar_sim.errors import InputError, Terminated, Unfinished, closest
+from hypar_sim.errors import InputError, Terminated, Unfinished, clip_value, closest
 from hypar_sim.report import (
     bound_total,
     graphs_table,
@@ -53,10 +53,12 @@ def request_from_args(args: argparse.Namespace) -> RunRequest:
     if hasattr(args, "engine"):  # the commands that simulate
         from hypar_sim.sim.options import SimOptions
 
-        if args.chunk_kib < 1:
-            raise InputError(f"--chunk-kib: must be a positive integer, got {args.chunk_kib}")
-        if args.max_chunks < 1:
-            raise InputError(f"--max-chunks: must be a positive integer, got {args.max_chunks}")
+        if not 1 <= args.chunk_kib <= MOST_CHUNK_KIB:
+            raise InputError(f"--chunk-kib: must be an integer from 1 to {MOST_CHUNK_KIB:,} "
+                             f"(1 GiB), got {clip_value(args.chunk_kib)}")
+        if not 1 <= args.max_chunks <= MOST_CHUNKS:
+            raise InputError(f"--max-chunks: must be an integer from 1 to {MOST_CHUNKS:,}, "
+                             f"got {clip_value(args.max_chunks)}")
         sim = SimOptions(topology=args.topology, engine=args.engine,
                          chunk_bytes=args.chunk_kib * 1024, max_chunks=args.max_chunks,
                          overlap_gradients=not args.no_overlap, bucket_mb=args.bucket_mb,
@@ -70,7 +72,7 @@ def request_from_args(args: argparse.Namespace) -> RunRequest:
         args.network, accelerators=args.accelerators, batch=args.batch,
         levels=getattr(args, "levels", None), hierarchy=args.hierarchy, config=args.config,
         overrides=hardware_overrides(args), seq=args.seq, dims=_dims(args),
-        strategy=getattr(args, "strategy", "hypar"),
+        strategy=_strategy(args),
         plan_text=getattr(args, "plan_text", None), kinds=args.kinds, search=args.search,
         traffic_model=args.traffic_model, objective=args.objective,
         phases=getattr(args, "phases", "training"), sim=sim, progress=sys.stderr.isatty())
@@ -80,6 +82,15 @@ def request_from_args(args: argparse.Namespace) -> RunRequest:
             print(f"note: {note}", file=sys.stderr)
         request = dataclasses.replace(request, network=graph)
     return request
+
+
+def _strategy(args: argparse.Namespace) -> str:
+    """--strategy (default hypar); with --plan, none or explicit (the plan is given)."""
+    given = getattr(args, "strategy", None)
+    if getattr(args, "plan_text", None) is not None and given not in (None, "explicit"):
+        raise InputError(f"--plan: the plan is given, so the strategy is explicit, not "
+                         f"--strategy {given}; drop one of them")
+    return given or "hypar"
 
 
 def _workload(args: argparse.Namespace) -> Graph:
@@ -99,6 +110,10 @@ def _dims(args: argparse.Namespace) -> list[str] | None:
         raise InputError(f"--layers: must be a positive number of blocks, got {layers}")
     return [*(args.dim or []), f"layers={layers}"]
 
+
+#: Bounds of --chunk-kib and --max-chunks: a message of a million chunks is a million events.
+MOST_CHUNK_KIB = 2**20
+MOST_CHUNKS = 2**16
 
 #: From this many accelerators, `run` under the ring collectives suggests layout_levels.
 RING_HINT_ACCELERATORS = 256
@@ -258,7 +273,11 @@ def cmd_reproduce(args: argparse.Namespace) -> str:
             if name not in FIGURES:
                 raise InputError(f"--only: unknown figure '{name}'; allowed: {', '.join(FIGURES)}")
     formats = figure_formats(args.formats)
+    if args.workers is not None and args.workers < 1:
+        raise InputError(f"--workers: must be a positive integer, got {args.workers}")
     out = output_folder(args.out, args.quick)
+    if args.out is not None:
+        check_folder(out, "--out")
     if (args.quick or args.only) and out.resolve() == RESULTS.resolve():
         raise InputError(f"--out: {out} holds the committed results of the full reproduction; "
                          f"{'--quick' if args.quick else '--only'} writes part of them (and "

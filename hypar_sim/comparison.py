@@ -130,7 +130,10 @@ def _compared(text: str | None, baseline: str, default: tuple[str, ...],
               allowed: tuple[str, ...]) -> list[str]:
     """The strategies of `compare --strategies`, the baseline first (the base of the
     ratios)."""
-    names = [n.strip() for n in text.split(",") if n.strip()] if text else list(default)
+    names = [n.strip() for n in text.split(",") if n.strip()] if text is not None \
+        else list(default)
+    if not names:
+        raise InputError(f"--strategies: give at least one, from {', '.join(allowed)}")
     for name, flag in [*((n, "--strategies") for n in names), (baseline, "--baseline")]:
         if name not in allowed:
             raise InputError(f"{flag}: unknown or not comparable '{name}'"

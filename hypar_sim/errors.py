@@ -48,3 +48,13 @@ def clip_value(value: object) -> str:
     if len(text) <= MAX_QUOTED:
         return text
     return f"{text[:MAX_QUOTED - 20]}... ({len(text):,} characters)"
+
+
+def why_not_a_file(path: object) -> str:
+    """Why an input file cannot be read where `is_file()` said no: a folder, or nothing."""
+    from pathlib import Path
+
+    try:
+        return "is a folder, not a file" if Path(str(path)).is_dir() else "not found"
+    except OSError as exc:  # a name too long, a loop of links
+        return str(exc.strerror or exc)

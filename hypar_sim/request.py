@@ -89,6 +89,9 @@ def check_dims(given: Any) -> tuple[tuple[str, int], ...]:
                 not 1 <= int(size) <= MAX_SIZE:
             raise InputError(f"--dim: must be NAME=SIZE with SIZE from 1 to {MAX_SIZE:,}, "
                              f"got {clip_value(text)}")
+        if name.strip() in dict(pairs):
+            raise InputError(f"--dim: {clip_value(name.strip())} is given twice; give each "
+                             "size once")
         pairs.append((name.strip(), int(size)))
     return tuple(pairs)
 

@@ -55,6 +55,21 @@ FILES = {
         "function: relu}\n", ("run", "{path}"),
         "nodes[0].name: must be 1 to 200 printable characters (no control or escape "
         "characters), got '\\x1b[31mred'"),
+    "a recursive YAML alias (found by the audit: it hung)": (
+        "net.yaml", "input: {features: 10}\nlayers: &a\n  - *a\n", ("run", "{path}"),
+        "YAML error at line 2, column 9: an alias refers to a node that contains it"),
+    "a recursive alias in a hardware file": (
+        "hw.yaml", "clock_mhz: &a [*a]\n", ("hardware", "--config", "{path}"),
+        "an alias refers to a node that contains it"),
+    "a plan file of lists nested 100,000 deep": (
+        "p.json", "[" * 100_000 + "]" * 100_000, ("plan", "lenet_c", "--plan", "{path}"),
+        "not a plan file (JSON of `plan --json`"),
+    "a graph of no outputs": (
+        "g.yaml", "inputs: {x: [3, 8, 8]}\nnodes:\n  - {name: r, type: act, function: relu}\n"
+        "outputs: []\n", ("run", "{path}"), "outputs: give at least one node name"),
+    "a topology of no levels": ("t.yaml", "topology: htree\nlevels: []\n",
+                                ("run", "lenet_c", "--topology", "{path}"),
+                                "levels: must be a non-empty list"),
     "a 1e30 KiB buffer": ("hw.yaml", "buffer_kib: 1e30\n", ("run", "lenet_c", "--config",
                                                             "{path}"),
                           "buffer_kib: 1e+30 is out of range; allowed: 1/1024 to 1,048,576 KiB"),
@@ -85,6 +100,18 @@ FLAGS = {
         "--scheduler: only with --executor dask, not --executor process"),
     "a million accelerators, batch 256 (no ring note before the error)": (
         ("run", "lenet_c", "--accelerators", "1048576"), "use a batch of at least 512"),
+    "--strategy beside --plan": (("plan", "lenet_c", "--strategy", "data", "--plan",
+                                  "dp dp dp dp"),
+                                 "--plan: the plan is given, so the strategy is explicit, "
+                                 "not --strategy data"),
+    "a size given twice": (("networks", "gpt2_small", "--layers", "1", "--dim", "layers=2"),
+                           "--dim: 'layers' is given twice"),
+    "a billion chunks": (("run", "lenet_c", "--max-chunks", "1000000000"),
+                         "--max-chunks: must be an integer from 1 to 65,536"),
+    "compare nothing": (("compare", "lenet_c", "--strategies", ","),
+                        "--strategies: give at least one"),
+    "reproduce with no workers": (("reproduce", "--quick", "--workers", "0"),
+                                  "--workers: must be a positive integer, got 0"),
     "a retired hardware key": (("run", "lenet_c", "--set", "dram_row_bytes=256"),
                                "dram_row_bytes is no longer a hardware key: no model read it"),
 }
@@ -116,6 +143,25 @@ def test_bad_flags(capsys, tmp_path, case):
     clean_failure(capsys, list(argv) + (["--out", str(out)] if argv[0] == "sweep" else []),
                   fragment)
     assert not out.exists()
+
+
+def test_folders_and_long_names_are_named_not_missing(capsys, tmp_path):
+    """The audit: a folder given as a network, config or topology file was "not found"; an
+    output folder written with a slash was made, then refused after the run; a 300-character
+    name was a traceback; `reproduce --out FILE` a traceback."""
+    folder = tmp_path / "net.yaml"
+    folder.mkdir()
+    (tmp_path / "a.yaml").write_text("")
+    for argv, fragment in [
+            (["run", str(folder)], f"{folder}: network file is a folder, not a file"),
+            (["run", "lenet_c", "--config", str(folder)], "config file is a folder"),
+            (["run", "lenet_c", "--topology", str(folder)], "topology file is a folder"),
+            (["run", "lenet_c", "--csv", f"{tmp_path}/new/"], "new/ is a folder, not a file"),
+            (["run", "lenet_c", "--csv", str(tmp_path / ("x" * 300))], "File name too long"),
+            (["reproduce", "--quick", "--only", "fig05_plans", "--out",
+              str(tmp_path / "a.yaml")], "a.yaml is not a folder")]:
+        clean_failure(capsys, argv, fragment)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.yaml", "net.yaml"]
 
 
 def test_quoted_values_are_cut():

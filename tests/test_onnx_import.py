@@ -199,7 +199,13 @@ def test_bad_models_are_one_line_errors(tmp_path):
                   "custom")
     hard = save(tmp_path, [helper.make_node("Hardmax", ["x"], ["y"])], [x],
                 [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [], "hard")
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 8])
+    mismatch = save(tmp_path, [helper.make_node("MatMul", ["x", "w"], ["y"])], [x],  # audit
+                    [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                    [init("w", 5, 4)], "mismatch")
     for path, fragment in ((text, "not an ONNX model"), (cut, "not an ONNX model"),
+                           (mismatch, "its weight w has 5 rows, but its input x has [8] "
+                            "values per sample"),
                            (odd, "input x axis 2 is dynamic ('H'); give its size with --dim "
                             "H=SIZE"), (custom, "unsupported operator acme.Foo"),
                            (hard, "node y (Hardmax of [1, 3, 8, 8]): unsupported operator; "

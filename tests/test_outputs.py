@@ -12,7 +12,8 @@ import pytest
 
 from hypar_sim import atomic
 from hypar_sim.atomic import write_together
-from hypar_sim.cli import main
+from hypar_sim.cli import main, one_line
+from hypar_sim.errors import InputError
 
 
 def test_a_failed_file_leaves_none_of_the_others(tmp_path, monkeypatch):
@@ -29,7 +30,7 @@ def test_a_failed_file_leaves_none_of_the_others(tmp_path, monkeypatch):
         return real(path, write)
 
     monkeypatch.setattr(atomic, "_temporary", full_disk_on_second)
-    with pytest.raises(OSError):
+    with pytest.raises(InputError, match="cannot write .*t.json .No space left on device"):
         write_together({tmp_path / "a.csv": b"new\n", tmp_path / "t.json": b"{}"})
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.csv"]
     assert (tmp_path / "a.csv").read_text() == "old\n"
@@ -37,6 +38,35 @@ def test_a_failed_file_leaves_none_of_the_others(tmp_path, monkeypatch):
     write_together({tmp_path / "a.csv": b"new\n", tmp_path / "t.json": b"{}"})
     assert (tmp_path / "a.csv").read_text() == "new\n" and (tmp_path / "t.json").exists()
     assert not list(tmp_path.glob(".*"))
+
+
+def test_a_refused_rename_restores_the_files_renamed_before_it(tmp_path, monkeypatch):
+    """Renaming the second file into place fails (an immutable file, found by the audit:
+    `run --csv` left the new .config.json beside the old CSV): the first gets its old
+    content back, a new one is removed, and no temporary or backup file stays."""
+    (tmp_path / "a.json").write_text("old a\n")
+    real = atomic.os.replace
+    calls = []
+
+    def refuse_second(src, dst):
+        calls.append(dst)
+        if len(calls) == 2:
+            raise PermissionError(errno.EPERM, "Operation not permitted")
+        return real(src, dst)
+
+    monkeypatch.setattr(atomic.os, "replace", refuse_second)
+    with pytest.raises(InputError, match="cannot write .*b.csv .Operation not permitted"):
+        write_together({tmp_path / "a.json": b"new a\n", tmp_path / "b.csv": b"new b\n",
+                        tmp_path / "c.svg": b"new c\n"})
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.json"]
+    assert (tmp_path / "a.json").read_text() == "old a\n"
+
+
+def test_an_error_quoting_a_line_break_stays_one_line(capsys):
+    assert one_line("unknown key 'fo\no'") == "unknown key 'fo\\no'"
+    assert main(["run", "lenet_c", "--set", "fo\no=1"]) == 2
+    assert capsys.readouterr().err == "hypar-sim run: error: --set: unknown key 'fo\\no'; " \
+        "see `hypar-sim hardware` for the keys\n"
 
 
 def test_run_outputs_arrive_together(tmp_path, capsys, monkeypatch):

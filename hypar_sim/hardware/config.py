@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hypar_sim.errors import InputError, clip_value, closest
+from hypar_sim.errors import InputError, clip_value, closest, why_not_a_file
 from hypar_sim.partition.hierarchy import MAX_MEMBERS
 from hypar_sim.workload.yaml_reader import read_yaml
 
@@ -309,7 +309,7 @@ def run_keys(path: str | Path | None = None) -> dict[str, int]:
     (`hypar_sim.request`)."""
     file = DEFAULT_CONFIG if path is None else Path(path)
     if not file.is_file():
-        raise InputError(f"{file}: config file not found")
+        raise InputError(f"{file}: config file {why_not_a_file(file)}")
     return check_run_keys({key: value for key, value in _read_file(file).items()
                            if key in RUN_KEYS}, str(file))
 
@@ -343,7 +343,7 @@ def load_config(path: str | Path | None = None, overrides: Mapping[str, Any] | N
     if path is not None:
         path = Path(path)
         if not path.is_file():
-            raise InputError(f"{path}: config file not found")
+            raise InputError(f"{path}: config file {why_not_a_file(path)}")
         data = _read_file(path)
         values.update(coerce_overrides({k: v for k, v in data.items() if k not in RUN_KEYS},
                                        str(path)))

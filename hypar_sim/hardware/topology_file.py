@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hypar_sim.errors import InputError, clip_value
+from hypar_sim.errors import InputError, clip_value, why_not_a_file
 from hypar_sim.hardware.config import HardwareConfig, coerce_overrides
 from hypar_sim.workload.yaml_reader import read_yaml
 
@@ -67,7 +67,7 @@ def read_topology_file(path: str) -> TopologyFile:
     """Read and check a topology file (one-line errors naming the file and the field)."""
     where = Path(path)
     if not where.is_file():
-        raise InputError(f"--topology: {path}: topology file not found (a file name ends in "
+        raise InputError(f"--topology: {path}: topology file {why_not_a_file(path)} (a file name ends in "
                          ".yaml or .yml; built-in topologies: htree, torus, ideal)")
     data = read_yaml(where)
     if not isinstance(data, dict):
@@ -84,8 +84,9 @@ def read_topology_file(path: str) -> TopologyFile:
     if kind == "torus" and "levels" in data:
         raise InputError(f"{path}: a torus takes 'links' (all of them) and 'rows', not 'levels'")
     levels = data.get("levels", [])
-    if not isinstance(levels, list):
-        raise InputError(f"{path}: levels: must be a list of mappings of {', '.join(LINK_KEYS)}")
+    if not isinstance(levels, list) or ("levels" in data and not levels):
+        raise InputError(f"{path}: levels: must be a non-empty list of mappings of "
+                         f"{', '.join(LINK_KEYS)} (or no levels: the config's links)")
     rows = data.get("rows")
     if rows is not None and (isinstance(rows, bool) or not isinstance(rows, int) or rows < 1):
         raise InputError(f"{path}: rows: must be a positive integer, got {clip_value(rows)}")

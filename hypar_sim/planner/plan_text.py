@@ -125,7 +125,7 @@ def _node_plan_json(text: str, names: Sequence[str], where: str) -> str:
         "objects each with 'name' and a list of 'kinds')"
     try:
         data = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: lists nested thousands deep
         raise InputError(problem) from None
     if isinstance(data, list):  # `plan --json`'s 'plan' alone: rows of kinds, top level first
         if not all(isinstance(row, list) for row in data):

@@ -205,6 +205,9 @@ def parse_graph(data: Any, source: str, default_name: str = "graph",
         raw.append((name, entry, tuple(str(s) for s in sources)))
         previous = name
     outputs = data.get("outputs")
+    if outputs == []:
+        raise InputError(f"{source}: outputs: give at least one node name, or leave the field "
+                         "out (the nodes nobody reads)")
     raw, renamed = fold_pools(raw, outputs if isinstance(outputs, list) else [])
     if isinstance(outputs, list):
         outputs = [renamed.get(o, o) for o in outputs]

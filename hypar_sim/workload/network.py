@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hypar_sim.errors import InputError, clip_value, closest
+from hypar_sim.errors import InputError, clip_value, closest, why_not_a_file
 from hypar_sim.workload.graph import Graph, Node, parse_graph
 from hypar_sim.workload.layers import FeatureShape, Layer, LayerKind, Pool, make_conv, make_fc
 from hypar_sim.workload.ops import check_elements
@@ -82,7 +82,7 @@ def resolve_network_path(name_or_path: str) -> Path:
     path = Path(name_or_path)
     if path.suffix in (".yaml", ".yml", ".onnx") or path.parent != Path("."):
         if not path.is_file():
-            raise InputError(f"{name_or_path}: network file not found")
+            raise InputError(f"{name_or_path}: network file {why_not_a_file(path)}")
         return path
     for folder in (WORKLOADS_DIR, GRAPHS_DIR):
         shipped = folder / f"{name_or_path}.yaml"

@@ -12,6 +12,7 @@ follows (`from_axes`), no MACs, and the learned values it reads.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -160,15 +161,22 @@ def _gemm(im: Any, call: Call) -> None:
         raise im.refuse(node, "a Gemm is read as x W (+ b) with x the activation")
     rows, cols = im.weights[node.input[1]]
     bias = len(node.input) > 2 and bool(node.input[2])
-    _fc(im, call, node.input[1], rows if attrs.get("transB") else cols, bias)
+    inner, features = (cols, rows) if attrs.get("transB") else (rows, cols)
+    _fc(im, call, node.input[1], features, bias, inner)
     if bias:
         im.claim(call.out, node.input[2])
 
 
-def _fc(im: Any, call: Call, weight: str, features: int, bias: bool) -> None:
+def _fc(im: Any, call: Call, weight: str, features: int, bias: bool, inner: int) -> None:
+    """x W as an fc node of `features` outputs; W's `inner` size must be x's last axis (a
+    channels-last linear) or its whole sample (flattened)."""
+    shape = sample_shape(im, call.acts[0])
+    if inner not in (shape[-1] if shape else 1, math.prod(shape)):
+        raise im.refuse(call.node, f"its weight {weight} has {inner} rows, but its input "
+                        f"{call.acts[0]} has {list(shape)} values per sample")
     tied = im.claim(call.out, weight)
     attrs: dict[str, Any] = {"out_features": features, "bias": bias}
-    if len(sample_shape(im, call.acts[0])) == 3:
+    if len(shape) == 3:
         attrs["flatten"] = False  # a MatMul acts on the last axis (a channels-last linear)
     if tied:
         attrs["tied_to"] = tied
@@ -181,7 +189,8 @@ def _matmul(im: Any, call: Call) -> None:
     if len(call.acts) == 2:
         im.emit(call.out, "matmul", call.acts)
     elif call.acts == [node.input[0]] and len(im.weights.get(node.input[1], ())) == 2:
-        _fc(im, call, node.input[1], im.weights[node.input[1]][1], False)
+        inner, features = im.weights[node.input[1]]
+        _fc(im, call, node.input[1], features, False, inner)
     else:
         raise im.refuse(node, "a MatMul is read as a product of two activations, or of an "
                         "activation by a 2-D weight")

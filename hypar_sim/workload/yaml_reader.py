@@ -64,6 +64,7 @@ def _check_expansion(root: yaml.Node) -> None:
     nodes, expands to itself and passes."""
     sizes: dict[int, int] = {}
     large: list[yaml.Node] = []  # nodes already past the bound, innermost first
+    open_: set[int] = set()  # nodes whose children are being sized: one of them again is a loop
     stack = [(root, False)]
     while stack:
         node, done = stack.pop()
@@ -73,6 +74,11 @@ def _check_expansion(root: yaml.Node) -> None:
             if isinstance(node, yaml.MappingNode) else \
             list(node.value) if isinstance(node, yaml.SequenceNode) else []
         if not done and any(id(c) not in sizes for c in children):
+            if id(node) in open_:  # reached again inside itself: `a: &x [*x]`
+                raise yaml.constructor.ConstructorError(
+                    None, None, "an alias refers to a node that contains it (a recursive "
+                    "YAML structure has no end)", node.start_mark)
+            open_.add(id(node))
             stack.append((node, True))
             stack.extend((c, False) for c in children if id(c) not in sizes)
             continue
