@@ -114,7 +114,7 @@ BAD_RUNS = {
     "plan a layer cannot take": (("--accelerators", "2", "--plan", "in in in in"),
                                  "node conv1 (conv, output [20, 12, 12]) cannot take (in)"),
     "missing config file": (("--config", "nowhere.yaml"), "nowhere.yaml: config file not found"),
-    "chunk zero": (("--chunk-kib", "0"), "--chunk-kib: must be a positive integer"),
+    "chunk zero": (("--chunk-kib", "0"), "--chunk-kib: must be an integer from 1 to 1,048,576"),
     "non-integer accelerators": (("--accelerators", "four"), "invalid int value: 'four'"),
 }
 

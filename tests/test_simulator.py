@@ -301,7 +301,7 @@ def test_overlap_helps_data_parallelism():
      "capacity: no plan of kinds batch,in fits vgg_e"),
     (("run", "lenet_c", "--batch", "0"), "--batch: must be an integer from 1 to 16,777,216, got 0"),
     (("compare", "nonet"), "unknown network 'nonet'"),
-    (("run", "lenet_c", "--chunk-kib", "0"), "--chunk-kib: must be a positive integer"),
+    (("run", "lenet_c", "--chunk-kib", "0"), "--chunk-kib: must be an integer from 1 to 1,048,576"),
 ])
 def test_bad_run_input(cli, args, fragment):
     result = cli(*args)

@@ -5,7 +5,8 @@ keeps its cube's PUs busy for the piece's cycles (compute and DRAM overlapped,
 from the hardware models); a send starts its messages and goes on; a wait
 blocks until every message of that step addressed to the accelerator has
 arrived. A collective's messages of round r + 1 (a ring's next step) leave a
-member once it has sent its own and received all of round r. A message cuts
+member once all of its round r has left it (is wholly on its first link) and it
+has received all of round r: its rounds go out in order. A message cuts
 its bytes into chunks; each chunk is read through one of the source cube's
 vault channels, cuts through the links of its route (all messages share them:
 contention is modelled) and is written through a vault channel at the
@@ -195,6 +196,8 @@ class _Step:
         self.spans: dict[tuple[int, int], list] | None = {} if trace else None
         self.started: set[tuple[int, StepKey]] = set()  # (class, step) whose Send has run
         self.next_round: dict[tuple[int, StepKey], int] = defaultdict(int)
+        # messages of (class, step, round) not yet wholly on their first link
+        self.leaving: dict[tuple[int, StepKey, int], int] = {}
 
     def ask(self, lanes: Lanes, service: float, not_before: float, count: int,
             state: _InFlight, size: float, stage: int) -> None:
@@ -236,18 +239,25 @@ class _Step:
 
     def start_rounds(self, member_class: int, step: StepKey) -> None:
         """Send the class's rounds of `step` that may go: round 0 at its Send, round r + 1
-        once it has received all of round r (a ring's dependency)."""
+        once it has received all of round r (a ring's dependency) and its own messages of
+        round r have left (are wholly on their first link): a member sends a collective's
+        rounds in order, one after another, as a ring does. (Sent together, rounds a late
+        member could send at once shared its link and all arrived at the end, and the next
+        member waited for the last of them: a ring behind a late member ran 12x slower
+        than its rounds in sequence.)"""
         if (member_class, step) not in self.started:
             return
         outbox = self.classes.outbox
         while True:
             round_ = self.next_round[(member_class, step)]
-            if round_ > 0 and self.round_pending[(member_class, step, round_ - 1)] > 0:
+            if round_ > 0 and (self.round_pending[(member_class, step, round_ - 1)] > 0 or
+                               self.leaving.get((member_class, step, round_ - 1), 0) > 0):
                 return
             messages = outbox.get((member_class, step, round_))
             if not messages:
                 return
             self.next_round[(member_class, step)] = round_ + 1
+            self.leaving[(member_class, step, round_)] = len(messages)
             for sent in messages:
                 self.read(_InFlight(sent, chunk_sizes(sent.message.bytes, self.chunk_bytes,
                                                       self.max_chunks)))
@@ -300,7 +310,18 @@ class _Step:
             self.ask(self.vaults[sent.dst_class], size / self.vault_rate, finish,
                      sent.dst_count, state, size, len(hops) + 1)
         if stage == 1 or not hops:
-            self.read(state)
+            if state.issued == len(state.sizes):  # its last chunk is on its way: it has left
+                self.left(state)
+            else:
+                self.read(state)
+
+    def left(self, state: _InFlight) -> None:
+        """The message is wholly on its first link: the next round of its sender may go."""
+        message = state.sent.message
+        key = (state.sent.src_class, (message.layer, message.kind), message.round)
+        self.leaving[key] -= 1
+        if self.leaving[key] == 0:
+            self.start_rounds(state.sent.src_class, key[1])
 
     def written(self, state: _InFlight, finish: float) -> None:
         if finish > state.last_write:

@@ -234,7 +234,8 @@ def _einsum(im: Any, call: Call) -> None:
     if len(summed) == 1 and weight and a[-1] == summed[0] and out == a[:-1] + \
             b.replace(summed[0], ""):
         rows, cols = im.weights[node.input[1]]
-        _fc(im, call, node.input[1], cols if b[0] == summed[0] else rows, False)
+        inner, features = (rows, cols) if b[0] == summed[0] else (cols, rows)
+        _fc(im, call, node.input[1], features, False, inner)
         return
     k = summed[0] if len(summed) == 1 else ""
     if len(call.acts) == 2 and k and a[-1] == k and a[:-2] == b[:-2] and \
