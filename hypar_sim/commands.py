@@ -37,6 +37,7 @@ from hypar_sim.workload.network import (
 
 if TYPE_CHECKING:
     from hypar_sim.request import RunRequest
+    from hypar_sim.workload.network import Network
 
 # The planner, hardware and simulator load inside the commands that use them: `networks`
 # and `--help` start without them (issue "Scale": start in a blink).
@@ -82,6 +83,24 @@ def request_from_args(args: argparse.Namespace) -> RunRequest:
             print(f"note: {note}", file=sys.stderr)
         request = dataclasses.replace(request, network=graph)
     return request
+
+
+def _chain_file(args: argparse.Namespace) -> Network | None:
+    """The chain of a `layers` file named without --seq, --dim or --layers, parsed alone
+    (no graph built from it and back: a 100,000-layer chain lists in half the time); None
+    for any other network."""
+    from hypar_sim.workload.network import parse_network, resolve_network_path
+    from hypar_sim.workload.yaml_reader import read_yaml
+
+    if args.seq is not None or args.dim or getattr(args, "layers", None) is not None:
+        return None
+    path = resolve_network_path(args.network)
+    if path.suffix == ".onnx":
+        return None
+    data = read_yaml(path)
+    if not isinstance(data, dict) or "layers" not in data:
+        return None
+    return parse_network(data, str(path), default_name=path.stem)
 
 
 def _strategy(args: argparse.Namespace) -> str:
@@ -322,11 +341,14 @@ def cmd_hardware(args: argparse.Namespace) -> str:
 
 def cmd_networks(args: argparse.Namespace) -> str:
     if args.network:
-        graph = _workload(args)
-        try:  # a chain of conv and fc layers is shown as its layers (with their poolings)
-            net = chain_of(graph, args.network)
-        except InputError:
-            return json.dumps(graph_dict(graph), indent=2) if args.json else nodes_table(graph)
+        net = _chain_file(args)
+        if net is None:
+            graph = _workload(args)
+            try:  # a chain of conv and fc layers is shown as its layers (with their poolings)
+                net = chain_of(graph, args.network)
+            except InputError:
+                return json.dumps(graph_dict(graph), indent=2) if args.json else \
+                    nodes_table(graph)
         if args.json:
             return json.dumps({
                 "network": net.name, "weights": net.weights,
