@@ -53,6 +53,9 @@ def _add_plan_arguments(parser: argparse.ArgumentParser) -> None:
     from hypar_sim.planner.traffic import DEFAULT_TRAFFIC_MODEL, PHASES, TRAFFIC_MODELS
 
     _add_seq_argument(parser)
+    parser.add_argument("--no-progress", action="store_true",
+                        help="no progress bars on stderr (default: on a terminal, once a "
+                             "search or a simulation has taken 2 s)")
     parser.add_argument("--hierarchy", default=None, metavar="SIZES",
                         help="level sizes, top first, e.g. 4x3x2 (product = accelerators; "
                              "default: the accelerator count's prime factors, largest first)")

@@ -63,7 +63,7 @@ def request_from_args(args: argparse.Namespace) -> RunRequest:
         sim = SimOptions(topology=args.topology, engine=args.engine,
                          chunk_bytes=args.chunk_kib * 1024, max_chunks=args.max_chunks,
                          overlap_gradients=not args.no_overlap, bucket_mb=args.bucket_mb,
-                         symmetry=not args.no_symmetry, progress=sys.stderr.isatty(),
+                         symmetry=not args.no_symmetry, progress=_progress(args),
                          trace=bool(getattr(args, "trace", None)))
     elif getattr(args, "topology", None):  # plan: the estimate's topology
         from hypar_sim.sim.options import SimOptions
@@ -76,13 +76,18 @@ def request_from_args(args: argparse.Namespace) -> RunRequest:
         strategy=_strategy(args),
         plan_text=getattr(args, "plan_text", None), kinds=args.kinds, search=args.search,
         traffic_model=args.traffic_model, objective=args.objective,
-        phases=getattr(args, "phases", "training"), sim=sim, progress=sys.stderr.isatty())
+        phases=getattr(args, "phases", "training"), sim=sim, progress=_progress(args))
     if str(args.network).endswith(".onnx"):  # loaded once here, to say what the import chose
         graph = request.workload()
         for note in graph.notes:
             print(f"note: {note}", file=sys.stderr)
         request = dataclasses.replace(request, network=graph)
     return request
+
+
+def _progress(args: argparse.Namespace) -> bool:
+    """Progress bars on stderr: on a terminal, unless --no-progress."""
+    return sys.stderr.isatty() and not getattr(args, "no_progress", False)
 
 
 def _chain_file(args: argparse.Namespace) -> Network | None:

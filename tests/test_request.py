@@ -108,3 +108,20 @@ def test_api_errors_name_the_keyword_not_the_flag(kwargs, message):
     with pytest.raises(InputError) as info:
         hypar_sim.simulate("lenet_c", **kwargs)
     assert str(info.value) == message
+
+
+def test_no_progress_turns_the_bars_off_on_a_terminal(monkeypatch):
+    """Issue "Scale", item 4: progress bars on stderr, off with --no-progress (and when
+    stderr is not a terminal)."""
+    import sys
+
+    from hypar_sim.cli import build_parser
+    from hypar_sim.commands import request_from_args
+
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    for argv, shown in ((["run", "lenet_c"], True), (["run", "lenet_c", "--no-progress"], False),
+                        (["plan", "lenet_c", "--no-progress"], False)):
+        request = request_from_args(build_parser().parse_args(argv))
+        assert request.plan.progress is shown and request.sim.progress is shown, argv
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: False)
+    assert not request_from_args(build_parser().parse_args(["run", "lenet_c"])).sim.progress
