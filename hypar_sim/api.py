@@ -53,7 +53,7 @@ def request(network: str | Network | Graph, strategy: str = "hypar", topology: s
             dims: Mapping[str, int] | None = None, layers: int | None = None,
             config: str | None = None,
             trace: bool = False, objective: str = "bytes", phases: str = "training",
-            **config_overrides: Any) -> RunRequest:
+            optimizer: str = "sgd", **config_overrides: Any) -> RunRequest:
     """The run's request, built as the command line builds it (`hypar_sim.request`):
     `accelerators` and `batch` None take the config file's, else 16 and 256; any other
     keyword is a hardware key (`hardware()`)."""
@@ -70,7 +70,7 @@ def request(network: str | Network | Graph, strategy: str = "hypar", topology: s
                             hierarchy=hierarchy, config=config, overrides=config_overrides,
                             seq=seq, dims=dims, strategy=strategy, plan_text=plan_text,
                             kinds=kinds, search=search, traffic_model=traffic_model,
-                            objective=objective, phases=phases,
+                            objective=objective, phases=phases, optimizer=optimizer,
                             sim=SimOptions(topology=topology, engine=engine,
                                            overlap_gradients=overlap_gradients, trace=trace))
     except InputError as error:

@@ -49,10 +49,15 @@ def _add_plan_arguments(parser: argparse.ArgumentParser) -> None:
     from hypar_sim.partition.kinds import DEFAULT_KINDS
     from hypar_sim.partition.kinds import allowed_names as allowed_kind_names
     from hypar_sim.planner.objectives import OBJECTIVES
+    from hypar_sim.planner.optimizers import OPTIMIZERS
     from hypar_sim.planner.search import SEARCHES
     from hypar_sim.planner.traffic import DEFAULT_TRAFFIC_MODEL, PHASES, TRAFFIC_MODELS
 
     _add_seq_argument(parser)
+    parser.add_argument("--optimizer", default="sgd", choices=OPTIMIZERS,
+                        help="the update rule, and the state per parameter each cube keeps "
+                             "beside its weights and gradients: sgd (none, default), momentum "
+                             "(one fp32 value), adam (two: Kingma and Ba 2015)")
     parser.add_argument("--no-progress", action="store_true",
                         help="no progress bars on stderr (default: on a terminal, once a "
                              "search or a simulation has taken 2 s)")
@@ -214,6 +219,9 @@ def _sweep_arguments(sweep: argparse.ArgumentParser) -> None:
     sweep.add_argument("--overlap", default="on",
                        help="on, off or on,off: the gradient exchange overlapped with the "
                             "backward pass (default on)")
+    sweep.add_argument("--optimizers", default="sgd",
+                       help="comma-separated, from sgd, momentum, adam (default sgd): the "
+                            "update rule and the state it keeps per parameter")
     sweep.add_argument("--phases", default="training",
                        help="training, forward or training,forward: a whole training step "
                             "(default), or inference, the forward pass alone")

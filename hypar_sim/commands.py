@@ -76,7 +76,8 @@ def request_from_args(args: argparse.Namespace) -> RunRequest:
         strategy=_strategy(args),
         plan_text=getattr(args, "plan_text", None), kinds=args.kinds, search=args.search,
         traffic_model=args.traffic_model, objective=args.objective,
-        phases=getattr(args, "phases", "training"), sim=sim, progress=_progress(args))
+        phases=getattr(args, "phases", "training"), sim=sim, progress=_progress(args),
+        optimizer=args.optimizer)
     if str(args.network).endswith(".onnx"):  # loaded once here, to say what the import chose
         graph = request.workload()
         for note in graph.notes:
@@ -229,6 +230,7 @@ def cmd_sweep(args: argparse.Namespace) -> str:
     from hypar_sim.partition.hierarchy import MAX_MEMBERS
     from hypar_sim.partition.kinds import parse_kinds
     from hypar_sim.planner.objectives import OBJECTIVES
+    from hypar_sim.planner.optimizers import OPTIMIZERS
     from hypar_sim.planner.search import SEARCHES
     from hypar_sim.planner.traffic import PHASES, TRAFFIC_MODELS
 
@@ -262,6 +264,7 @@ def cmd_sweep(args: argparse.Namespace) -> str:
         traffic_models=sweep.parse_list(args.traffic_models, tuple(TRAFFIC_MODELS),
                                         "--traffic-models"),
         phases=sweep.parse_list(args.phases, PHASES, "--phases"),
+        optimizers=sweep.parse_list(args.optimizers, tuple(OPTIMIZERS), "--optimizers"),
     )
     sweep.check_axes(spec)
     check_scheduler(args.executor, args.scheduler)

@@ -146,7 +146,7 @@ def make_request(network: str | Network | Graph, *, accelerators: int | None = N
                  kinds: str | Sequence[str] | None = None, search: str = "greedy",
                  traffic_model: str = DEFAULT_TRAFFIC_MODEL, objective: str = "bytes",
                  phases: str = "training", sim: SimOptions | None = None,
-                 progress: bool = False) -> RunRequest:
+                 progress: bool = False, optimizer: str = "sgd") -> RunRequest:
     """The request of one run, every value checked (bad input: InputError, one line).
     `accelerators` and `batch` None: the config file's, else the defaults (16, 256);
     `kinds` None: HyPar's batch and in, or the strategy's paper's own; `plan_text` makes
@@ -165,7 +165,7 @@ def make_request(network: str | Network | Graph, *, accelerators: int | None = N
         kinds = parse_kinds(",".join(kinds))
     plan = PlanOptions(kinds, search, traffic_model, objective=objective, topology=sim.topology,
                        overlap_gradients=sim.overlap_gradients, progress=progress,
-                       phases=phases)
+                       phases=phases, optimizer=optimizer)
     return RunRequest(network, array, batch, hardware,
                       "explicit" if plan_text is not None else strategy, seq, check_dims(dims),
                       plan_text, plan, sim)

@@ -2,7 +2,8 @@
 
 A sweep is the cartesian product of networks, strategies, topologies,
 accelerator counts, batch sizes, hierarchies, kind sets, searches, traffic
-models, objectives, engines, overlap, phases (training or forward) and hardware overrides (`--set key=v1,v2`).
+models, objectives, engines, overlap, phases (training or forward), optimizers and hardware
+overrides (`--set key=v1,v2`).
 Each case becomes one row with every input and every scalar output of
 `run --json` (dicts flattened to `name.key` columns; lists, the plan, the
 per-layer and per-link tables as JSON text). A failed simulation becomes a
@@ -53,10 +54,10 @@ EXECUTORS = ("process", "serial", "dask")
 #: Input columns, in order; then the outputs.
 INPUT_COLUMNS = ("network", "strategy", "topology", "accelerators", "batch", "hierarchy", "kinds",
                  "search", "traffic_model", "objective", "engine", "overlap", "overrides",
-                 "plan_input", "config_file", "config_digest", "phases")
+                 "plan_input", "config_file", "config_digest", "phases", "optimizer")
 #: Input columns added after sweeps were first written, with the value a row without them
 #: ran with (so an older CSV resumes instead of running again).
-ADDED_COLUMNS = {"phases": "training"}
+ADDED_COLUMNS = {"phases": "training", "optimizer": "sgd"}
 
 
 @dataclass(frozen=True)
@@ -80,6 +81,7 @@ class Case:
     objective: str = "bytes"  # what the searching strategies minimise
     overlap: bool = True  # gradient exchange overlapped with the backward pass
     phases: str = "training"  # a whole training step, or forward (inference)
+    optimizer: str = "sgd"  # the update rule and its state per parameter
 
     def key(self) -> str:
         """What identifies the case in a CSV (its input columns as text)."""
@@ -96,7 +98,7 @@ class Case:
                 "engine": self.engine, "overlap": self.overlap,
                 "overrides": self.overrides_text(), "plan_input": self.plan_text or "",
                 "config_file": self.config_file or "", "config_digest": self.config_digest,
-                "phases": self.phases}
+                "phases": self.phases, "optimizer": self.optimizer}
 
 
 def row_key(row: Mapping[str, Any]) -> str:
@@ -137,6 +139,7 @@ class SweepSpec:
     objectives: tuple[str, ...] = ("bytes",)  # for strategies that take them (else bytes)
     overlaps: tuple[bool, ...] = (True,)
     phases: tuple[str, ...] = ("training",)
+    optimizers: tuple[str, ...] = ("sgd",)
 
     def cases(self) -> list[Case]:
         keys = [key for key, _ in self.overrides]
@@ -144,10 +147,10 @@ class SweepSpec:
         digest = file_digest(self.config_file)
         result = []
         for (network, strategy, topology, count, batch, hierarchy, kinds, search, model,
-             objective, engine, overlap, phases) in itertools.product(
+             objective, engine, overlap, phases, optimizer) in itertools.product(
                 self.networks, self.strategies, self.topologies, self.accelerators,
                 self.batches, self.hierarchies, self.kinds, self.searches, self.traffic_models,
-                self.objectives, self.engines, self.overlaps, self.phases):
+                self.objectives, self.engines, self.overlaps, self.phases, self.optimizers):
             for values in itertools.product(*value_lists):
                 result.append(Case(network, strategy, topology, count, batch, engine,
                                    tuple(zip(keys, values, strict=True)),
@@ -156,7 +159,7 @@ class SweepSpec:
                                    traffic_model=model,
                                    objective=objective_for(strategy, objective)
                                    if strategy in STRATEGIES else objective, overlap=overlap,
-                                   phases=phases))
+                                   phases=phases, optimizer=optimizer))
         return list(dict.fromkeys(result))  # a strategy that takes no objective runs once
 
 
@@ -198,7 +201,7 @@ def case_request(case: Case, options: Mapping[str, Any] | None = None) -> RunReq
                         plan_text=case.plan_text, kinds=case.kinds, search=case.search,
                         traffic_model=case.traffic_model,
                         objective=objective_for(case.strategy, case.objective),
-                        phases=case.phases, sim=sim)
+                        phases=case.phases, optimizer=case.optimizer, sim=sim)
 
 
 def run_case(case: Case, options: Mapping[str, Any] | None = None) -> dict[str, Any]:

@@ -286,3 +286,14 @@ def test_phases_are_an_axis_and_an_older_csv_resumes(tmp_path):
     walls = pd.read_csv(older).wall_s.tolist()
     run_sweep(training.cases(), older, executor="serial", progress=False)
     assert pd.read_csv(older).wall_s.tolist() == walls  # resumed, not rerun
+
+
+def test_optimizers_are_an_axis():
+    """`sweep --optimizers sgd,adam`: Adam's update reads and writes two moments per
+    parameter, a longer and costlier step; rows without the column resume as sgd."""
+    spec = SweepSpec(networks=("lenet_c",), strategies=("data",), accelerators=(4,),
+                     batches=(64,), engines=("analytic",), optimizers=("sgd", "adam"))
+    rows = {row["optimizer"]: row for row in
+            (run_case(case) for case in spec.cases())}
+    assert rows["adam"]["energy_j"] > rows["sgd"]["energy_j"]
+    assert rows["adam"]["latency_s"] > rows["sgd"]["latency_s"]

@@ -20,10 +20,12 @@ class Footprint:
     weights_bytes: float
     gradients_bytes: float
     activations_bytes: float  # the input kept for the backward pass
+    optimizer_bytes: float = 0.0  # the optimizer's state for its weights (`--optimizer`)
 
     @property
     def total_bytes(self) -> float:
-        return self.weights_bytes + self.gradients_bytes + self.activations_bytes
+        return self.weights_bytes + self.gradients_bytes + self.activations_bytes \
+            + self.optimizer_bytes
 
 
 def check_capacity(footprints: list[Footprint], buffers_bytes: float, config: HardwareConfig,
@@ -38,9 +40,11 @@ def check_capacity(footprints: list[Footprint], buffers_bytes: float, config: Ha
         running += item.total_bytes
         if running > capacity:
             raise InputError(
-                f"capacity: {network} needs {running / gib:.2f} GiB per cube by layer {item.layer} "
-                f"(weights {item.weights_bytes / gib:.2f}, gradients {item.gradients_bytes / gib:.2f}, "
-                f"activations {item.activations_bytes / gib:.2f} GiB for that layer; communication "
+                f"capacity: {network} needs {running / gib:.2f} GiB per cube by layer "
+                f"{item.layer} (weights {item.weights_bytes / gib:.2f}, gradients "
+                f"{item.gradients_bytes / gib:.2f}, optimizer state "
+                f"{item.optimizer_bytes / gib:.2f}, activations "
+                f"{item.activations_bytes / gib:.2f} GiB for that layer; communication "
                 f"buffers {buffers_bytes / gib:.2f} GiB), more than the cube's "
                 f"{config.cube_capacity_gib:g} GiB; use more accelerators, a smaller batch or a "
                 "larger cube_capacity_gib"

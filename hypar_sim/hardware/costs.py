@@ -133,14 +133,20 @@ def conv_cost(work: ConvWork, config: HardwareConfig) -> PieceCost:
 
 
 @lru_cache(maxsize=65536)
-def update_piece_cost(weights: int, config: HardwareConfig) -> PieceCost:
-    """Element-wise weight update of `weights` weights, spread evenly over the cube's PUs."""
+def update_piece_cost(weights: int, config: HardwareConfig, optimizer: str = "sgd"
+                      ) -> PieceCost:
+    """Element-wise weight update of `weights` weights by `optimizer`
+    (`planner.optimizers`), spread evenly over the cube's PUs."""
+    from hypar_sim.planner.optimizers import optimizer as optimizer_named
+
     if weights <= 0:
         return ZERO_COST
+    rule = optimizer_named(optimizer)
     spec = pe_array_spec(config)
     pus = min(config.pus_per_cube, weights)
-    pieces = [(update_cost(size, spec), count) for size, count in even_parts(weights, pus)]
-    return cube_cost(pieces, weights, config)
+    pieces = [(update_cost(size, spec, rule.state_words, rule.macs_per_param), count)
+              for size, count in even_parts(weights, pus)]
+    return cube_cost(pieces, rule.macs_per_param * weights, config)
 
 
 def pool_comparisons(share: Share) -> float:

@@ -138,12 +138,13 @@ def _sum(first: PieceCost, second: PieceCost) -> PieceCost:
 
 
 def node_cost(layout: NodeLayout, member: int, phase: Phase, config: HardwareConfig,
-              needs_input_error: bool) -> PieceCost:
-    """Cost of one phase of a member's box of a node on its cube."""
+              needs_input_error: bool, optimizer: str = "sgd") -> PieceCost:
+    """Cost of one phase of a member's box of a node on its cube (the update by
+    `optimizer`)."""
     box = layout.box(member)
     node, desc = layout.site.node, layout.site.desc
     if phase is Phase.UPDATE:
-        return update_piece_cost(int(member_params(layout)[member]), config)
+        return update_piece_cost(int(member_params(layout)[member]), config, optimizer)
     if desc.channel is not None:  # a multiply-accumulate body
         work = _work(desc, box)
         if work is None:

@@ -281,19 +281,28 @@ def elementwise_cost(ops: int, read_words: int, written_words: int, streams: int
 
 
 @lru_cache(maxsize=4096)
-def update_cost(weights: int, spec: PEArraySpec) -> ArrayCost:
-    """Element-wise weight update W -= lr * dW on one PU.
+def update_cost(weights: int, spec: PEArraySpec, state_words: int = 0,
+                macs_per_weight: int = 1) -> ArrayCost:
+    """Element-wise weight update on one PU: W -= lr * dW (SGD), or an optimizer's rule
+    that also reads and writes back `state_words` values per weight in
+    `macs_per_weight` MACs (`planner.optimizers`).
 
-    One MAC-equivalent per weight; reads W and dW from DRAM, writes W back. The
-    PEs do one MAC per cycle each, but the GLB -> array buses feed W and dW at
-    ``bus_words`` each per cycle and take W back at the same rate, so the update
-    is bus-bound on any array wider than the bus.
+    SGD: one MAC-equivalent per weight; reads W and dW from DRAM, writes W back. The PEs
+    do one MAC per cycle each, but the GLB -> array buses feed W and dW at ``bus_words``
+    each per cycle and take W back at the same rate, so the update is bus-bound on any
+    array wider than the bus. An optimizer's state streams in over the same two input
+    buses and back over the output bus.
     """
-    check_positive_ints("update_cost", {"weights": weights})
-    cycles = max(ceil_div(weights, spec.pes), ceil_div(weights, spec.bus_words))
+    check_positive_ints("update_cost", {"weights": weights, "macs_per_weight": macs_per_weight})
+    reads, writes = 2 + state_words, 1 + state_words  # words per weight
+    cycles = max(ceil_div(macs_per_weight * weights, spec.pes),
+                 ceil_div(reads * weights, 2 * spec.bus_words),
+                 ceil_div(writes * weights, spec.bus_words))
     active = min(spec.pes, weights)
-    accesses = AccessCounts(macs=weights, rf=3 * weights, buffer=6 * weights, inter_pe=0,
-                            dram_read=2 * weights, dram_write=weights)
+    macs = macs_per_weight * weights
+    accesses = AccessCounts(macs=macs, rf=(reads + writes) * weights,
+                            buffer=2 * (reads + writes) * weights, inter_pe=0,
+                            dram_read=reads * weights, dram_write=writes * weights)
     return ArrayCost(cycles=cycles, active_pes=active, utilization=active / spec.pes,
-                     mac_utilization=weights / (cycles * spec.pes),
+                     mac_utilization=macs / (cycles * spec.pes),
                      latency_s=cycles / spec.clock_hz, accesses=accesses, mapping=None)

@@ -194,14 +194,15 @@ def _read_volumes(own: NodeLayout) -> np.ndarray:
     return total[inverse.reshape(-1)]
 
 
-def busiest_member(layouts: Sequence[NodeLayout], gradients: bool = True
-                   ) -> tuple[np.ndarray, np.ndarray]:
+def busiest_member(layouts: Sequence[NodeLayout], gradients: bool = True,
+                   state_words: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """[node] the parameters and the kept output elements of the member whose cube keeps
-    the most for the whole graph (weights, their gradients unless not `gradients`, kept
-    outputs): what the planner and the simulator check against a cube's capacity."""
+    the most for the whole graph (weights, their gradients unless not `gradients`, an
+    optimizer's `state_words` per parameter, kept outputs): what the planner and the
+    simulator check against a cube's capacity."""
     params = np.stack([member_params(own) for own in layouts])  # [node, member]
     kept = np.stack([member_kept(own) for own in layouts])
-    busiest = int(np.argmax(((1 + gradients) * params + kept).sum(axis=0)))
+    busiest = int(np.argmax(((1 + gradients + state_words) * params + kept).sum(axis=0)))
     return params[:, busiest], kept[:, busiest]
 
 

@@ -11,6 +11,7 @@ from hypar_sim.hardware.topology_file import is_topology_file
 from hypar_sim.partition.kinds import DEFAULT_KINDS, resolve_kind
 from hypar_sim.planner import search as searches
 from hypar_sim.planner.objectives import check_objective
+from hypar_sim.planner.optimizers import DEFAULT_OPTIMIZER, optimizer
 from hypar_sim.planner.traffic import DEFAULT_TRAFFIC_MODEL, traffic_model
 
 
@@ -30,6 +31,7 @@ class PlanOptions:
     kinds_given: bool | None = None  # False: each strategy searches its own paper's kinds
     progress: bool = False  # a progress bar on stderr for long searches (exhaustive)
     phases: str = "training"  # or "forward": plan an inference (the forward pass alone)
+    optimizer: str = DEFAULT_OPTIMIZER  # the update rule whose state a cube keeps
 
     def __post_init__(self) -> None:
         if self.kinds is None:  # HyPar's kinds, or the strategy's own (make_plan)
@@ -41,6 +43,7 @@ class PlanOptions:
         for kind in self.kinds:
             resolve_kind(kind)
         check_objective(self.objective)
+        optimizer(self.optimizer)
         if self.topology not in TOPOLOGIES and not is_topology_file(self.topology):
             raise InputError(f"--topology: unknown '{self.topology}'"
                              f"{closest(self.topology, TOPOLOGIES)}; allowed: "

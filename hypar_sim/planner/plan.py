@@ -36,6 +36,8 @@ from hypar_sim.planner import memory
 from hypar_sim.planner import traffic as traffic_models
 from hypar_sim.planner.chain_costs import ChainCosts, estimated_search
 from hypar_sim.planner.objectives import ESTIMATE_UNITS, OBJECTIVES
+from hypar_sim.planner.optimizers import DEFAULT_OPTIMIZER
+from hypar_sim.planner.optimizers import optimizer as optimizer_named
 from hypar_sim.planner.options import PlanOptions
 from hypar_sim.planner.plan_messages import (
     fed_nodes,
@@ -76,6 +78,7 @@ class PlanRequest:
     plan_text: str | None = None  # the user's plan (explicit)
     progress: bool = False  # a bar on stderr for a long search (exhaustive)
     traffic_model: str = "layout"  # or layout_levels: the same bytes, sent level by level
+    optimizer: str = "sgd"  # whose state the footprint counts (`planner.optimizers`)
 
 
 @dataclass(frozen=True)
@@ -94,6 +97,7 @@ class Plan:
     traffic_bytes_per_level: tuple[float, ...]
     word_bytes: int = 4
     phases: str = "training"  # or "forward": an inference, the forward pass alone
+    optimizer: str = DEFAULT_OPTIMIZER  # the update rule and its state (`planner.optimizers`)
     #: The busiest cube's memory, bytes: weights, gradients, activations (kept outputs) and
     #: buffers (the most it receives in one step of the plan's messages).
     footprint_parts: tuple[tuple[str, float], ...] = ()
@@ -138,6 +142,7 @@ class Plan:
                 "traffic_bytes_per_level": list(self.traffic_bytes_per_level),
                 "footprint_bytes": self.footprint_bytes,
                 "footprint_parts_bytes": dict(self.footprint_parts), "phases": self.phases,
+                "optimizer": self.optimizer,
                 "levels": self.hierarchy.levels,
                 "plan": [list(level) for level in self.choices],  # HyPar's rows
                 "nodes": [{"name": name, "kinds": list(column), "bytes": moved}
@@ -151,7 +156,7 @@ def plan_graph(graph: Graph, strategy: str, hierarchy: Hierarchy, batch: int,
                plan_text: str | None = None, phases: str = "training",
                objective: str = "bytes", topology: str = "htree",
                progress: bool = False, traffic_model: str = "layout",
-               overlap_gradients: bool = True) -> Plan:
+               overlap_gradients: bool = True, optimizer: str = DEFAULT_OPTIMIZER) -> Plan:
     """The plan of `strategy` for `graph` on `hierarchy`, with its traffic (of a training
     step, or with `phases` "forward" of an inference), searched for the least bytes, or
     step time or energy on `topology`: on a chain of conv and fc layers by the chain's
@@ -171,7 +176,8 @@ def plan_graph(graph: Graph, strategy: str, hierarchy: Hierarchy, batch: int,
     request = PlanRequest(graph, graph_sites(graph), batch, hierarchy, tuple(kinds), search,
                           costs, notes, word_bytes,
                           float(config.cube_capacity_bytes) if config else None, config,
-                          plan_text=plan_text, progress=progress, traffic_model=traffic_model)
+                          plan_text=plan_text, progress=progress, traffic_model=traffic_model,
+                          optimizer=optimizer)
 
     def solve(price: float) -> memory.Solution:
         priced = dataclasses.replace(request, memory_price=price) if price else request
@@ -229,7 +235,7 @@ def _fitting(request: PlanRequest, strategy: str,
         if key not in evaluated:
             evaluated[key] = evaluate_plan(request.graph, strategy, "", request.batch,
                                            hierarchy, found, request.word_bytes, phases,
-                                           request.traffic_model)
+                                           request.traffic_model, request.optimizer)
         return evaluated[key]
 
     def footprint_of(found: Sequence[Column]) -> float:
@@ -314,13 +320,14 @@ def make_plan(workload: Graph | Network, strategy: str, hierarchy: int | Hierarc
         strategy = "explicit"
     return plan_graph(graph, strategy, hierarchy, batch, kinds, options.search, word_bytes,
                       config, plan_text, options.phases, options.objective, options.topology,
-                      options.progress, options.traffic_model, options.overlap_gradients)
+                      options.progress, options.traffic_model, options.overlap_gradients,
+                      options.optimizer)
 
 
 def evaluate_plan(workload: Graph | Network, strategy: str, search: str, batch: int,
                   hierarchy: Hierarchy, columns: Sequence[Column],
                   word_bytes: int = 4, phases: str = "training",
-                  traffic_model: str = "layout") -> Plan:
+                  traffic_model: str = "layout", optimizer: str = DEFAULT_OPTIMIZER) -> Plan:
     """Bytes per node (the steps keyed to it) and per level (the top-most level at which
     sender and receiver differ) of a fixed plan, from its messages (`phases` "forward": an
     inference's; sent as `traffic_model` sends them)."""
@@ -339,19 +346,22 @@ def evaluate_plan(workload: Graph | Network, strategy: str, search: str, batch: 
         receive = max(receive, float(np.bincount(messages.dst, messages.bytes).max()))
     return Plan(graph.name, strategy, search, batch, hierarchy,
                 tuple(n.name for n in graph.nodes), tuple(columns), tuple(per_node),
-                tuple(float(b) for b in per_level), word_bytes, phases,
-                footprint_parts(layouts, word_bytes, phases != "forward", receive),
+                tuple(float(b) for b in per_level), word_bytes, phases, optimizer,
+                footprint_parts(layouts, word_bytes, phases != "forward", receive, optimizer),
                 traffic_model=traffic_model, layouts=tuple(layouts), matrices=matrices)
 
 
 def footprint_parts(layouts: Sequence[node_layout.NodeLayout], word_bytes: int,
-                    gradients: bool, buffers: float) -> tuple[tuple[str, float], ...]:
-    """The busiest cube's memory by part, bytes: its weights, its gradients (none in an
-    inference), its kept outputs, and `buffers` (the simulator checks the same parts)."""
+                    gradients: bool, buffers: float, optimizer: str = DEFAULT_OPTIMIZER
+                    ) -> tuple[tuple[str, float], ...]:
+    """The busiest cube's memory by part, bytes: its weights, its gradients and its
+    optimizer's state (none in an inference), its kept outputs, and `buffers` (the
+    simulator checks the same parts)."""
+    state = optimizer_named(optimizer).state_words * gradients
     if not layouts:
-        return (("weights", 0.0), ("gradients", 0.0), ("activations", 0.0),
-                ("buffers", buffers))
+        return (("weights", 0.0), ("gradients", 0.0), ("optimizer state", 0.0),
+                ("activations", 0.0), ("buffers", buffers))
     params, kept = (float(part.sum()) * word_bytes
-                    for part in node_layout.busiest_member(layouts, gradients))
-    return (("weights", params), ("gradients", params * gradients), ("activations", kept),
-            ("buffers", buffers))
+                    for part in node_layout.busiest_member(layouts, gradients, state))
+    return (("weights", params), ("gradients", params * gradients),
+            ("optimizer state", params * state), ("activations", kept), ("buffers", buffers))

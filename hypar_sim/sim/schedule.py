@@ -46,6 +46,7 @@ from hypar_sim.partition.steps import (
     TransferKind,
     largest_receive,
 )
+from hypar_sim.planner.optimizers import optimizer
 from hypar_sim.planner.plan import Plan
 from hypar_sim.planner.plan_messages import fed_nodes, gradient_buckets, graph_layouts
 from hypar_sim.planner.traffic import traffic_model
@@ -215,8 +216,8 @@ def build_schedule(workload: Graph | Network, plan: Plan, config: HardwareConfig
         """Members with boxes of the same sizes share one cost."""
         _, first, inverse = np.unique(shapes[i], axis=0, return_index=True,
                                       return_inverse=True)
-        distinct = [node_cost(layouts[i], int(m), phase, config, graph.nodes[i].name in fed)
-                    for m in first]
+        distinct = [node_cost(layouts[i], int(m), phase, config, graph.nodes[i].name in fed,
+                              plan.optimizer) for m in first]
         return Compute(i, phase, tuple(distinct[j] for j in inverse.reshape(-1)))
 
     def exchange(key: StepKey) -> list[Task]:
@@ -308,8 +309,10 @@ def _check_fits(graph: Graph, layouts: list[node_layout.NodeLayout], plan: Plan,
     if not layouts:
         return
     word = config.word_bytes
-    params, kept = node_layout.busiest_member(layouts, gradients)
+    state = optimizer(plan.optimizer).state_words * gradients
+    params, kept = node_layout.busiest_member(layouts, gradients, state)
     footprints = [Footprint(own.site.node.name, float(params[i] * word),
-                            float(params[i] * word * gradients), float(kept[i] * word))
+                            float(params[i] * word * gradients), float(kept[i] * word),
+                            float(params[i] * word * state))
                   for i, own in enumerate(layouts)]
     check_capacity(footprints, dict(plan.footprint_parts)["buffers"], config, graph.name)
