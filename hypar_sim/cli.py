@@ -10,7 +10,8 @@ import sys
 from collections.abc import Sequence
 
 from hypar_sim import __version__
-from hypar_sim.commands import COMMANDS, DEFAULT_LEVELS
+from hypar_sim.arguments import DEFAULT_LEVELS
+from hypar_sim.commands import COMMANDS
 from hypar_sim.errors import InputError, Terminated, Unfinished
 from hypar_sim.sim.defaults import (
     DEFAULT_BUCKET_MB,

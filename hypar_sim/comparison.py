@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
 def cmd_compare(args: argparse.Namespace) -> str:
     from hypar_sim.api import COMPARED
-    from hypar_sim.commands import request_from_args
+    from hypar_sim.arguments import request_from_args
     from hypar_sim.executors import parallel_map
     from hypar_sim.planner.bound import node_bounds
     from hypar_sim.planner.strategies import STRATEGIES, minimised, objective_for

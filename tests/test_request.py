@@ -115,8 +115,8 @@ def test_no_progress_turns_the_bars_off_on_a_terminal(monkeypatch):
     stderr is not a terminal)."""
     import sys
 
+    from hypar_sim.arguments import request_from_args
     from hypar_sim.cli import build_parser
-    from hypar_sim.commands import request_from_args
 
     monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
     for argv, shown in ((["run", "lenet_c"], True), (["run", "lenet_c", "--no-progress"], False),
