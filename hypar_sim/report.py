@@ -204,7 +204,8 @@ def plan_summary(plan: Plan, graph: Graph, clock_hz: float | None = None) -> str
     head = (f"{plan.network}: strategy {plan.strategy}{search}, hierarchy {plan.hierarchy} "
             f"({plural(plan.accelerators, 'accelerator')}), batch "
             f"{plan.batch}, traffic model {plan.traffic_model}"
-            f"{', inference (forward pass only)' if plan.phases == 'forward' else ''}\n\n")
+            f"{', inference (forward pass only)' if plan.phases == 'forward' else ''}"
+            f"{'' if plan.optimizer == 'sgd' else f', optimizer {plan.optimizer}'}\n\n")
     rows = [(node.name, op_label(node), " ".join(column) or "-", f"{moved / 1e6:.4g}")
             for node, column, moved in zip(graph.nodes, plan.columns, plan.node_bytes,
                                            strict=True)]
@@ -215,7 +216,8 @@ def plan_summary(plan: Plan, graph: Graph, clock_hz: float | None = None) -> str
             f"{'inference (forward pass)' if plan.phases == 'forward' else 'training step'}: "
             f"{plan.traffic_bytes / GB:.4g} GB" + (f" ({levels})" if levels else "")
             + f"\nmemory of the busiest cube: {plan.footprint_bytes / 2**30:.4g} GiB ("
-            + ", ".join(f"{name} {part / 2**30:.3g}" for name, part in plan.footprint_parts)
+            + ", ".join(f"{name.replace('_', ' ')} {part / 2**30:.3g}"
+                        for name, part in plan.footprint_parts)
             + " GiB)" + _estimated(plan, clock_hz))
 
 

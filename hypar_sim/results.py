@@ -77,6 +77,12 @@ def flatten(data: Mapping[str, Any]) -> dict[str, Any]:
     return row
 
 
+def _optimizer_note(config: Mapping[str, Any] | None) -> str:
+    """', optimizer adam' in a run's first line, where it is not plain SGD."""
+    name = (config or {}).get("optimizer", "sgd")
+    return "" if name == "sgd" else f", optimizer {name}"
+
+
 @dataclass(frozen=True, repr=False)
 class SimResult:
     """One training step of one network under one plan on one array."""
@@ -190,7 +196,8 @@ class SimResult:
         lines = [
             f"{self.network}: {self.strategy} plan on {plural(self.accelerators, 'accelerator')} "
             f"({self.topology}), batch {self.batch}, traffic model {self.traffic_model}, "
-            f"{self.engine} engine" + (", inference (forward pass only)" if self.phases == "forward" else ""),
+            f"{self.engine} engine" + (", inference (forward pass only)" if self.phases == "forward" else "")
+            + _optimizer_note(self.config),
             "",
             f"step latency   {quantity(self.latency_s, TIME_UNITS)}  ({self.latency_cycles:,.0f} cycles "
             f"at {self.clock_hz / 1e6:g} MHz)",

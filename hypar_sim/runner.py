@@ -31,6 +31,8 @@ def simulate(workload: Network | Graph, plan: Plan, config: HardwareConfig,
     schedule = build_schedule(workload, plan, config, options.overlap_gradients,
                               options.bucket_mb * 2**20)
     result = _run(schedule, plan.hierarchy, config, options, plan.search)
+    result = dataclasses.replace(result, config=dict(result.config or {}) |
+                                 {"optimizer": plan.optimizer})
     if not isinstance(workload, Graph):
         return result  # (a chain is never an import: no graph built from it here)
     # an imported model's file; the sizes its named axes were bound to (--seq, --dim) or a

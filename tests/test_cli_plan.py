@@ -143,7 +143,8 @@ def test_plan_json_is_accepted_back_by_plan_file(tmp_path):
     assert again["plan"] == json.loads(saved.read_text())["plan"]
     assert again["traffic_bytes"] == json.loads(saved.read_text())["traffic_bytes"]
     other = cli("plan", "vgg_b", "--plan", str(saved))
-    assert other.returncode == 2 and "the plan is for vgg_a's nodes" in other.stderr
+    assert other.returncode == 2 and ("the plan is for vgg_a's 11 nodes, not this network's "
+                                      "13: node 2 is conv2_1 there") in other.stderr
     assert other.stderr.count("\n") == 1
 
 

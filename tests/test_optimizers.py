@@ -30,13 +30,13 @@ def test_the_state_is_words_per_parameter_held(name, words):
     them in fp32 beside the fp32 master copy), momentum one velocity, SGD nothing; the
     other parts do not change."""
     sgd, given = parts("sgd"), parts(name)
-    assert given["optimizer state"] == words * given["weights"]
-    assert {k: v for k, v in given.items() if k != "optimizer state"} == \
-        {k: v for k, v in sgd.items() if k != "optimizer state"}
+    assert given["optimizer_state"] == words * given["weights"]
+    assert {k: v for k, v in given.items() if k != "optimizer_state"} == \
+        {k: v for k, v in sgd.items() if k != "optimizer_state"}
 
 
 def test_an_inference_keeps_no_state():
-    assert parts("adam", phases="forward")["optimizer state"] == 0.0
+    assert parts("adam", phases="forward")["optimizer_state"] == 0.0
 
 
 def test_plan_and_run_refuse_the_same_plan():
@@ -53,7 +53,7 @@ def test_plan_and_run_refuse_the_same_plan():
     fitted = plan_request(make_request("gpt2_small", optimizer="adam", overrides=small,
                                        **GPT | {"strategy": "hypar"}))
     assert fitted.footprint_bytes <= 3.5 * 2**30
-    assert dict(fitted.footprint_parts)["optimizer state"] > 0
+    assert dict(fitted.footprint_parts)["optimizer_state"] > 0
 
 
 @pytest.mark.parametrize("weights", [1, 100, 168, 4096, 100_003])

@@ -54,8 +54,13 @@ def test_macs_equal_torchs_on_the_exported_models(tmp_path, corpus, sizes):
 
 
 def test_seq_layers_and_dims_change_the_sizes():
+    """A changed size is in the graph's name (results of two sizes are told apart); more
+    heads keep multi-head attention multi-head (kv_heads follows heads unless given)."""
     graph = load_workload("gpt3_2_7b", seq=512, dims={"layers": 2})
+    assert graph.name == "gpt3_2_7b[layers=2,seq=512]"
     assert graph.inputs["tokens"] == (512,) and graph.axes["layers"] == 2
+    wider = load_workload("llama_7b", dims={"layers": 1, "heads": 64})
+    assert wider.axes["kv_heads"] == 64 and not any("q_groups" in n.name for n in wider.nodes)
     assert sum(n.name.endswith("_attn_out") for n in graph.nodes) == 2
     wide = load_workload("llama_7b", dims={"layers": 1, "kv_heads": 8})
     assert wide.axes["kv_heads"] == 8
@@ -70,6 +75,8 @@ def test_seq_layers_and_dims_change_the_sizes():
     (("gpt2_small", None, {"depth": 3}), "--dim: 'depth' is not a size of gpt2_small"),
     (("llama_7b", None, {"kv_heads": 5}), "kv_heads: 5 key/value heads do not divide the 32"),
     (("gpt2_small", None, {"heads": 7}), "heads: 7 heads do not divide the width 768"),
+    (("gpt2_small", None, {"layers": 100}), "--layers: gpt2_small has 12 blocks; allowed: 1 "
+                                            "to 12"),
 ])
 def test_bad_sizes_are_one_line(args, message):
     name, seq, dims = args
@@ -89,6 +96,10 @@ def test_bad_sizes_are_one_line(args, message):
     ("transformer: {family: llama, layers: 1, hidden: 8, heads: 2, ffn: 8, vocab: 8, seq: 4, "
      "width: 3}", "transformer: unknown field 'width'"),
     ("nodes: []\ntransformer: {}", "unknown field 'nodes'"),
+    ("transformer: {family: gpt, layers: 1, hidden: 8, heads: 2, ffn: 8, vocab: 8, seq: 4}",
+     "transformer: missing field 'positions'"),
+    ("transformer: {family: llama, layers: 1, hidden: 8, heads: 2, ffn: 8, vocab: 8, seq: 4, "
+     "positions: 8}", "transformer.positions: a Llama's positions are rotary"),
 ])
 def test_bad_transformer_files_are_one_line(tmp_path, body, message):
     path = tmp_path / "t.yaml"
@@ -99,8 +110,12 @@ def test_bad_transformer_files_are_one_line(tmp_path, body, message):
 
 
 def test_the_cli_takes_layers_and_records_the_sizes(cli):
-    result = cli("run", "llama_7b", "--layers", "1", "--seq", "64", "--batch", "8",
-                 "--accelerators", "4", "--engine", "analytic", "--json")
+    args = ("llama_7b", "--layers", "1", "--seq", "64", "--batch", "8", "--accelerators", "4",
+            "--engine", "analytic", "--optimizer", "adam")
+    result = cli("run", *args, "--json")
     assert result.returncode == 0, result.stderr
-    config = json.loads(result.stdout)["config"]
-    assert config["network_axes"]["layers"] == 1 and config["network_axes"]["seq"] == 64
+    run = json.loads(result.stdout)
+    assert run["network"] == "llama_7b[layers=1,seq=64]" and run["config"]["optimizer"] == "adam"
+    assert run["config"]["network_axes"]["layers"] == 1
+    assert run["config"]["network_axes"]["seq"] == 64
+    assert cli("run", *args).stdout.splitlines()[0].endswith("analytic engine, optimizer adam")

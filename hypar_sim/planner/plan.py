@@ -359,9 +359,9 @@ def footprint_parts(layouts: Sequence[node_layout.NodeLayout], word_bytes: int,
     simulator checks the same parts)."""
     state = optimizer_named(optimizer).state_words * gradients
     if not layouts:
-        return (("weights", 0.0), ("gradients", 0.0), ("optimizer state", 0.0),
+        return (("weights", 0.0), ("gradients", 0.0), ("optimizer_state", 0.0),
                 ("activations", 0.0), ("buffers", buffers))
     params, kept = (float(part.sum()) * word_bytes
                     for part in node_layout.busiest_member(layouts, gradients, state))
     return (("weights", params), ("gradients", params * gradients),
-            ("optimizer state", params * state), ("activations", kept), ("buffers", buffers))
+            ("optimizer_state", params * state), ("activations", kept), ("buffers", buffers))

@@ -141,8 +141,12 @@ def _node_plan_json(text: str, names: Sequence[str], where: str) -> str:
         raise InputError(problem)
     planned = [node["name"] for node in nodes]
     if "network" in data and planned != list(names):  # `plan --json` lists every node
-        raise InputError(f"{where}: the plan is for {data['network']}'s nodes "
-                         f"({' '.join(planned[:8])}{' ...' if len(planned) > 8 else ''}), not "
-                         f"this network's ({' '.join(names[:8])}"
-                         f"{' ...' if len(names) > 8 else ''})")
+        pairs = zip(planned, names, strict=False)  # the shorter list's length
+        differ = next((i for i, (a, b) in enumerate(pairs) if a != b),
+                      min(len(planned), len(names)))
+        theirs = planned[differ] if differ < len(planned) else "(none)"
+        ours = names[differ] if differ < len(names) else "(none)"
+        raise InputError(f"{where}: the plan is for {data['network']}'s {len(planned)} nodes, "
+                         f"not this network's {len(names)}: node {differ + 1} is {theirs} "
+                         f"there, {ours} here")
     return ";".join(f"{node['name']}: {' '.join(map(str, node['kinds']))}" for node in nodes)

@@ -97,6 +97,12 @@ def spec_of(data: Any, where: str) -> TransformerSpec:
     given = {**_DEFAULTS, **data}
     if given["kv_heads"] is None:
         given["kv_heads"] = given["heads"]
+    if given["family"] == "gpt" and "positions" not in data:
+        raise InputError(f"{where}: missing field 'positions' (a GPT's learned position "
+                         "table: at least seq)")
+    if given["family"] == "llama" and "positions" in data:
+        raise InputError(f"{where}.positions: a Llama's positions are rotary (any seq); "
+                         "remove the field")
     return TransformerSpec(**given).check(where)
 
 
@@ -106,6 +112,11 @@ def with_sizes(spec: TransformerSpec, sizes: Mapping[str, int], where: str) -> T
     if unknown:
         raise InputError(f"--dim: {clip_value(unknown[0])} is not a size of {where}; "
                          f"allowed: {', '.join(SIZES)}")
+    if sizes.get("layers", 0) > spec.layers:
+        raise InputError(f"--layers: {where} has {spec.layers} blocks; allowed: 1 to "
+                         f"{spec.layers} (its first blocks)")
+    if "heads" in sizes and "kv_heads" not in sizes and spec.kv_heads == spec.heads:
+        sizes = {**sizes, "kv_heads": sizes["heads"]}  # multi-head attention stays so
     spec = replace(spec, **sizes)
     if "seq" in sizes and spec.family == "gpt" and spec.seq > spec.positions:
         raise InputError(f"--seq: {spec.seq:,} tokens are more than {where}'s "
@@ -201,9 +212,9 @@ def load_transformer(data: Mapping[str, Any], path: str, name: str, seq: int | N
     spec = spec_of(data["transformer"], f"{path}: transformer")
     sizes = {**(dims or {}), **({"seq": seq} if seq is not None else {})}
     spec = with_sizes(spec, sizes, name)
-    description = str(data.get("description", ""))
-    changed = ", ".join(f"{key} {value}" for key, value in sizes.items())
-    builder = build(spec, str(data.get("name", name)), str(data.get("source", "")),
-                    f"{description} ({changed})" if changed else description)
+    changed = ",".join(f"{key}={value}" for key, value in sizes.items())
+    title = str(data.get("name", name))  # a changed size is in the name: results tell apart
+    builder = build(spec, f"{title}[{changed}]" if changed else title,
+                    str(data.get("source", "")), str(data.get("description", "")))
     graph = parse_graph(builder.data(), path, default_name=name)
     return replace(graph, axes={k: v for k, v in asdict(spec).items() if k in SIZES})
