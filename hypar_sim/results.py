@@ -171,7 +171,7 @@ class SimResult:
     def per_layer_frame(self) -> pd.DataFrame:
         import pandas as pd  # a heavy import, only when a frame is asked for
 
-        return pd.DataFrame([asdict(layer) for layer in self.per_layer])
+        return pd.DataFrame([whole_cycles(asdict(layer)) for layer in self.per_layer])
 
     def per_link_frame(self) -> pd.DataFrame:
         import pandas as pd
