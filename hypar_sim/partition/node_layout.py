@@ -347,12 +347,14 @@ class Costs:
         """The layers of a producer and its one consumer (None: the producer alone) that are
         a chain's (conv or fc nodes without biases, the consumer reading the producer's
         output as its input), when the closed forms apply; else None."""
-        if not self.closed_forms or any(KINDS[k].dim is None for c in columns for k in c):
+        if not self.closed_forms:
             return None
         sites = (producer,) if consumer is None else (producer, consumer)
         layers = tuple(self._layer_of(site) for site in sites)
         if None in layers or (consumer is not None and (
                 index or consumer.node.inputs != (producer.node.name,))):
+            return None  # (before scanning the columns: there can be tens of thousands)
+        if any(KINDS[k].dim is None for c in columns for k in c):
             return None
         return layers
 

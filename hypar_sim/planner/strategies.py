@@ -125,14 +125,20 @@ def no_option_error(node: Node, kinds: Sequence[str], hierarchy: Hierarchy,
 def offered_columns(sites: Sequence[Site], batch: int, hierarchy: Hierarchy,
                     kinds: Sequence[str], costs: Costs) -> list[list[Column]]:
     """Every node's columns of `kinds` over all levels that `costs` offers (one line if a
-    node has none)."""
+    node has none), found once per node geometry (a transformer's blocks repeat theirs:
+    gpt3_2_7b's 709 nodes on 64 accelerators took 2 minutes of 11 million checks)."""
+    from hypar_sim.partition.node_layout import geometry
+
+    found: dict[tuple, list[Column]] = {}
     options = []
     for site in sites:
-        offered = [c for c in itertools.product(kinds, repeat=hierarchy.levels)
-                   if costs.offered(site, batch, c, hierarchy)]
-        if not offered:
+        key = geometry(site)
+        if key not in found:
+            found[key] = [c for c in itertools.product(kinds, repeat=hierarchy.levels)
+                          if costs.offered(site, batch, c, hierarchy)]
+        if not found[key]:
             raise no_option_error(site.node, kinds, hierarchy, batch)
-        options.append(offered)
+        options.append(list(found[key]))
     return options
 
 
