@@ -16,7 +16,8 @@ from hypar_sim.hardware.topology import make_topology
 from hypar_sim.partition.hierarchy import Hierarchy
 from hypar_sim.planner.options import PlanOptions
 from hypar_sim.planner.plan import make_plan
-from hypar_sim.sim.engine import Lanes, simulate_des
+from hypar_sim.sim.engine import simulate_des
+from hypar_sim.sim.lanes import Lanes
 from hypar_sim.sim.schedule import build_schedule
 from hypar_sim.sim.symmetry import classify, orbit_labels
 from hypar_sim.workload.network import load_network

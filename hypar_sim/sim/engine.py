@@ -39,7 +39,6 @@ of their own.
 from __future__ import annotations
 
 import dataclasses
-import heapq
 import math
 import time
 from collections import defaultdict
@@ -55,6 +54,7 @@ from hypar_sim.hardware.transfer import Routed, chunk_sizes, route_latency_cycle
 from hypar_sim.results import SimResult
 from hypar_sim.sim.accounting import assemble_result
 from hypar_sim.sim.defaults import DEFAULT_CHUNK_BYTES, DEFAULT_MAX_CHUNKS
+from hypar_sim.sim.lanes import Lanes
 from hypar_sim.sim.schedule import (
     Compute,
     Parallel,
@@ -70,79 +70,6 @@ from hypar_sim.sim.trace import trace_events
 #: SimPy priority of the event that grants a cycle's requests: after every other event of
 #: the cycle (SimPy's own are URGENT = 0 and NORMAL = 1).
 _AFTER_OTHERS = 2
-
-
-def _request_order(request: tuple) -> tuple[float, float]:
-    return request[0], request[1]
-
-
-class Lanes:
-    """A resource of identical lanes; requests of one cycle are granted together."""
-
-    __slots__ = ("free", "busy_cycles", "grants", "requests")
-
-    def __init__(self, count: int) -> None:
-        self.free = [0.0] * count  # a heap of the times the lanes are next free
-        self.busy_cycles = 0.0  # lane-cycles held so far
-        self.grants = 0  # requests served so far
-        self.requests: list[tuple] = []  # this cycle's: (service, not_before, count, then)
-
-    def serve(self, now: float, service: float, not_before: float,
-              count: int = 1) -> tuple[float, float]:
-        """`count` equal requests of `service` cycles each, asked at `now`, ending no earlier
-        than `not_before`: they take the lanes that free first (all of them, sharing, when
-        there are more requests than lanes) and start and finish together; (start, finish)."""
-        free = self.free
-        lanes = len(free)
-        if count == 1:  # the common case: one lane, the first free
-            start = free[0] if free[0] > now else now
-            done = start + service
-            if lanes == 1:
-                free[0] = done
-            else:
-                heapq.heapreplace(free, done)
-            self.busy_cycles += service
-            self.grants += 1
-            return start, not_before if not_before > done else done
-        if count >= lanes:
-            start = free[0] if lanes == 1 else max(free)
-            used = lanes
-            duration = service if count == lanes else service * count / lanes
-        else:
-            taken = [heapq.heappop(free) for _ in range(count)]
-            start, used, duration = taken[-1], count, service
-        if start < now:
-            start = now
-        done = start + duration
-        if used == lanes:
-            free[:] = [done] * lanes
-        else:
-            for _ in range(used):
-                heapq.heappush(free, done)
-        self.busy_cycles += used * duration
-        self.grants += count
-        return start, not_before if not_before > done else done
-
-    def grant(self, now: float) -> list[tuple]:
-        """Serve this cycle's requests, smaller first and equal ones together; returns
-        (request, start, finish) for each, nothing done with the grants yet."""
-        requests, self.requests = self.requests, []
-        if len(requests) == 1:
-            request = requests[0]
-            return [(request, *self.serve(now, request[0], request[1], request[2]))]
-        requests.sort(key=_request_order)
-        granted, first = [], 0
-        while first < len(requests):
-            service, not_before, count = requests[first][:3]
-            last = first + 1
-            while last < len(requests) and _request_order(requests[last]) == (service,
-                                                                                not_before):
-                count += requests[last][2]
-                last += 1
-            start, finish = self.serve(now, service, not_before, count)
-            granted += [(request, start, finish) for request in requests[first:last]]
-            first = last
-        return granted
 
 
 class _InFlight:
