@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from hypar_sim.errors import InputError, clip_value
 from hypar_sim.workload.graph import Graph
-from hypar_sim.workload.network import load_workload
+from hypar_sim.workload.network import load_as_written
 
 if TYPE_CHECKING:
     from hypar_sim.request import RunRequest
@@ -69,24 +69,6 @@ def _progress(args: argparse.Namespace) -> bool:
     return sys.stderr.isatty() and not getattr(args, "no_progress", False)
 
 
-def chain_file(args: argparse.Namespace) -> Network | None:
-    """The chain of a `layers` file named without --seq, --dim or --layers, parsed alone
-    (no graph built from it and back: a 100,000-layer chain lists in half the time); None
-    for any other network."""
-    from hypar_sim.workload.network import parse_network, resolve_network_path
-    from hypar_sim.workload.yaml_reader import read_yaml
-
-    if args.seq is not None or args.dim or getattr(args, "layers", None) is not None:
-        return None
-    path = resolve_network_path(args.network)
-    if path.suffix == ".onnx":
-        return None
-    data = read_yaml(path)
-    if not isinstance(data, dict) or "layers" not in data:
-        return None
-    return parse_network(data, str(path), default_name=path.stem)
-
-
 def _strategy(args: argparse.Namespace) -> str:
     """--strategy (default hypar); with --plan, none or explicit (the plan is given)."""
     given = getattr(args, "strategy", None)
@@ -96,12 +78,14 @@ def _strategy(args: argparse.Namespace) -> str:
     return given or "hypar"
 
 
-def workload_of(args: argparse.Namespace) -> Graph:
-    """The network named by the command line (an ONNX model's sequence from --seq, other
-    named axes from --dim)."""
+def written_network(args: argparse.Namespace) -> Network | Graph:
+    """The network named by the command line as its file gives it (`load_as_written`: a
+    `layers` file's chain, any other a graph), an ONNX model's sequence from --seq and its
+    other named axes, or a transformer's sizes, from --dim and --layers."""
     from hypar_sim.request import check_dims, check_seq
 
-    return load_workload(args.network, check_seq(args.seq), dict(check_dims(_dims(args))))
+    return load_as_written(args.network, check_seq(args.seq),
+                           dict(check_dims(_dims(args))))
 
 
 def _dims(args: argparse.Namespace) -> list[str] | None:

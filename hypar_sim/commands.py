@@ -8,13 +8,11 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from hypar_sim.arguments import (
-    chain_file,
     hardware_overrides,
     request_from_args,
-    workload_of,
+    written_network,
 )
 from hypar_sim.atomic import check_folder, check_writable, write_together
 from hypar_sim.comparison import cmd_compare
@@ -39,9 +37,6 @@ from hypar_sim.workload.network import (
     load_network,
     load_workload,
 )
-
-if TYPE_CHECKING:
-    pass
 
 # The planner, hardware and simulator load inside the commands that use them: `networks`
 # and `--help` start without them (issue "Scale": start in a blink).
@@ -242,9 +237,9 @@ def cmd_hardware(args: argparse.Namespace) -> str:
 
 def cmd_networks(args: argparse.Namespace) -> str:
     if args.network:
-        net = chain_file(args)
-        if net is None:
-            graph = workload_of(args)
+        net = written_network(args)
+        if isinstance(net, Graph):
+            graph = net
             try:  # a chain of conv and fc layers is shown as its layers (with their poolings)
                 net = chain_of(graph, args.network)
             except InputError:

@@ -97,9 +97,16 @@ def resolve_network_path(name_or_path: str) -> Path:
 
 def load_workload(name_or_path: str, seq: int | None = None,
                   dims: Mapping[str, int] | None = None) -> Graph:
-    """A network as a graph, by name or path: a file with `nodes`, an ONNX model (a dynamic
-    sequence axis takes `seq` tokens, other named axes their `dims`), or a chain (a file
-    with `layers`: `graph_of`)."""
+    """A network as a graph, by name or path: a file with `nodes`, a generated transformer,
+    an ONNX model (a dynamic sequence axis takes `seq` tokens, other named axes their
+    `dims`), or a chain (a file with `layers`: `graph_of`)."""
+    return as_graph(load_as_written(name_or_path, seq, dims))
+
+
+def load_as_written(name_or_path: str, seq: int | None = None,
+                    dims: Mapping[str, int] | None = None) -> Network | Graph:
+    """A network as its file gives it, read once: a `layers` file's chain as it is (no
+    graph built from it), any other network as a graph (`load_workload`)."""
     path = resolve_network_path(name_or_path)
     if path.suffix == ".onnx":
         from hypar_sim.workload.onnx_import import load_onnx
@@ -125,22 +132,14 @@ def load_workload(name_or_path: str, seq: int | None = None,
                          "instead)")
     if isinstance(data, Mapping) and "nodes" in data:
         return parse_graph(data, str(path), default_name=path.stem)
-    return graph_of(parse_network(data, str(path), default_name=path.stem))
+    return parse_network(data, str(path), default_name=path.stem)
 
 
 def load_network(name_or_path: str) -> Network:
     """A network as HyPar's chain of layers, by name or path: a `layers` file, or a graph
     that is such a chain (`chain_of`)."""
-    path = resolve_network_path(name_or_path)
-    if path.suffix == ".onnx":
-        return chain_of(load_workload(name_or_path), name_or_path)
-    data = read_yaml(path)
-    if isinstance(data, Mapping) and "transformer" in data:
-        return chain_of(load_workload(name_or_path), name_or_path)
-    if isinstance(data, Mapping) and "nodes" in data:
-        return chain_of(parse_graph(data, str(path), default_name=path.stem), name_or_path)
-    return parse_network(data, str(path), default_name=path.stem)
-
+    network = load_as_written(name_or_path)
+    return network if isinstance(network, Network) else chain_of(network, name_or_path)
 
 
 def _check_keys(where: str, data: Any, required: set[str], optional: set[str]) -> None:
