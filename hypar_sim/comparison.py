@@ -50,9 +50,9 @@ def cmd_compare(args: argparse.Namespace) -> str:
     if request.plan.phases == "training":  # the bound counts a training step
         bound = sum(node_bounds(network, request.batch, request.hierarchy, request.plan.kinds,
                                 request.hardware.word_bytes))
+    minimises = [minimised(s, o) for s, o in zip(strategies, objectives, strict=True)]
     written = ""
     if args.csv:
-        minimises = [minimised(s, o) for s, o in zip(strategies, objectives, strict=True)]
         atomic_write_text(args.csv, comparison_frame(results, minimises, args.baseline,
                                                      bound).to_csv(index=False))
         written = f"\n\ncomparison written to {args.csv} (a row per strategy)"
@@ -61,9 +61,8 @@ def cmd_compare(args: argparse.Namespace) -> str:
                                                "baseline": args.baseline}
                            for result, objective in zip(results, objectives, strict=True)],
                           indent=2)
-    return comparison_table(results, [minimised(s, o) for s, o in zip(strategies, objectives,
-                                                                       strict=True)],
-                            bound, request.plan.kinds, args.baseline) + written
+    return comparison_table(results, minimises, bound, request.plan.kinds,
+                            args.baseline) + written
 
 
 #: Columns of a result too long for a comparison row (`run --csv` and `--json` give them).

@@ -197,6 +197,11 @@ def _kind_counts(plan: Sequence[Sequence[str]]) -> str:
     return ", ".join(f"{kind} {count}" for kind, count in counts.items())
 
 
+def optimizer_note(name: str) -> str:
+    """', optimizer adam' in a run's or a plan's first line, where it is not plain SGD."""
+    return "" if name == "sgd" else f", optimizer {name}"
+
+
 def plan_summary(plan: Plan, graph: Graph, clock_hz: float | None = None) -> str:
     """A plan: every node's kinds (top level first) and the bytes into it; for a
     time or energy objective, the planner's estimate (`planner.timed_costs`)."""
@@ -205,7 +210,7 @@ def plan_summary(plan: Plan, graph: Graph, clock_hz: float | None = None) -> str
             f"({plural(plan.accelerators, 'accelerator')}), batch "
             f"{plan.batch}, traffic model {plan.traffic_model}"
             f"{', inference (forward pass only)' if plan.phases == 'forward' else ''}"
-            f"{'' if plan.optimizer == 'sgd' else f', optimizer {plan.optimizer}'}\n\n")
+            f"{optimizer_note(plan.optimizer)}\n\n")
     rows = [(node.name, op_label(node), " ".join(column) or "-", f"{moved / 1e6:.4g}")
             for node, column, moved in zip(graph.nodes, plan.columns, plan.node_bytes,
                                            strict=True)]

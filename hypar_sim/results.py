@@ -15,7 +15,15 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import pandas as pd
 
-from hypar_sim.report import BYTE_UNITS, TIME_UNITS, plural, quantity, table, unit_for
+from hypar_sim.report import (
+    BYTE_UNITS,
+    TIME_UNITS,
+    optimizer_note,
+    plural,
+    quantity,
+    table,
+    unit_for,
+)
 
 
 def whole_cycles(data: Any) -> Any:
@@ -75,12 +83,6 @@ def flatten(data: Mapping[str, Any]) -> dict[str, Any]:
         else:
             row[key] = value
     return row
-
-
-def _optimizer_note(config: Mapping[str, Any] | None) -> str:
-    """', optimizer adam' in a run's first line, where it is not plain SGD."""
-    name = (config or {}).get("optimizer", "sgd")
-    return "" if name == "sgd" else f", optimizer {name}"
 
 
 @dataclass(frozen=True, repr=False)
@@ -197,7 +199,7 @@ class SimResult:
             f"{self.network}: {self.strategy} plan on {plural(self.accelerators, 'accelerator')} "
             f"({self.topology}), batch {self.batch}, traffic model {self.traffic_model}, "
             f"{self.engine} engine" + (", inference (forward pass only)" if self.phases == "forward" else "")
-            + _optimizer_note(self.config),
+            + optimizer_note((self.config or {}).get("optimizer", "sgd")),
             "",
             f"step latency   {quantity(self.latency_s, TIME_UNITS)}  ({self.latency_cycles:,.0f} cycles "
             f"at {self.clock_hz / 1e6:g} MHz)",

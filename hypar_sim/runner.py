@@ -30,18 +30,21 @@ def simulate(workload: Network | Graph, plan: Plan, config: HardwareConfig,
     hardware of `config`."""
     schedule = build_schedule(workload, plan, config, options.overlap_gradients,
                               options.bucket_mb * 2**20)
-    result = _run(schedule, plan.hierarchy, config, options, plan.search)
-    result = dataclasses.replace(result, config=dict(result.config or {}) |
-                                 {"optimizer": plan.optimizer})
+    return _run(schedule, plan.hierarchy, config, options,
+                {"search": plan.search, "optimizer": plan.optimizer} | _network_sizes(workload))
+
+
+def _network_sizes(workload: Network | Graph) -> dict:
+    """What a run records of where its network came from: an imported model's file, and the
+    sizes its named axes were bound to (--seq, --dim) or a generated transformer's (--seq,
+    --layers, --dim). (A chain is never an import: no graph is built from it here.)"""
     if not isinstance(workload, Graph):
-        return result  # (a chain is never an import: no graph built from it here)
-    # an imported model's file; the sizes its named axes were bound to (--seq, --dim) or a
-    # generated transformer's (--seq, --layers, --dim)
-    where: dict = {"network_file": workload.source} if workload.source.endswith(".onnx") \
+        return {}
+    recorded: dict = {"network_file": workload.source} if workload.source.endswith(".onnx") \
         else {}
     if workload.axes:
-        where["network_axes"] = dict(workload.axes)
-    return dataclasses.replace(result, config=dict(result.config or {}) | where)
+        recorded["network_axes"] = dict(workload.axes)
+    return recorded
 
 
 def simulate_request(request: RunRequest, workload: Network | Graph | None = None) -> SimResult:
@@ -52,14 +55,15 @@ def simulate_request(request: RunRequest, workload: Network | Graph | None = Non
 
 
 def _run(schedule: Schedule, hierarchy: Hierarchy, config: HardwareConfig, options: SimOptions,
-         search: str) -> SimResult:
+         recorded: dict) -> SimResult:
+    """The engine's result, its config recording the hardware, the options and `recorded`
+    (the plan's search and optimizer, `_network_sizes`)."""
     topology = make_topology(options.topology, config, hierarchy)
     shown = {k: v for k, v in dataclasses.asdict(options).items()
              if k not in ("progress", "symmetry")}  # how fast, not what: the same result
     config_dict = {"accelerators": hierarchy.members, "batch": schedule.units.batch} \
         | dataclasses.asdict(config) | shown | {
-        "hierarchy": str(hierarchy), "traffic_model": schedule.units.traffic_model,
-        "search": search}
+        "hierarchy": str(hierarchy), "traffic_model": schedule.units.traffic_model} | recorded
     if options.engine == "des":
         return simulate_des(schedule, topology, options.chunk_bytes, options.max_chunks,
                             config_dict, options.trace, options.progress, options.symmetry)

@@ -55,9 +55,6 @@ EXECUTORS = ("process", "serial", "dask")
 INPUT_COLUMNS = ("network", "strategy", "topology", "accelerators", "batch", "hierarchy", "kinds",
                  "search", "traffic_model", "objective", "engine", "overlap", "overrides",
                  "plan_input", "config_file", "config_digest", "phases", "optimizer")
-#: Input columns added after sweeps were first written, with the value a row without them
-#: ran with (so an older CSV resumes instead of running again).
-ADDED_COLUMNS = {"phases": "training", "optimizer": "sgd"}
 
 
 @dataclass(frozen=True)
@@ -99,6 +96,12 @@ class Case:
                 "overrides": self.overrides_text(), "plan_input": self.plan_text or "",
                 "config_file": self.config_file or "", "config_digest": self.config_digest,
                 "phases": self.phases, "optimizer": self.optimizer}
+
+
+#: Input columns added after sweeps were first written, with the value a row without them
+#: ran with, its Case default (so an older CSV resumes instead of running again).
+ADDED_COLUMNS = {column: Case.__dataclass_fields__[column].default
+                 for column in ("phases", "optimizer")}
 
 
 def row_key(row: Mapping[str, Any]) -> str:

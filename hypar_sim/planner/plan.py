@@ -36,8 +36,7 @@ from hypar_sim.planner import memory
 from hypar_sim.planner import traffic as traffic_models
 from hypar_sim.planner.chain_costs import ChainCosts, estimated_search
 from hypar_sim.planner.objectives import ESTIMATE_UNITS, OBJECTIVES
-from hypar_sim.planner.optimizers import DEFAULT_OPTIMIZER
-from hypar_sim.planner.optimizers import optimizer as optimizer_named
+from hypar_sim.planner.optimizers import DEFAULT_OPTIMIZER, kept_state_words
 from hypar_sim.planner.options import PlanOptions
 from hypar_sim.planner.plan_messages import (
     fed_nodes,
@@ -78,7 +77,7 @@ class PlanRequest:
     plan_text: str | None = None  # the user's plan (explicit)
     progress: bool = False  # a bar on stderr for a long search (exhaustive)
     traffic_model: str = "layout"  # or layout_levels: the same bytes, sent level by level
-    optimizer: str = "sgd"  # whose state the footprint counts (`planner.optimizers`)
+    optimizer: str = DEFAULT_OPTIMIZER  # whose state the footprint counts (`planner.optimizers`)
 
 
 @dataclass(frozen=True)
@@ -98,8 +97,8 @@ class Plan:
     word_bytes: int = 4
     phases: str = "training"  # or "forward": an inference, the forward pass alone
     optimizer: str = DEFAULT_OPTIMIZER  # the update rule and its state (`planner.optimizers`)
-    #: The busiest cube's memory, bytes: weights, gradients, activations (kept outputs) and
-    #: buffers (the most it receives in one step of the plan's messages).
+    #: The busiest cube's memory, bytes: weights, gradients, optimizer state, activations (kept
+    #: outputs) and buffers (the most it receives in one step of the plan's messages).
     footprint_parts: tuple[tuple[str, float], ...] = ()
     objective: str = "bytes"  # what the search minimised
     estimate: float = 0.0  # its value for this plan: bytes, cycles or pJ (planner.timed_costs)
@@ -357,7 +356,7 @@ def footprint_parts(layouts: Sequence[node_layout.NodeLayout], word_bytes: int,
     """The busiest cube's memory by part, bytes: its weights, its gradients and its
     optimizer's state (none in an inference), its kept outputs, and `buffers` (the
     simulator checks the same parts)."""
-    state = optimizer_named(optimizer).state_words * gradients
+    state = kept_state_words(optimizer, gradients)
     if not layouts:
         return (("weights", 0.0), ("gradients", 0.0), ("optimizer_state", 0.0),
                 ("activations", 0.0), ("buffers", buffers))

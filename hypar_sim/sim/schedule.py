@@ -46,7 +46,7 @@ from hypar_sim.partition.steps import (
     TransferKind,
     largest_receive,
 )
-from hypar_sim.planner.optimizers import optimizer
+from hypar_sim.planner.optimizers import kept_state_words
 from hypar_sim.planner.plan import Plan
 from hypar_sim.planner.plan_messages import fed_nodes, gradient_buckets, graph_layouts
 from hypar_sim.planner.traffic import traffic_model
@@ -309,7 +309,7 @@ def _check_fits(graph: Graph, layouts: list[node_layout.NodeLayout], plan: Plan,
     if not layouts:
         return
     word = config.word_bytes
-    state = optimizer(plan.optimizer).state_words * gradients
+    state = kept_state_words(plan.optimizer, gradients)
     params, kept = node_layout.busiest_member(layouts, gradients, state)
     footprints = [Footprint(own.site.node.name, float(params[i] * word),
                             float(params[i] * word * gradients), float(kept[i] * word),

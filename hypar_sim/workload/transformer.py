@@ -1,6 +1,6 @@
 """Transformers generated from a few sizes: the GPT and Llama families as graph networks.
 
-A file with a `transformer:` mapping (workloads/transformers/*.yaml) names a family and
+A file with a `transformer:` mapping (workloads/graphs/gpt2_small.yaml, ...) names a family and
 its sizes; `build` writes the graph node by node and `load_transformer` parses it, any
 size replaced by the caller's (`--seq`, `--layers`, `--dim hidden=...`):
 

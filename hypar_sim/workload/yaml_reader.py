@@ -21,7 +21,8 @@ class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # libyaml when pr
     """YAML 1.1 reads 2e1 and 1.6e9 as strings (its floats need a dot and a signed
     exponent); people write them as numbers, so they are numbers here. A key given twice
     in one mapping is refused (YAML says keys are unique; PyYAML keeps the last), and so is
-    a document whose aliases expand it beyond `MAX_YAML_NODES`."""
+    a document whose aliases add more than `MAX_YAML_NODES` nodes to it, or refer to a
+    node that contains them (`_check_expansion`)."""
 
     def __init__(self, stream: str) -> None:
         super().__init__(stream)
@@ -97,7 +98,6 @@ _Loader.add_implicit_resolver(
     "tag:yaml.org,2002:float",
     re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
     list("-+0123456789"))
-_LOADER = _Loader
 
 
 #: Largest network or configuration file read (bytes): a 100,000-layer chain is 8 MB.
@@ -120,7 +120,7 @@ def read_yaml(path: Path) -> Any:
     except UnicodeDecodeError:
         raise InputError(f"{path}: not a UTF-8 text file") from None
     try:
-        loader = _LOADER(text)
+        loader = _Loader(text)
         try:
             return loader.get_single_data()
         finally:
