@@ -53,7 +53,8 @@ def request(network: str | Network | Graph, strategy: str = "hypar", topology: s
             dims: Mapping[str, int] | None = None, layers: int | None = None,
             config: str | None = None,
             trace: bool = False, objective: str = "bytes", phases: str = "training",
-            optimizer: str = "sgd", **config_overrides: Any) -> RunRequest:
+            optimizer: str = "sgd", precision: str = "fp32", recompute: str = "none",
+            zero: int = 0, **config_overrides: Any) -> RunRequest:
     """The run's request, built as the command line builds it (`hypar_sim.request`):
     `accelerators` and `batch` None take the config file's, else 16 and 256; any other
     keyword is a hardware key (`hardware()`)."""
@@ -71,6 +72,7 @@ def request(network: str | Network | Graph, strategy: str = "hypar", topology: s
                             seq=seq, dims=dims, strategy=strategy, plan_text=plan_text,
                             kinds=kinds, search=search, traffic_model=traffic_model,
                             objective=objective, phases=phases, optimizer=optimizer,
+                            precision=precision, recompute=recompute, zero=zero,
                             sim=SimOptions(topology=topology, engine=engine,
                                            overlap_gradients=overlap_gradients, trace=trace))
     except InputError as error:

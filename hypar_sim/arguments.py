@@ -55,7 +55,8 @@ def request_from_args(args: argparse.Namespace) -> RunRequest:
         plan_text=getattr(args, "plan_text", None), kinds=args.kinds, search=args.search,
         traffic_model=args.traffic_model, objective=args.objective,
         phases=getattr(args, "phases", "training"), sim=sim, progress=_progress(args),
-        optimizer=args.optimizer)
+        optimizer=args.optimizer, precision=args.precision, recompute=args.recompute,
+        zero=args.zero)
     if str(args.network).endswith(".onnx"):  # loaded once here, to say what the import chose
         graph = request.workload()
         for note in graph.notes:

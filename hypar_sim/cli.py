@@ -53,12 +53,28 @@ def _add_plan_arguments(parser: argparse.ArgumentParser) -> None:
     from hypar_sim.planner.optimizers import OPTIMIZERS
     from hypar_sim.planner.search import SEARCHES
     from hypar_sim.planner.traffic import DEFAULT_TRAFFIC_MODEL, PHASES, TRAFFIC_MODELS
+    from hypar_sim.planner.training import PRECISIONS, RECOMPUTES, ZERO_STAGES
 
     _add_seq_argument(parser)
     parser.add_argument("--optimizer", default="sgd", choices=OPTIMIZERS,
                         help="the update rule, and the state per parameter each cube keeps "
                              "beside its weights and gradients: sgd (none, default), momentum "
                              "(one fp32 value), adam (two: Kingma and Ba 2015)")
+    parser.add_argument("--precision", default="fp32", choices=PRECISIONS,
+                        help="number format: fp32 (default: 32-bit everything); bf16, fp16: "
+                             "16-bit compute, activations and messages, fp32 master weights "
+                             "and optimizer state (Micikevicius et al. 2018)")
+    parser.add_argument("--recompute", default="none", choices=RECOMPUTES,
+                        help="activation recomputation: none (default: keep what the "
+                             "backward pass reads); full: keep each of about sqrt(generations) "
+                             "segments' inputs, run its forward again before its backward "
+                             "(Chen et al. 2016); selective: recompute the attention core "
+                             "only (Korthikanti et al. 2022)")
+    parser.add_argument("--zero", default=0, type=int, choices=ZERO_STAGES,
+                        help="ZeRO stage (Rajbhandari et al. 2020), sharding among a node's "
+                             "data-parallel copies: 1 the optimizer state, 2 and the "
+                             "gradients, 3 and the weights (gathered before each forward and "
+                             "backward pass); 0: none (default)")
     parser.add_argument("--no-progress", action="store_true",
                         help="no progress bars on stderr (default: on a terminal, once a "
                              "search or a simulation has taken 2 s)")

@@ -21,6 +21,7 @@ from hypar_sim.results import SimResult
 
 _PHASES = (("forward_cycles", "forward"), ("backward_cycles", "backward"),
            ("gradient_cycles", "weight gradient"), ("update_cycles", "update"),
+           ("recompute_cycles", "recomputed forward"),
            ("comm_wait_cycles", "waiting for messages"))
 
 #: Layer names shown under the bars at most (more overlap at the figure's width).
@@ -82,6 +83,8 @@ def _draw(result: SimResult):
     bottom = np.zeros(len(names))
     for field, label in _PHASES:
         values = np.array([getattr(layer, field) for layer in result.per_layer]) * ms
+        if field == "recompute_cycles" and not values.any():
+            continue  # nothing recomputed: no legend entry
         bars.bar(range(len(names)), values, bottom=bottom, label=label, edgecolor="black",
                  linewidth=0.3 if len(names) <= MAX_NAMES else 0)
         bottom += values

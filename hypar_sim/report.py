@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # annotations only: `networks` prints tables without loading the planner
     from hypar_sim.planner.plan import Plan
@@ -197,9 +197,13 @@ def _kind_counts(plan: Sequence[Sequence[str]]) -> str:
     return ", ".join(f"{kind} {count}" for kind, count in counts.items())
 
 
-def optimizer_note(name: str) -> str:
-    """', optimizer adam' in a run's or a plan's first line, where it is not plain SGD."""
-    return "" if name == "sgd" else f", optimizer {name}"
+def training_note(values: Mapping[str, Any]) -> str:
+    """', optimizer adam, bf16, ZeRO 3, recompute full' in a run's or a plan's first line,
+    where the training options are not the defaults (`values`: a run config's keys)."""
+    from hypar_sim.planner.training import Training
+
+    return Training(**{key: values[key] for key in Training.__dataclass_fields__
+                       if key in values}).note()
 
 
 def plan_summary(plan: Plan, graph: Graph, clock_hz: float | None = None) -> str:
@@ -210,7 +214,7 @@ def plan_summary(plan: Plan, graph: Graph, clock_hz: float | None = None) -> str
             f"({plural(plan.accelerators, 'accelerator')}), batch "
             f"{plan.batch}, traffic model {plan.traffic_model}"
             f"{', inference (forward pass only)' if plan.phases == 'forward' else ''}"
-            f"{optimizer_note(plan.optimizer)}\n\n")
+            f"{plan.training.note()}\n\n")
     rows = [(node.name, op_label(node), " ".join(column) or "-", f"{moved / 1e6:.4g}")
             for node, column, moved in zip(graph.nodes, plan.columns, plan.node_bytes,
                                            strict=True)]

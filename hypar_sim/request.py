@@ -29,6 +29,7 @@ from hypar_sim.partition.hierarchy import MAX_MEMBERS, Hierarchy, as_hierarchy
 from hypar_sim.partition.kinds import parse_kinds
 from hypar_sim.planner.options import PlanOptions
 from hypar_sim.planner.traffic import DEFAULT_TRAFFIC_MODEL
+from hypar_sim.planner.training import PRECISIONS, Training
 from hypar_sim.sim.options import SimOptions
 from hypar_sim.workload.graph import Graph
 from hypar_sim.workload.network import Network, as_graph, load_workload
@@ -146,12 +147,21 @@ def make_request(network: str | Network | Graph, *, accelerators: int | None = N
                  kinds: str | Sequence[str] | None = None, search: str = "greedy",
                  traffic_model: str = DEFAULT_TRAFFIC_MODEL, objective: str = "bytes",
                  phases: str = "training", sim: SimOptions | None = None,
-                 progress: bool = False, optimizer: str = "sgd") -> RunRequest:
+                 progress: bool = False, optimizer: str = "sgd", precision: str = "fp32",
+                 recompute: str = "none", zero: int = 0) -> RunRequest:
     """The request of one run, every value checked (bad input: InputError, one line).
     `accelerators` and `batch` None: the config file's, else the defaults (16, 256);
     `kinds` None: HyPar's batch and in, or the strategy's paper's own; `plan_text` makes
     the strategy `explicit`; the plan's estimate sees the simulation's topology."""
-    given, hardware = load_config(config, dict(overrides or {}))
+    training = Training(optimizer, precision, recompute, zero)
+    overrides = dict(overrides or {})
+    word = PRECISIONS[precision].word_bytes
+    if word is not None:  # 16-bit values: the hardware's word follows
+        if overrides.get("word_bytes", word) != word:
+            raise InputError(f"--precision {precision}: computes with {word}-byte words, not "
+                             f"word_bytes={overrides['word_bytes']}; drop one of them")
+        overrides["word_bytes"] = word
+    given, hardware = load_config(config, overrides)
     defaults = run_keys()
     array = _hierarchy(accelerators, levels, hierarchy, given.get("accelerators"),
                        defaults["accelerators"])
@@ -165,7 +175,7 @@ def make_request(network: str | Network | Graph, *, accelerators: int | None = N
         kinds = parse_kinds(",".join(kinds))
     plan = PlanOptions(kinds, search, traffic_model, objective=objective, topology=sim.topology,
                        overlap_gradients=sim.overlap_gradients, progress=progress,
-                       phases=phases, optimizer=optimizer)
+                       phases=phases, training=training)
     return RunRequest(network, array, batch, hardware,
                       "explicit" if plan_text is not None else strategy, seq, check_dims(dims),
                       plan_text, plan, sim)

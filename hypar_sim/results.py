@@ -18,10 +18,10 @@ if TYPE_CHECKING:
 from hypar_sim.report import (
     BYTE_UNITS,
     TIME_UNITS,
-    optimizer_note,
     plural,
     quantity,
     table,
+    training_note,
     unit_for,
 )
 
@@ -49,6 +49,7 @@ class LayerResult:
     update_cycles: float
     comm_wait_cycles: float  # time blocked on this layer's messages (mean over accelerators)
     traffic_bytes: float  # bytes of this layer's messages, whole array, all levels
+    recompute_cycles: float = 0.0  # its forward run again in the backward pass (--recompute)
 
 
 @dataclass(frozen=True)
@@ -199,7 +200,7 @@ class SimResult:
             f"{self.network}: {self.strategy} plan on {plural(self.accelerators, 'accelerator')} "
             f"({self.topology}), batch {self.batch}, traffic model {self.traffic_model}, "
             f"{self.engine} engine" + (", inference (forward pass only)" if self.phases == "forward" else "")
-            + optimizer_note((self.config or {}).get("optimizer", "sgd")),
+            + training_note(self.config or {}),
             "",
             f"step latency   {quantity(self.latency_s, TIME_UNITS)}  ({self.latency_cycles:,.0f} cycles "
             f"at {self.clock_hz / 1e6:g} MHz)",

@@ -31,7 +31,7 @@ def simulate(workload: Network | Graph, plan: Plan, config: HardwareConfig,
     schedule = build_schedule(workload, plan, config, options.overlap_gradients,
                               options.bucket_mb * 2**20)
     return _run(schedule, plan.hierarchy, config, options,
-                {"search": plan.search, "optimizer": plan.optimizer} | _network_sizes(workload))
+                {"search": plan.search, **plan.training.to_dict()} | _network_sizes(workload))
 
 
 def _network_sizes(workload: Network | Graph) -> dict:
@@ -57,7 +57,7 @@ def simulate_request(request: RunRequest, workload: Network | Graph | None = Non
 def _run(schedule: Schedule, hierarchy: Hierarchy, config: HardwareConfig, options: SimOptions,
          recorded: dict) -> SimResult:
     """The engine's result, its config recording the hardware, the options and `recorded`
-    (the plan's search and optimizer, `_network_sizes`)."""
+    (the plan's search and training options, `_network_sizes`)."""
     topology = make_topology(options.topology, config, hierarchy)
     shown = {k: v for k, v in dataclasses.asdict(options).items()
              if k not in ("progress", "symmetry")}  # how fast, not what: the same result

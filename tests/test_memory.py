@@ -131,7 +131,8 @@ def test_graph_footprint_is_what_the_simulator_checks():
         plan = make_plan(graph, strategy, hierarchy, 12,
                          options=PlanOptions(("batch", "in", "out")))
         parts = dict(plan.footprint_parts)
-        assert set(parts) == {"weights", "gradients", "optimizer_state", "activations", "buffers"}
+        assert set(parts) == {"weights", "gradients", "optimizer_state", "activations",
+                              "gathered_weights", "buffers"}
         assert parts["optimizer_state"] == 0  # sgd
         assert parts["weights"] == parts["gradients"] > 0
         assert plan.footprint_bytes == sum(parts.values())

@@ -13,6 +13,7 @@ from hypar_sim.hardware.costs import update_piece_cost
 from hypar_sim.hardware.hmc import pe_array_spec
 from hypar_sim.hardware.pe_array import update_cost
 from hypar_sim.planner.optimizers import OPTIMIZERS
+from hypar_sim.planner.training import Training
 from hypar_sim.request import make_request, plan_request
 from hypar_sim.runner import simulate_request
 
@@ -73,7 +74,8 @@ def test_sgd_update_is_hypars_and_adam_streams_its_moments(weights):
 
 def test_a_run_with_adam_takes_longer_to_update():
     config = load_hardware()
-    sgd, adam = (update_piece_cost(1_000_000, config, name) for name in ("sgd", "adam"))
+    sgd, adam = (update_piece_cost(1_000_000, config, Training(name).update_rule(4))
+                 for name in ("sgd", "adam"))
     assert adam.dram_bytes == pytest.approx(7 / 3 * sgd.dram_bytes)
     assert adam.cycles > sgd.cycles and adam.macs == 6 * sgd.macs
     runs = {name: simulate_request(make_request("lenet_c", optimizer=name))

@@ -80,10 +80,13 @@ class HardwareConfig:
 
     energy_fp_add_pj: float = _param("pJ", "one 32-bit float addition", 0, 1e6)
     energy_fp_mult_pj: float = _param("pJ", "one 32-bit float multiplication", 0, 1e6)
-    energy_buffer_pj: float = _param("pJ", "one global-buffer (SRAM) word access", 0, 1e6)
-    energy_dram_pj: float = _param("pJ", "one DRAM word access", 0, 1e6)
-    energy_rf_pj: float = _param("pJ", "one register-file word access", 0, 1e6)
-    energy_inter_pe_pj: float = _param("pJ", "one word passed between PEs", 0, 1e6)
+    energy_fp16_add_pj: float = _param("pJ", "one 16-bit float addition (word_bytes 2)", 0, 1e6)
+    energy_fp16_mult_pj: float = _param("pJ", "one 16-bit float multiplication (word_bytes 2)",
+                                        0, 1e6)
+    energy_buffer_pj: float = _param("pJ", "one global-buffer (SRAM) 32-bit word access", 0, 1e6)
+    energy_dram_pj: float = _param("pJ", "one DRAM 32-bit word access", 0, 1e6)
+    energy_rf_pj: float = _param("pJ", "one register-file 32-bit word access", 0, 1e6)
+    energy_inter_pe_pj: float = _param("pJ", "one 32-bit word passed between PEs", 0, 1e6)
     energy_link_pj_per_bit: float = _param("pJ/bit", "one bit over one link", 0, 1e6)
     energy_switch_pj_per_bit: float = _param("pJ/bit", "one bit through one switch", 0, 1e6)
     energy_vault_hop_pj_per_bit: float = _param("pJ/bit", "one bit over one vault-to-vault hop "
@@ -165,9 +168,24 @@ class HardwareConfig:
         return self.packet_payload_bytes / (self.packet_payload_bytes + self.packet_overhead_bytes)
 
     @property
+    def add_energy_pj(self) -> float:
+        """One float addition at the word's width: 16-bit at word_bytes 2 or less, else
+        32-bit (Horowitz, ISSCC 2014: 0.4 and 0.9 pJ at 45 nm)."""
+        return self.energy_fp16_add_pj if self.word_bytes <= 2 else self.energy_fp_add_pj
+
+    @property
     def mac_energy_pj(self) -> float:
-        """One multiply-accumulate: a float multiplication and a float addition."""
-        return self.energy_fp_add_pj + self.energy_fp_mult_pj
+        """One multiply-accumulate at the word's width: a float multiplication and a float
+        addition (Horowitz, ISSCC 2014: 1.1 + 0.4 pJ at 16 bits, 3.7 + 0.9 at 32)."""
+        mult = self.energy_fp16_mult_pj if self.word_bytes <= 2 else self.energy_fp_mult_pj
+        return mult + self.add_energy_pj
+
+    @property
+    def word_energy_scale(self) -> float:
+        """A word access's energy relative to a 32-bit one: the energies of a memory access
+        are quoted per 32-bit word, and an access costs per bit moved (Horowitz's SRAM and
+        DRAM figures are per 64-bit access), so a 16-bit word costs half."""
+        return self.word_bytes / 4
 
 
 

@@ -132,16 +132,27 @@ def conv_cost(work: ConvWork, config: HardwareConfig) -> PieceCost:
                      MappingProxyType(counts))
 
 
-@lru_cache(maxsize=65536)
-def update_piece_cost(weights: int, config: HardwareConfig, optimizer: str = "sgd"
-                      ) -> PieceCost:
-    """Element-wise weight update of `weights` weights by `optimizer`
-    (`planner.optimizers`), spread evenly over the cube's PUs."""
-    from hypar_sim.planner.optimizers import optimizer as optimizer_named
+@dataclass(frozen=True)
+class UpdateRule:
+    """What a weight update streams and computes per parameter: `state_words` words of
+    state beside the weight and its gradient, `macs_per_param` MAC equivalents
+    (`planner.optimizers`, `planner.training`)."""
 
+    state_words: int = 0
+    macs_per_param: int = 1
+
+
+#: Plain SGD: no state, one MAC per parameter.
+SGD_UPDATE = UpdateRule()
+
+
+@lru_cache(maxsize=65536)
+def update_piece_cost(weights: int, config: HardwareConfig, rule: UpdateRule = SGD_UPDATE
+                      ) -> PieceCost:
+    """Element-wise weight update of `weights` weights by `rule`, spread evenly over the
+    cube's PUs."""
     if weights <= 0:
         return ZERO_COST
-    rule = optimizer_named(optimizer)
     spec = pe_array_spec(config)
     pus = min(config.pus_per_cube, weights)
     pieces = [(update_cost(size, spec, rule.state_words, rule.macs_per_param), count)

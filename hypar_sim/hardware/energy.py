@@ -38,18 +38,19 @@ class EnergyTable:
 
     @classmethod
     def from_config(cls, config: HardwareConfig) -> EnergyTable:
+        word = config.word_energy_scale  # word accesses are quoted for 32-bit words
         return cls(MappingProxyType({
             Action.MAC: config.mac_energy_pj,
-            Action.RF: config.energy_rf_pj,
-            Action.INTER_PE: config.energy_inter_pe_pj,
-            Action.BUFFER: config.energy_buffer_pj,
-            Action.DRAM: config.energy_dram_pj,
+            Action.RF: config.energy_rf_pj * word,
+            Action.INTER_PE: config.energy_inter_pe_pj * word,
+            Action.BUFFER: config.energy_buffer_pj * word,
+            Action.DRAM: config.energy_dram_pj * word,
             Action.LINK_BIT: config.energy_link_pj_per_bit,
             Action.SWITCH_BIT: config.energy_switch_pj_per_bit,
-            # a comparison is a subtraction: a 32-bit float add (Horowitz ISSCC 2014)
-            Action.POOL: config.energy_fp_add_pj,
+            # a comparison is a subtraction: a float add (Horowitz ISSCC 2014)
+            Action.POOL: config.add_energy_pj,
             Action.VAULT_HOP_BIT: config.energy_vault_hop_pj_per_bit,
-            Action.PSUM_ADD: config.energy_fp_add_pj,
+            Action.PSUM_ADD: config.add_energy_pj,
             Action.STATIC_PU_CYCLE: config.static_power_pu_mw * 1e-3 / config.clock_hz * 1e12,
         }))
 

@@ -47,8 +47,10 @@ from types import MappingProxyType
 from hypar_sim.hardware.config import HardwareConfig
 from hypar_sim.hardware.conv_work import ConvWork, backward_work, fc_work, gradient_work
 from hypar_sim.hardware.costs import (
+    SGD_UPDATE,
     ZERO_COST,
     PieceCost,
+    UpdateRule,
     conv_cost,
     cube_cost,
     forward_cost,
@@ -138,13 +140,18 @@ def _sum(first: PieceCost, second: PieceCost) -> PieceCost:
 
 
 def node_cost(layout: NodeLayout, member: int, phase: Phase, config: HardwareConfig,
-              needs_input_error: bool, optimizer: str = "sgd") -> PieceCost:
-    """Cost of one phase of a member's box of a node on its cube (the update by
-    `optimizer`)."""
+              needs_input_error: bool, update: UpdateRule = SGD_UPDATE,
+              shards: int = 1) -> PieceCost:
+    """Cost of one phase of a member's box of a node on its cube: a recomputation costs
+    its forward pass; the update by `update` of its parameters' 1 / `shards` (ZeRO: a
+    member updates its shard of its copies' parameters)."""
     box = layout.box(member)
     node, desc = layout.site.node, layout.site.desc
+    if phase is Phase.RECOMPUTE:
+        phase = Phase.FORWARD
     if phase is Phase.UPDATE:
-        return update_piece_cost(int(member_params(layout)[member]), config, optimizer)
+        return update_piece_cost(-(-int(member_params(layout)[member]) // shards), config,
+                                 update)
     if desc.channel is not None:  # a multiply-accumulate body
         work = _work(desc, box)
         if work is None:

@@ -26,7 +26,7 @@ output projection into the token embedding) before the owner's all-reduce.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -164,6 +164,23 @@ def member_params(own: NodeLayout) -> np.ndarray:
     return held
 
 
+def weight_copies(own: NodeLayout) -> np.ndarray:
+    """[members] how many data-parallel copies of each member's parameters there are (the
+    group its gradients are reduced in, ZeRO's degree for the node): the members with the
+    same weight box (its output channels and its share of the reduction), those that only
+    replicate it (compute the same samples: one replica class) counted once."""
+    desc = own.site.desc
+    if Dim.K not in own.boxes:
+        return np.ones(own.members, dtype=np.int64)
+    dims = [Dim.K] + [d for d in (desc.reduction,) if d is not None and d in own.boxes]
+    _, box = np.unique(np.concatenate([own.boxes[d] for d in dims], axis=1), axis=0,
+                       return_inverse=True)
+    box = box.reshape(-1)
+    replica = own.replicas if own.replicas is not None else np.arange(own.members)
+    pairs = np.unique(np.stack([box, replica], axis=1), axis=0)
+    return np.bincount(pairs[:, 0], minlength=int(box.max()) + 1)[box]
+
+
 def member_kept(own: NodeLayout) -> np.ndarray:
     """[members] the elements of the node each member keeps for its backward pass: a
     multiply-accumulate body keeps what it reads of its inputs (its weight gradient, or the
@@ -194,24 +211,12 @@ def _read_volumes(own: NodeLayout) -> np.ndarray:
     return total[inverse.reshape(-1)]
 
 
-def busiest_member(layouts: Sequence[NodeLayout], gradients: bool = True,
-                   state_words: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """[node] the parameters and the kept output elements of the member whose cube keeps
-    the most for the whole graph (weights, their gradients unless not `gradients`, an
-    optimizer's `state_words` per parameter, kept outputs): what the planner and the
-    simulator check against a cube's capacity."""
-    params = np.stack([member_params(own) for own in layouts])  # [node, member]
-    kept = np.stack([member_kept(own) for own in layouts])
-    busiest = int(np.argmax(((1 + gradients + state_words) * params + kept).sum(axis=0)))
-    return params[:, busiest], kept[:, busiest]
-
-
 def member_footprint_bytes(own: NodeLayout, word_bytes: int,
                            gradients: bool = True) -> np.ndarray:
     """[members] bytes each member keeps for the node through a training step: its weights,
-    their gradients (not in an inference: `gradients` False) and its kept output
-    (`hardware.capacity.Footprint`'s parts; an inference's outputs counted as a training
-    step keeps them, a bound)."""
+    their gradients (not in an inference: `gradients` False) and its kept output, all at
+    `word_bytes` (the planner's guide where no training options price it:
+    `Costs.priced_by`)."""
     return ((1 + gradients) * member_params(own) + member_kept(own)) * word_bytes
 
 
@@ -305,6 +310,15 @@ class Costs:
         self._footprints: dict[tuple, np.ndarray] = {}
         self._reads: dict[tuple, tuple] = {}
         self._layers: dict[str, Layer | None] = {}  # node name -> its chain layer, if one
+        self._footprint_rule: Callable[[NodeLayout], np.ndarray] = lambda own: \
+            member_footprint_bytes(own, word_bytes, not forward_only)
+
+    def priced_by(self, rule: Callable[[NodeLayout], np.ndarray]) -> Costs:
+        """These costs with `rule` giving a node's bytes per member (the training options'
+        memory: `planner.footprint.node_rule`); returns itself."""
+        self._footprint_rule = rule
+        self._footprints.clear()
+        return self
 
     #: Whether edges and own steps between layers of a chain (conv, fc) take the closed
     #: forms of `partition.totals` (bytes only: a cost in time or energy sums its steps).
@@ -389,12 +403,11 @@ class Costs:
     def footprint(self, site: Site, column: Column, hierarchy: Hierarchy,
                   member: int | None = None) -> float:
         """Bytes the busiest member (or `member`) keeps for the node
-        (`member_footprint_bytes`)."""
+        (`priced_by`'s rule; default `member_footprint_bytes`)."""
         key = (geometry(site), column, hierarchy)
         if key not in self._footprints:
             own = self.node_layout(site, column, hierarchy)
-            self._footprints[key] = member_footprint_bytes(own, self.word_bytes,
-                                                           not self.forward_only)
+            self._footprints[key] = self._footprint_rule(own)
         kept = self._footprints[key]
         return float(kept.max() if member is None else kept[member])
 

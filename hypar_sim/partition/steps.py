@@ -22,6 +22,11 @@ class Phase(StrEnum):
     BACKWARD = "backward"
     GRADIENT = "gradient"
     UPDATE = "update"
+    RECOMPUTE = "recompute"  # a forward computation run again in the backward pass
+
+
+#: The four phases every training step has (recomputation is an option's: `planner.training`).
+STEP_PHASES = (Phase.FORWARD, Phase.BACKWARD, Phase.GRADIENT, Phase.UPDATE)
 
 
 class TransferKind(StrEnum):
@@ -34,6 +39,11 @@ class TransferKind(StrEnum):
     ERROR_GATHER = "error_gather"  # layout: the error of the layer's output into its layout
     GRADIENT = "gradient"  # partial weight gradients (paper: exchange; layout: reduce)
     GRADIENT_GATHER = "gradient_gather"  # layout: reduced gradients to every replica
+    UPDATE_GATHER = "update_gather"  # ZeRO 1, 2: the updated weight shards to every copy
+    WEIGHT_GATHER = "weight_gather"  # ZeRO 3: a node's weight shards, before its forward
+    WEIGHT_REGATHER = "weight_regather"  # ZeRO 3: the same again, before its backward pass
+    RECOMPUTE_FEATURE = "recompute_feature"  # recomputation: the input's relayout again
+    RECOMPUTE_SUM = "recompute_sum"  # recomputation: the partial outputs reduced again
 
     @property
     def phase(self) -> Phase:
@@ -52,14 +62,18 @@ class TransferKind(StrEnum):
 
 
 _INTRA = frozenset({TransferKind.PARTIAL_SUM, TransferKind.GRADIENT,
-                    TransferKind.GRADIENT_GATHER})
+                    TransferKind.GRADIENT_GATHER, TransferKind.UPDATE_GATHER,
+                    TransferKind.WEIGHT_GATHER, TransferKind.WEIGHT_REGATHER,
+                    TransferKind.RECOMPUTE_SUM})
 _REDUCING = frozenset({TransferKind.PARTIAL_SUM, TransferKind.ERROR_REDUCE,
-                       TransferKind.GRADIENT})
+                       TransferKind.GRADIENT, TransferKind.RECOMPUTE_SUM})
 _PHASES = {
     TransferKind.RELAYOUT_FEATURE: Phase.FORWARD, TransferKind.PARTIAL_SUM: Phase.FORWARD,
     TransferKind.RELAYOUT_ERROR: Phase.BACKWARD, TransferKind.ERROR_REDUCE: Phase.BACKWARD,
     TransferKind.ERROR_GATHER: Phase.BACKWARD, TransferKind.GRADIENT: Phase.GRADIENT,
-    TransferKind.GRADIENT_GATHER: Phase.GRADIENT,
+    TransferKind.GRADIENT_GATHER: Phase.GRADIENT, TransferKind.UPDATE_GATHER: Phase.UPDATE,
+    TransferKind.WEIGHT_GATHER: Phase.FORWARD, TransferKind.WEIGHT_REGATHER: Phase.BACKWARD,
+    TransferKind.RECOMPUTE_FEATURE: Phase.RECOMPUTE, TransferKind.RECOMPUTE_SUM: Phase.RECOMPUTE,
 }
 
 

@@ -82,7 +82,7 @@ from hypar_sim.partition.hierarchy import Hierarchy
 from hypar_sim.partition.kinds import KINDS
 from hypar_sim.partition.operators import OPERATORS
 from hypar_sim.partition.shares import Column, Share
-from hypar_sim.partition.steps import Phase, TransferKind
+from hypar_sim.partition.steps import STEP_PHASES, Phase, TransferKind
 from hypar_sim.planner.traffic import TrafficModel
 from hypar_sim.sim.defaults import DEFAULT_CHUNK_BYTES, DEFAULT_MAX_CHUNKS
 from hypar_sim.workload.layers import Layer
@@ -93,7 +93,7 @@ from hypar_sim.workload.layers import Layer
 _BOUNDARY_STEPS = ((0, TransferKind.PARTIAL_SUM), (1, TransferKind.RELAYOUT_FEATURE),
                    (1, TransferKind.ERROR_REDUCE), (0, TransferKind.ERROR_GATHER))
 
-_PHASES = tuple(Phase)
+_PHASES = STEP_PHASES
 
 @dataclass(frozen=True)
 class Parts:

@@ -40,12 +40,6 @@ OPTIMIZERS = {o.name: o for o in (Optimizer("sgd", 0, 1), Optimizer("momentum", 
 DEFAULT_OPTIMIZER = "sgd"
 
 
-def kept_state_words(name: str, training: bool) -> int:
-    """Values of `name`'s state a cube keeps per parameter through a step: its
-    `state_words` in training, none in an inference (no update)."""
-    return optimizer(name).state_words if training else 0
-
-
 def optimizer(name: str) -> Optimizer:
     """The optimizer called `name`; one line naming the allowed ones otherwise."""
     found = OPTIMIZERS.get(name) if isinstance(name, str) else None

@@ -11,8 +11,8 @@ from hypar_sim.hardware.topology_file import is_topology_file
 from hypar_sim.partition.kinds import DEFAULT_KINDS, resolve_kind
 from hypar_sim.planner import search as searches
 from hypar_sim.planner.objectives import check_objective
-from hypar_sim.planner.optimizers import DEFAULT_OPTIMIZER, optimizer
 from hypar_sim.planner.traffic import DEFAULT_TRAFFIC_MODEL, traffic_model
+from hypar_sim.planner.training import Training
 
 
 @dataclass(frozen=True)
@@ -31,7 +31,7 @@ class PlanOptions:
     kinds_given: bool | None = None  # False: each strategy searches its own paper's kinds
     progress: bool = False  # a progress bar on stderr for long searches (exhaustive)
     phases: str = "training"  # or "forward": plan an inference (the forward pass alone)
-    optimizer: str = DEFAULT_OPTIMIZER  # the update rule whose state a cube keeps
+    training: Training = Training()  # optimizer, precision, recompute, ZeRO (planner.training)
 
     def __post_init__(self) -> None:
         if self.kinds is None:  # HyPar's kinds, or the strategy's own (make_plan)
@@ -43,7 +43,6 @@ class PlanOptions:
         for kind in self.kinds:
             resolve_kind(kind)
         check_objective(self.objective)
-        optimizer(self.optimizer)
         if self.topology not in TOPOLOGIES and not is_topology_file(self.topology):
             raise InputError(f"--topology: unknown '{self.topology}'"
                              f"{closest(self.topology, TOPOLOGIES)}; allowed: "
@@ -52,7 +51,13 @@ class PlanOptions:
             raise InputError(f"--search: unknown '{self.search}'"
                              f"{closest(self.search, searches.SEARCHES)}; "
                              f"allowed: {', '.join(searches.SEARCHES)}")
-        traffic_model(self.traffic_model, self.phases)
+        if not isinstance(self.training, Training):
+            raise InputError(f"training: must be a Training, got {type(self.training).__name__}")
+        if traffic_model(self.traffic_model, self.phases).chains_only and (
+                self.training.zero or self.training.recompute != "none"):
+            raise InputError(f"--traffic-model {self.traffic_model}: HyPar's chain reading has "
+                             "no ZeRO or recomputation steps; use --traffic-model layout "
+                             "(the default) or layout_levels")
         if self.phases == "forward" and self.objective != "bytes":
             raise InputError(f"--objective: {self.objective} is estimated for a training step; "
                              "with --phases forward the planner minimises bytes (--objective "

@@ -35,14 +35,15 @@ from hypar_sim.partition.steps import TransferKind
 from hypar_sim.planner import memory
 from hypar_sim.planner import traffic as traffic_models
 from hypar_sim.planner.chain_costs import ChainCosts, estimated_search
+from hypar_sim.planner.footprint import memory_picture, node_rule
 from hypar_sim.planner.objectives import ESTIMATE_UNITS, OBJECTIVES
-from hypar_sim.planner.optimizers import DEFAULT_OPTIMIZER, kept_state_words
 from hypar_sim.planner.options import PlanOptions
 from hypar_sim.planner.plan_messages import (
     fed_nodes,
     graph_layouts,
     shared_cost,
     sharing_edges,
+    training_matrices,
 )
 from hypar_sim.planner.strategies import (
     STRATEGIES,
@@ -50,6 +51,7 @@ from hypar_sim.planner.strategies import (
     check_objective_of,
     offered_columns,
 )
+from hypar_sim.planner.training import DEFAULT_TRAINING, Training
 from hypar_sim.workload.graph import Graph
 from hypar_sim.workload.network import Network, as_graph, chain_of, is_chain
 
@@ -77,7 +79,7 @@ class PlanRequest:
     plan_text: str | None = None  # the user's plan (explicit)
     progress: bool = False  # a bar on stderr for a long search (exhaustive)
     traffic_model: str = "layout"  # or layout_levels: the same bytes, sent level by level
-    optimizer: str = DEFAULT_OPTIMIZER  # whose state the footprint counts (`planner.optimizers`)
+    training: Training = Training()  # what the footprint counts (`planner.training`)
 
 
 @dataclass(frozen=True)
@@ -96,9 +98,9 @@ class Plan:
     traffic_bytes_per_level: tuple[float, ...]
     word_bytes: int = 4
     phases: str = "training"  # or "forward": an inference, the forward pass alone
-    optimizer: str = DEFAULT_OPTIMIZER  # the update rule and its state (`planner.optimizers`)
-    #: The busiest cube's memory, bytes: weights, gradients, optimizer state, activations (kept
-    #: outputs) and buffers (the most it receives in one step of the plan's messages).
+    training: Training = Training()  # optimizer, precision, recompute, ZeRO (`planner.training`)
+    #: The busiest cube's peak memory, bytes: weights, gradients, optimizer state, activations
+    #: (kept outputs) and buffers (`planner.footprint.memory_picture`).
     footprint_parts: tuple[tuple[str, float], ...] = ()
     objective: str = "bytes"  # what the search minimised
     estimate: float = 0.0  # its value for this plan: bytes, cycles or pJ (planner.timed_costs)
@@ -141,7 +143,7 @@ class Plan:
                 "traffic_bytes_per_level": list(self.traffic_bytes_per_level),
                 "footprint_bytes": self.footprint_bytes,
                 "footprint_parts_bytes": dict(self.footprint_parts), "phases": self.phases,
-                "optimizer": self.optimizer,
+                **self.training.to_dict(),
                 "levels": self.hierarchy.levels,
                 "plan": [list(level) for level in self.choices],  # HyPar's rows
                 "nodes": [{"name": name, "kinds": list(column), "bytes": moved}
@@ -155,7 +157,7 @@ def plan_graph(graph: Graph, strategy: str, hierarchy: Hierarchy, batch: int,
                plan_text: str | None = None, phases: str = "training",
                objective: str = "bytes", topology: str = "htree",
                progress: bool = False, traffic_model: str = "layout",
-               overlap_gradients: bool = True, optimizer: str = DEFAULT_OPTIMIZER) -> Plan:
+               overlap_gradients: bool = True, training: Training = DEFAULT_TRAINING) -> Plan:
     """The plan of `strategy` for `graph` on `hierarchy`, with its traffic (of a training
     step, or with `phases` "forward" of an inference), searched for the least bytes, or
     step time or energy on `topology`: on a chain of conv and fc layers by the chain's
@@ -172,11 +174,12 @@ def plan_graph(graph: Graph, strategy: str, hierarchy: Hierarchy, batch: int,
     if objective != "bytes":
         costs, estimator = _timed_costs(graph, batch, hierarchy, word_bytes, model, objective,
                                         topology, config, overlap_gradients)
+    costs.priced_by(node_rule(graph, training, word_bytes, phases != "forward"))
     request = PlanRequest(graph, graph_sites(graph), batch, hierarchy, tuple(kinds), search,
                           costs, notes, word_bytes,
                           float(config.cube_capacity_bytes) if config else None, config,
                           plan_text=plan_text, progress=progress, traffic_model=traffic_model,
-                          optimizer=optimizer)
+                          training=training)
 
     def solve(price: float) -> memory.Solution:
         priced = dataclasses.replace(request, memory_price=price) if price else request
@@ -234,7 +237,7 @@ def _fitting(request: PlanRequest, strategy: str,
         if key not in evaluated:
             evaluated[key] = evaluate_plan(request.graph, strategy, "", request.batch,
                                            hierarchy, found, request.word_bytes, phases,
-                                           request.traffic_model, request.optimizer)
+                                           request.traffic_model, request.training)
         return evaluated[key]
 
     def footprint_of(found: Sequence[Column]) -> float:
@@ -320,13 +323,13 @@ def make_plan(workload: Graph | Network, strategy: str, hierarchy: int | Hierarc
     return plan_graph(graph, strategy, hierarchy, batch, kinds, options.search, word_bytes,
                       config, plan_text, options.phases, options.objective, options.topology,
                       options.progress, options.traffic_model, options.overlap_gradients,
-                      options.optimizer)
+                      options.training)
 
 
 def evaluate_plan(workload: Graph | Network, strategy: str, search: str, batch: int,
                   hierarchy: Hierarchy, columns: Sequence[Column],
                   word_bytes: int = 4, phases: str = "training",
-                  traffic_model: str = "layout", optimizer: str = DEFAULT_OPTIMIZER) -> Plan:
+                  traffic_model: str = "layout", training: Training = DEFAULT_TRAINING) -> Plan:
     """Bytes per node (the steps keyed to it) and per level (the top-most level at which
     sender and receiver differ) of a fixed plan, from its messages (`phases` "forward": an
     inference's; sent as `traffic_model` sends them)."""
@@ -335,6 +338,8 @@ def evaluate_plan(workload: Graph | Network, strategy: str, search: str, batch: 
     model.check_plan(graph.nodes, batch, columns, hierarchy)
     layouts = graph_layouts(graph, batch, hierarchy, columns, model)
     matrices = model.plan_matrices(graph, layouts, batch, word_bytes)
+    if phases != "forward":
+        matrices = training_matrices(graph, matrices, training)
     steps = model.graph_steps(graph, columns, matrices, batch, hierarchy, word_bytes)
     per_node = [0.0] * len(graph.nodes)
     per_level = np.zeros(hierarchy.levels)
@@ -345,22 +350,7 @@ def evaluate_plan(workload: Graph | Network, strategy: str, search: str, batch: 
         receive = max(receive, float(np.bincount(messages.dst, messages.bytes).max()))
     return Plan(graph.name, strategy, search, batch, hierarchy,
                 tuple(n.name for n in graph.nodes), tuple(columns), tuple(per_node),
-                tuple(float(b) for b in per_level), word_bytes, phases, optimizer,
-                footprint_parts(layouts, word_bytes, phases != "forward", receive, optimizer),
+                tuple(float(b) for b in per_level), word_bytes, phases, training,
+                memory_picture(graph, layouts, word_bytes, phases != "forward", receive,
+                               training).parts,
                 traffic_model=traffic_model, layouts=tuple(layouts), matrices=matrices)
-
-
-def footprint_parts(layouts: Sequence[node_layout.NodeLayout], word_bytes: int,
-                    gradients: bool, buffers: float, optimizer: str = DEFAULT_OPTIMIZER
-                    ) -> tuple[tuple[str, float], ...]:
-    """The busiest cube's memory by part, bytes: its weights, its gradients and its
-    optimizer's state (none in an inference), its kept outputs, and `buffers` (the
-    simulator checks the same parts)."""
-    state = kept_state_words(optimizer, gradients)
-    if not layouts:
-        return (("weights", 0.0), ("gradients", 0.0), ("optimizer_state", 0.0),
-                ("activations", 0.0), ("buffers", buffers))
-    params, kept = (float(part.sum()) * word_bytes
-                    for part in node_layout.busiest_member(layouts, gradients, state))
-    return (("weights", params), ("gradients", params * gradients),
-            ("optimizer_state", params * state), ("activations", kept), ("buffers", buffers))

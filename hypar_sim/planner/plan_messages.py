@@ -25,6 +25,7 @@ from hypar_sim.partition.redistribute import Moved
 from hypar_sim.partition.shares import Column
 from hypar_sim.partition.steps import StepMessages, TransferKind
 from hypar_sim.planner.traffic import TRAFFIC_MODELS, TrafficModel
+from hypar_sim.planner.training import Training, recompute_plan
 from hypar_sim.workload.graph import Graph
 
 Edge = tuple[int, int, int]  # (producer, consumer, input index)
@@ -186,6 +187,31 @@ def graph_matrices(graph: Graph, layouts: Sequence[node_layout.NodeLayout], batc
     return matrices
 
 
+def training_matrices(graph: Graph, matrices: Mapping[StepKey, Moved], training: Training
+                      ) -> dict[StepKey, Moved]:
+    """The steps as the training options move them (`planner.training`): under ZeRO 1 and 2
+    the reduced shards are updated where they are and the updated weights gathered to every
+    copy after the update (the bytes of the gradients' gather, moved past the update); under
+    ZeRO 3 a node's weights are gathered before its forward and again before its backward
+    pass and the gradients stay reduce-scattered (ZeRO section 7.2: 1.5 times data
+    parallelism's bytes); a recomputed node's forward steps (its input's gather, its
+    partial outputs' reduction) are sent again in the backward pass."""
+    out = dict(matrices)
+    if training.zero:
+        for (i, kind), matrix in matrices.items():
+            if kind is TransferKind.GRADIENT_GATHER:
+                del out[(i, kind)]
+                again = (TransferKind.UPDATE_GATHER,) if training.zero < 3 else \
+                    (TransferKind.WEIGHT_GATHER, TransferKind.WEIGHT_REGATHER)
+                out.update({(i, k): matrix for k in again})
+    for i in sorted(recompute_plan(graph, training.recompute).recomputed):
+        for kind, again in ((TransferKind.RELAYOUT_FEATURE, TransferKind.RECOMPUTE_FEATURE),
+                            (TransferKind.PARTIAL_SUM, TransferKind.RECOMPUTE_SUM)):
+            if (i, kind) in matrices:
+                out[(i, again)] = matrices[(i, kind)]
+    return out
+
+
 def sent(matrices: Mapping[StepKey, Moved], buckets: Sequence[Sequence[int]] = (),
          collective: str = "ring", hierarchy: Hierarchy | None = None
          ) -> dict[StepKey, Transfers]:
@@ -195,7 +221,8 @@ def sent(matrices: Mapping[StepKey, Moved], buckets: Sequence[Sequence[int]] = (
     larger messages (`matrices` itself is left as it is)."""
     fused = dict(matrices)
     for bucket in buckets:
-        for kind in (TransferKind.GRADIENT, TransferKind.GRADIENT_GATHER):
+        for kind in (TransferKind.GRADIENT, TransferKind.GRADIENT_GATHER,
+                     TransferKind.UPDATE_GATHER):
             parts = [fused.pop((i, kind)) for i in bucket if (i, kind) in fused]
             if parts:
                 fused[(bucket[-1], kind)] = sum(parts[1:], parts[0])

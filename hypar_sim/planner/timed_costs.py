@@ -44,7 +44,7 @@ from hypar_sim.partition.collectives import COLLECTIVES
 from hypar_sim.partition.hierarchy import Hierarchy
 from hypar_sim.partition.redistribute import Moved
 from hypar_sim.partition.shares import Column
-from hypar_sim.partition.steps import Phase, StepMessages, TransferKind
+from hypar_sim.partition.steps import STEP_PHASES, Phase, StepMessages, TransferKind
 from hypar_sim.planner.plan_messages import EDGE_STAGES, OWN_STAGES
 from hypar_sim.sim.defaults import DEFAULT_CHUNK_BYTES, DEFAULT_MAX_CHUNKS
 
@@ -69,7 +69,7 @@ class TimedCosts(node_layout.Costs):
         self._dram_pj_per_byte = 2 * table.pj_per_action[Action.DRAM] / config.word_bytes
         self._bits = 8 / config.packet_efficiency
         self._compute: dict[tuple, float] = {}
-        self.phases = (Phase.FORWARD,) if forward_only else tuple(Phase)
+        self.phases = (Phase.FORWARD,) if forward_only else STEP_PHASES
 
     def _value(self, cycles: float, dynamic_pj: float) -> float:
         """The objective's value of a piece of work: its cycles, or its pJ with the array's

@@ -149,6 +149,7 @@ def assemble_result(
             update_cycles=cycles.get((index, Phase.UPDATE), 0.0),
             comm_wait_cycles=comm_wait_per_layer.get(index, 0.0),
             traffic_bytes=traffic[index],
+            recompute_cycles=cycles.get((index, Phase.RECOMPUTE), 0.0),
         )
         for index, name in enumerate(units.names)
     )

@@ -27,13 +27,13 @@ must fit its cube.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
 
-from hypar_sim.hardware.capacity import Footprint, check_capacity
+from hypar_sim.hardware.capacity import check_capacity
 from hypar_sim.hardware.config import HardwareConfig
 from hypar_sim.hardware.costs import PieceCost
 from hypar_sim.hardware.node_costs import node_cost
@@ -46,10 +46,16 @@ from hypar_sim.partition.steps import (
     TransferKind,
     largest_receive,
 )
-from hypar_sim.planner.optimizers import kept_state_words
+from hypar_sim.planner.footprint import memory_picture
 from hypar_sim.planner.plan import Plan
-from hypar_sim.planner.plan_messages import fed_nodes, gradient_buckets, graph_layouts
+from hypar_sim.planner.plan_messages import (
+    fed_nodes,
+    gradient_buckets,
+    graph_layouts,
+    training_matrices,
+)
 from hypar_sim.planner.traffic import traffic_model
+from hypar_sim.planner.training import Recompute, recompute_plan
 from hypar_sim.sim.defaults import DEFAULT_BUCKET_MB
 from hypar_sim.workload.graph import Graph
 from hypar_sim.workload.network import Network, as_graph
@@ -192,15 +198,17 @@ def build_schedule(workload: Graph | Network, plan: Plan, config: HardwareConfig
                    bucket_bytes: float = DEFAULT_BUCKET_MB * 2**20) -> Schedule:
     """Tasks and messages of one training step of `workload` (a graph, or a chain read as
     one) under `plan` (gradients fused in buckets of `bucket_bytes`, 0: one all-reduce per
-    node; see `graph_steps`)."""
+    node; see `graph_steps`) and its training options (`planner.training`)."""
     graph = as_graph(workload)
-    hierarchy, batch = plan.hierarchy, plan.batch
+    hierarchy, batch, training = plan.hierarchy, plan.batch, plan.training
     forward_only = plan.phases == "forward"
     model = traffic_model(plan.traffic_model, plan.phases)
     layouts, matrices = list(plan.layouts), plan.matrices  # what the planner evaluated
     if not layouts or plan.word_bytes != config.word_bytes:
         layouts = graph_layouts(graph, batch, hierarchy, plan.columns, model)
         matrices = model.plan_matrices(graph, layouts, batch, config.word_bytes)
+        if not forward_only:
+            matrices = training_matrices(graph, matrices, training)
     generations = graph.generations()
     backward = [i for generation in reversed(generations) for i in reversed(generation)]
     buckets = [] if forward_only else gradient_buckets(
@@ -209,38 +217,65 @@ def build_schedule(workload: Graph | Network, plan: Plan, config: HardwareConfig
                               config.word_bytes, buckets)
     _check_fits(graph, layouts, plan, config, not forward_only)
     fed = fed_nodes(graph)
-
-    shapes = [own.box_sizes() for own in layouts]
+    rule = training.update_rule(config.word_bytes)
+    shards = [node_layout.weight_copies(own) if training.zero else np.ones(own.members, int)
+              for own in layouts]
+    shapes = [np.column_stack([own.box_sizes(), part]) for own, part in zip(layouts, shards,
+                                                                            strict=True)]
 
     def compute(i: int, phase: Phase) -> Compute:
-        """Members with boxes of the same sizes share one cost."""
+        """Members with boxes of the same sizes (and shards) share one cost."""
         _, first, inverse = np.unique(shapes[i], axis=0, return_index=True,
                                       return_inverse=True)
         distinct = [node_cost(layouts[i], int(m), phase, config, graph.nodes[i].name in fed,
-                              plan.optimizer) for m in first]
+                              rule, int(shards[i][m])) for m in first]
         return Compute(i, phase, tuple(distinct[j] for j in inverse.reshape(-1)))
 
-    def exchange(key: StepKey) -> list[Task]:
-        return [Send(key), Wait(key)] if key in steps else []
+    def exchange(*keys: StepKey) -> list[Task]:
+        return [task for key in keys if key in steps for task in (Send(key), Wait(key))]
 
     def together(nodes: list[int], phase: Phase) -> list[Task]:
         return _packed([compute(i, phase) for i in nodes], config.pus_per_cube)
 
-    gradient = {bucket[-1]: bucket for bucket in buckets}
     units = Units(graph.name, plan.strategy, batch, hierarchy, plan.node_names,
                   tuple(tuple(column[h] for column in plan.columns)
                         for h in range(hierarchy.levels)), plan.traffic_model, plan.phases)
     tasks: list[Task] = []
     for generation in generations:
         for i in generation:
-            tasks += exchange((i, TransferKind.RELAYOUT_FEATURE))
+            tasks += exchange((i, TransferKind.WEIGHT_GATHER), (i, TransferKind.RELAYOUT_FEATURE))
         tasks += together(generation, Phase.FORWARD)
         for i in generation:
             tasks += exchange((i, TransferKind.PARTIAL_SUM))
     if forward_only:
         return Schedule(units, config, tuple(tasks), steps, overlap_gradients)
-    for generation in reversed(generations):
-        nodes = generation[::-1]
+    tasks += _backward(generations, recompute_plan(graph, training.recompute), exchange,
+                       together, steps, {bucket[-1] for bucket in buckets}, overlap_gradients)
+    tasks += _updates(len(graph.nodes), buckets, exchange, compute, steps, overlap_gradients)
+    return Schedule(units, config, tuple(tasks), steps, overlap_gradients)
+
+
+def _backward(generations: list[list[int]], recompute: Recompute, exchange, together,
+              steps: Mapping[StepKey, object], bucket_ends: set[int],
+              overlap_gradients: bool) -> list[Task]:
+    """The backward pass, generation by generation in reverse; before a segment's last
+    generation, its recomputed nodes' forward (their steps sent again) in forward order,
+    and under ZeRO 3 its nodes' weights gathered again."""
+    tasks: list[Task] = []
+    segment = recompute.segment_of()
+    for g in reversed(range(len(generations))):
+        nodes = generations[g][::-1]
+        later = [i for gen in generations[g + 1:] for i in gen[:1]]
+        if not later or segment[later[0]] != segment[nodes[0]]:  # a segment's last generation
+            members = [gen for gen in generations[:g + 1] if segment[gen[0]] == segment[nodes[0]]]
+            for i in (i for gen in reversed(members) for i in reversed(gen)):
+                tasks += exchange((i, TransferKind.WEIGHT_REGATHER))
+            for gen in members:
+                again = [i for i in gen if i in recompute.recomputed]
+                if again:
+                    tasks += exchange(*((i, TransferKind.RECOMPUTE_FEATURE) for i in again))
+                    tasks += together(again, Phase.RECOMPUTE)
+                    tasks += exchange(*((i, TransferKind.RECOMPUTE_SUM) for i in again))
         for i in nodes:
             tasks += exchange((i, TransferKind.ERROR_GATHER))
         tasks += together(nodes, Phase.BACKWARD)
@@ -248,7 +283,7 @@ def build_schedule(workload: Graph | Network, plan: Plan, config: HardwareConfig
         tasks += [Send(key) for key in reduced]
         tasks += together(nodes, Phase.GRADIENT)
         for i in nodes:
-            if i in gradient and (i, TransferKind.GRADIENT) in steps:
+            if i in bucket_ends and (i, TransferKind.GRADIENT) in steps:
                 tasks.append(Send((i, TransferKind.GRADIENT)))
                 if not overlap_gradients:
                     tasks.append(Wait((i, TransferKind.GRADIENT)))
@@ -256,9 +291,18 @@ def build_schedule(workload: Graph | Network, plan: Plan, config: HardwareConfig
         # input errors are reduced while the gradients are computed (the chain's rule:
         # waited before the producers' backward pass)
         tasks += [Wait(key) for key in reduced]
+    return tasks
+
+
+def _updates(count: int, buckets: list[list[int]], exchange, compute,
+             steps: Mapping[StepKey, object], overlap_gradients: bool) -> list[Task]:
+    """Every node's update in order, a bucket's all-reduce waited before its first node's
+    update; under ZeRO 1 and 2 its updated weights gathered after its last node's."""
+    tasks: list[Task] = []
     bucket_of = {i: bucket[-1] for bucket in buckets for i in bucket}
+    last_of = {max(bucket): bucket[-1] for bucket in buckets}
     waited: set[int] = set()
-    for i in range(len(graph.nodes)):
+    for i in range(count):
         key = bucket_of.get(i)
         if overlap_gradients and key is not None and key not in waited:
             waited.add(key)
@@ -266,7 +310,9 @@ def build_schedule(workload: Graph | Network, plan: Plan, config: HardwareConfig
                 tasks.append(Wait((key, TransferKind.GRADIENT)))
                 tasks += exchange((key, TransferKind.GRADIENT_GATHER))
         tasks.append(compute(i, Phase.UPDATE))
-    return Schedule(units, config, tuple(tasks), steps, overlap_gradients)
+        if i in last_of:
+            tasks += exchange((last_of[i], TransferKind.UPDATE_GATHER))
+    return tasks
 
 
 #: The steps that carry a node's input errors toward its producers: sent once its backward
@@ -300,19 +346,12 @@ def _packed(computes: list[Compute], pus: int) -> list[Task]:
 
 def _check_fits(graph: Graph, layouts: list[node_layout.NodeLayout], plan: Plan,
                 config: HardwareConfig, gradients: bool = True) -> None:
-    """The busiest member's parameters, gradients (none in an inference) and kept
-    activations (every node's output box: what the backward pass reads), plus the plan's
-    communication buffer, fit its cube: the parts the planner checked (`Plan
-    .footprint_parts`; a fused bucket's all-reduce runs in place on its gradients, as
-    PyTorch DDP's gradient_as_bucket_view does, so fusing adds no buffer), here node by node
-    for the message."""
+    """The busiest member's memory at its peak (`planner.footprint.memory_picture`: the
+    parts the planner checked, here node by node for the message) fits its cube; its
+    receive buffer the plan's (a fused bucket's all-reduce runs in place on its
+    gradients, as PyTorch DDP's gradient_as_bucket_view does, so fusing adds no buffer)."""
     if not layouts:
         return
-    word = config.word_bytes
-    state = kept_state_words(plan.optimizer, gradients)
-    params, kept = node_layout.busiest_member(layouts, gradients, state)
-    footprints = [Footprint(own.site.node.name, float(params[i] * word),
-                            float(params[i] * word * gradients), float(kept[i] * word),
-                            float(params[i] * word * state))
-                  for i, own in enumerate(layouts)]
-    check_capacity(footprints, dict(plan.footprint_parts)["buffers"], config, graph.name)
+    picture = memory_picture(graph, layouts, config.word_bytes, gradients,
+                             dict(plan.footprint_parts)["buffers"], plan.training)
+    check_capacity(list(picture.nodes), picture.buffers_bytes, config, graph.name)

@@ -1,0 +1,92 @@
+"""The peak memory of the busiest cube under a plan and its training options: one function
+for the planner's check and the simulator's, so that no plan is accepted that the run then
+refuses.
+
+Per member, summed over the nodes (`planner.training`): weights, gradients and optimizer
+state of the parameters it holds (sharded among their copies by ZeRO), the activations it
+keeps for the backward pass (those recomputation keeps; plus, where it recomputes, the
+largest segment's rebuilt activations), under ZeRO 3 the largest node's gathered weights
+(the other copies' shards), and buffers: the most it receives in one communication step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from hypar_sim.hardware.capacity import Footprint
+from hypar_sim.partition import node_layout
+from hypar_sim.planner.training import Training, recompute_plan
+from hypar_sim.workload.graph import Graph
+
+PARTS = ("weights", "gradients", "optimizer_state", "activations", "gathered_weights",
+         "buffers")
+
+
+@dataclass(frozen=True)
+class MemoryPicture:
+    """The busiest member's bytes by part, and node by node (its working sets last)."""
+
+    parts: tuple[tuple[str, float], ...]
+    nodes: tuple[Footprint, ...]
+    buffers_bytes: float  # what the nodes do not hold: gathered weights and buffers
+
+
+def memory_picture(graph: Graph, layouts: Sequence[node_layout.NodeLayout], word_bytes: int,
+                   gradients: bool, receive_bytes: float, training: Training) -> MemoryPicture:
+    """The member whose cube keeps the most at its peak (see the module docstring);
+    `receive_bytes`: the most a member receives in one step; `gradients` False: an
+    inference (no gradients, no optimizer state, nothing recomputed)."""
+    if not layouts:
+        return MemoryPicture(tuple((part, 0.0) for part in PARTS[:-1])
+                             + (("buffers", receive_bytes),), (), receive_bytes)
+    params = np.stack([node_layout.member_params(own) for own in layouts]).astype(float)
+    copies = np.stack([node_layout.weight_copies(own) for own in layouts])
+    kept = np.stack([node_layout.member_kept(own) for own in layouts]).astype(float)
+    plan = recompute_plan(graph, training.recompute if gradients else "none")
+    stays = np.zeros(len(layouts), dtype=bool)
+    stays[list(plan.kept)] = True
+    parts = training.member_bytes(params, copies, kept * stays[:, None], word_bytes, gradients)
+    rebuilt = np.zeros(params.shape[1])  # the largest segment's recomputed activations
+    for segment in plan.segments:
+        dropped = [i for i in segment if not stays[i]]
+        if dropped:
+            rebuilt = np.maximum(rebuilt, kept[dropped].sum(axis=0) * word_bytes)
+    gathered = np.zeros(params.shape[1])  # ZeRO 3: one node's whole weights at a time
+    if training.zero >= 3:
+        gathered = (params - params / copies).max(axis=0) * word_bytes
+    total = sum(part.sum(axis=0) for part in parts.values()) + rebuilt + gathered
+    m = int(np.argmax(total))
+    nodes = [Footprint(own.site.node.name, float(parts["weights"][i, m]),
+                       float(parts["gradients"][i, m]), float(parts["activations"][i, m]),
+                       float(parts["optimizer_state"][i, m])) for i, own in enumerate(layouts)]
+    if rebuilt[m]:
+        nodes.append(Footprint("(a recomputed segment)", 0.0, 0.0, float(rebuilt[m])))
+    summed = {name: float(part[:, m].sum()) for name, part in parts.items()}
+    summed["activations"] += float(rebuilt[m])
+    summed["gathered_weights"], summed["buffers"] = float(gathered[m]), receive_bytes
+    return MemoryPicture(tuple((name, summed[name]) for name in PARTS), tuple(nodes),
+                         receive_bytes + float(gathered[m]))
+
+
+def node_rule(graph: Graph, training: Training, word_bytes: int, gradients: bool
+              ) -> Callable[[node_layout.NodeLayout], np.ndarray]:
+    """A node's bytes per member under the training options, for the planner's search
+    (`node_layout.Costs.priced_by`): `memory_picture`'s parts of that node alone, a lower
+    bound: no working sets, and under full recomputation no kept activations (which nodes
+    keep theirs depends on the segments, not on the node's shape, by which costs are
+    remembered)."""
+    plan = recompute_plan(graph, training.recompute if gradients else "none")
+    kept_names = {graph.nodes[i].name for i in plan.kept} if training.recompute != "full" \
+        else set()
+
+    def rule(own: node_layout.NodeLayout) -> np.ndarray:
+        kept = node_layout.member_kept(own) * float(own.site.node.name in kept_names)
+        parts = training.member_bytes(node_layout.member_params(own).astype(float),
+                                      node_layout.weight_copies(own), kept, word_bytes,
+                                      gradients)
+        return sum(parts.values())
+
+    return rule
