@@ -54,7 +54,8 @@ def request(network: str | Network | Graph, strategy: str = "hypar", topology: s
             config: str | None = None,
             trace: bool = False, objective: str = "bytes", phases: str = "training",
             optimizer: str = "sgd", precision: str = "fp32", recompute: str = "none",
-            zero: int = 0, **config_overrides: Any) -> RunRequest:
+            zero: int = 0, pipeline: int = 1, microbatches: int = 1, schedule: str = "1f1b",
+            stages: Sequence[str] | None = None, **config_overrides: Any) -> RunRequest:
     """The run's request, built as the command line builds it (`hypar_sim.request`):
     `accelerators` and `batch` None take the config file's, else 16 and 256; any other
     keyword is a hardware key (`hardware()`)."""
@@ -73,6 +74,8 @@ def request(network: str | Network | Graph, strategy: str = "hypar", topology: s
                             kinds=kinds, search=search, traffic_model=traffic_model,
                             objective=objective, phases=phases, optimizer=optimizer,
                             precision=precision, recompute=recompute, zero=zero,
+                            pipeline=pipeline, microbatches=microbatches, schedule=schedule,
+                            stages=stages,
                             sim=SimOptions(topology=topology, engine=engine,
                                            overlap_gradients=overlap_gradients, trace=trace))
     except InputError as error:

@@ -56,7 +56,8 @@ def request_from_args(args: argparse.Namespace) -> RunRequest:
         traffic_model=args.traffic_model, objective=args.objective,
         phases=getattr(args, "phases", "training"), sim=sim, progress=_progress(args),
         optimizer=args.optimizer, precision=args.precision, recompute=args.recompute,
-        zero=args.zero)
+        zero=args.zero, pipeline=args.pipeline, microbatches=args.microbatches,
+        schedule=args.schedule, stages=args.stages)
     if str(args.network).endswith(".onnx"):  # loaded once here, to say what the import chose
         graph = request.workload()
         for note in graph.notes:

@@ -53,7 +53,12 @@ def _add_plan_arguments(parser: argparse.ArgumentParser) -> None:
     from hypar_sim.planner.optimizers import OPTIMIZERS
     from hypar_sim.planner.search import SEARCHES
     from hypar_sim.planner.traffic import DEFAULT_TRAFFIC_MODEL, PHASES, TRAFFIC_MODELS
-    from hypar_sim.planner.training import PRECISIONS, RECOMPUTES, ZERO_STAGES
+    from hypar_sim.planner.training import (
+        PIPELINE_SCHEDULES,
+        PRECISIONS,
+        RECOMPUTES,
+        ZERO_STAGES,
+    )
 
     _add_seq_argument(parser)
     parser.add_argument("--optimizer", default="sgd", choices=OPTIMIZERS,
@@ -75,6 +80,17 @@ def _add_plan_arguments(parser: argparse.ArgumentParser) -> None:
                              "data-parallel copies: 1 the optimizer state, 2 and the "
                              "gradients, 3 and the weights (gathered before each forward and "
                              "backward pass); 0: none (default)")
+    parser.add_argument("--pipeline", default=1, type=int, metavar="S",
+                        help="pipeline parallelism: the array's top level holds S stages of "
+                             "contiguous nodes (default 1: none; --hierarchy must start with S)")
+    parser.add_argument("--microbatches", default=1, type=int, metavar="M",
+                        help="micro-batches a pipeline's batch is cut into (default 1)")
+    parser.add_argument("--schedule", default="1f1b", choices=PIPELINE_SCHEDULES,
+                        help="pipeline schedule: 1f1b (default; Narayanan et al. 2021) or "
+                             "gpipe (Huang et al. 2019)")
+    parser.add_argument("--stages", default=None, metavar="NODES",
+                        help="the first node of each pipeline stage after the first, comma "
+                             "separated (default: stages balanced by multiply-accumulates)")
     parser.add_argument("--no-progress", action="store_true",
                         help="no progress bars on stderr (default: on a terminal, once a "
                              "search or a simulation has taken 2 s)")

@@ -202,8 +202,9 @@ def training_note(values: Mapping[str, Any]) -> str:
     where the training options are not the defaults (`values`: a run config's keys)."""
     from hypar_sim.planner.training import Training
 
-    return Training(**{key: values[key] for key in Training.__dataclass_fields__
-                       if key in values}).note()
+    given = {key: values[key] for key in Training.__dataclass_fields__ if key in values}
+    given["stage_names"] = tuple(given.get("stage_names", ()))
+    return Training(**given).note()
 
 
 def plan_summary(plan: Plan, graph: Graph, clock_hz: float | None = None) -> str:
@@ -215,9 +216,12 @@ def plan_summary(plan: Plan, graph: Graph, clock_hz: float | None = None) -> str
             f"{plan.batch}, traffic model {plan.traffic_model}"
             f"{', inference (forward pass only)' if plan.phases == 'forward' else ''}"
             f"{plan.training.note()}\n\n")
-    rows = [(node.name, op_label(node), " ".join(column) or "-", f"{moved / 1e6:.4g}")
-            for node, column, moved in zip(graph.nodes, plan.columns, plan.node_bytes,
-                                           strict=True)]
+    kinds = [" ".join(column) for column in plan.columns]
+    if plan.stages:  # the pipeline level first
+        kinds = [f"stage{s + 1} {column}".strip() for s, column in zip(plan.stages, kinds,
+                                                                       strict=True)]
+    rows = [(node.name, op_label(node), column or "-", f"{moved / 1e6:.4g}")
+            for node, column, moved in zip(graph.nodes, kinds, plan.node_bytes, strict=True)]
     levels = ", ".join(f"level {h + 1}: {b / GB:.4g} GB"
                        for h, b in enumerate(plan.traffic_bytes_per_level))
     return (head + table(("node", "op", "kinds (top level first)", "bytes in (MB)"), rows)

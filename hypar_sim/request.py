@@ -137,6 +137,14 @@ def _hierarchy(accelerators: int | None, levels: int | None,
     return array
 
 
+def _pipeline_array(count: int, stages: int) -> Hierarchy:
+    """The default array of a pipeline: its stages on top, the rest as the count's."""
+    if count % stages:
+        raise InputError(f"--pipeline {stages}: does not divide the {count} accelerators; use "
+                         f"a multiple of {stages}")
+    return Hierarchy((stages, *Hierarchy.for_count(count // stages).sizes))
+
+
 def make_request(network: str | Network | Graph, *, accelerators: int | None = None,
                  batch: int | None = None, levels: int | None = None,
                  hierarchy: str | Sequence[int] | Hierarchy | None = None,
@@ -148,12 +156,17 @@ def make_request(network: str | Network | Graph, *, accelerators: int | None = N
                  traffic_model: str = DEFAULT_TRAFFIC_MODEL, objective: str = "bytes",
                  phases: str = "training", sim: SimOptions | None = None,
                  progress: bool = False, optimizer: str = "sgd", precision: str = "fp32",
-                 recompute: str = "none", zero: int = 0) -> RunRequest:
+                 recompute: str = "none", zero: int = 0, pipeline: int = 1,
+                 microbatches: int = 1, schedule: str = "1f1b",
+                 stages: Sequence[str] | str | None = None) -> RunRequest:
     """The request of one run, every value checked (bad input: InputError, one line).
     `accelerators` and `batch` None: the config file's, else the defaults (16, 256);
     `kinds` None: HyPar's batch and in, or the strategy's paper's own; `plan_text` makes
     the strategy `explicit`; the plan's estimate sees the simulation's topology."""
-    training = Training(optimizer, precision, recompute, zero)
+    if isinstance(stages, str):
+        stages = [name.strip() for name in stages.split(",") if name.strip()]
+    training = Training(optimizer, precision, recompute, zero, pipeline, microbatches,
+                        schedule, tuple(stages or ()))
     overrides = dict(overrides or {})
     word = PRECISIONS[precision].word_bytes
     if word is not None:  # 16-bit values: the hardware's word follows
@@ -165,6 +178,8 @@ def make_request(network: str | Network | Graph, *, accelerators: int | None = N
     defaults = run_keys()
     array = _hierarchy(accelerators, levels, hierarchy, given.get("accelerators"),
                        defaults["accelerators"])
+    if training.pipelined and hierarchy is None and levels is None:
+        array = _pipeline_array(array.members, training.stages)
     batch = batch if batch is not None else given.get("batch", defaults["batch"])
     _count(batch, "--batch", MAX_BATCH)
     check_seq(seq)

@@ -116,6 +116,8 @@ class SimResult:
     phases: str = "training"  # or "forward": inference, the forward pass alone
     version: str = ""
     config: Mapping[str, Any] | None = None  # the full effective hardware configuration
+    #: A pipeline's idle stage-time over stages x step time (`sim.accounting`); 0 without one.
+    pipeline_idle_fraction: float = 0.0
     trace_events: tuple[Mapping[str, Any], ...] = field(default=(), repr=False, compare=False)
 
     @property
@@ -159,6 +161,7 @@ class SimResult:
             "per_accelerator": [asdict(item) for item in self.per_accelerator],
             "hierarchy": list(self.hierarchy), "traffic_model": self.traffic_model,
             "phases": self.phases, "events": self.events, "lane_grants": self.lane_grants,
+            "pipeline_idle_fraction": self.pipeline_idle_fraction,
             "wall_s": self.wall_s,
             "version": self.version,
             "config": dict(self.config or {}),
@@ -206,6 +209,8 @@ class SimResult:
             f"at {self.clock_hz / 1e6:g} MHz)",
             f"time shares    compute {shares['compute']:.1%}, DRAM stalls {shares['dram']:.1%}, "
             f"communication {shares['communication']:.1%}",
+            *([f"pipeline       stages idle {self.pipeline_idle_fraction:.1%} of the step "
+               "(bubble and stage-to-stage waits)"] if self.pipeline_idle_fraction else []),
             f"energy         {self.energy_j:.4g} J: " + ", ".join(
                 f"{action} {joules:.3g}" for action, joules in self.energy_breakdown_j.items()
                 if joules > 0),

@@ -44,6 +44,8 @@ class TransferKind(StrEnum):
     WEIGHT_REGATHER = "weight_regather"  # ZeRO 3: the same again, before its backward pass
     RECOMPUTE_FEATURE = "recompute_feature"  # recomputation: the input's relayout again
     RECOMPUTE_SUM = "recompute_sum"  # recomputation: the partial outputs reduced again
+    STAGE_FEATURE = "stage_feature"  # pipeline: an input sent from its producer's stage
+    STAGE_ERROR = "stage_error"  # pipeline: an output's error sent back to its stage
 
     @property
     def phase(self) -> Phase:
@@ -74,7 +76,14 @@ _PHASES = {
     TransferKind.GRADIENT_GATHER: Phase.GRADIENT, TransferKind.UPDATE_GATHER: Phase.UPDATE,
     TransferKind.WEIGHT_GATHER: Phase.FORWARD, TransferKind.WEIGHT_REGATHER: Phase.BACKWARD,
     TransferKind.RECOMPUTE_FEATURE: Phase.RECOMPUTE, TransferKind.RECOMPUTE_SUM: Phase.RECOMPUTE,
+    TransferKind.STAGE_FEATURE: Phase.FORWARD, TransferKind.STAGE_ERROR: Phase.BACKWARD,
 }
+
+
+def step_key(layer: int, kind: TransferKind, micro: int = 0) -> tuple:
+    """A step's key: (layer, why), and a pipeline's micro-batch beyond the first (the
+    first's steps keep the key of a step without micro-batches)."""
+    return (layer, kind, micro) if micro else (layer, kind)
 
 
 class Message(NamedTuple):
@@ -88,10 +97,16 @@ class Message(NamedTuple):
     level: int
     kind: TransferKind
     round: int = 0  # a collective's round: sent once the sender received the round before
+    micro: int = 0  # a pipeline's micro-batch
 
     @property
     def phase(self) -> Phase:
         return self.kind.phase
+
+    @property
+    def step(self) -> tuple:
+        """The key of the message's step (`step_key`)."""
+        return step_key(self.layer, self.kind, self.micro)
 
 
 @dataclass(frozen=True, eq=False)
@@ -106,16 +121,21 @@ class StepMessages:
     bytes: np.ndarray  # float64
     level: np.ndarray
     round: np.ndarray
+    micro: int = 0  # a pipeline's micro-batch
 
     def __len__(self) -> int:
         return len(self.src)
 
     def __iter__(self) -> Iterator[Message]:
-        layer, kind = self.layer, self.kind
+        layer, kind, micro = self.layer, self.kind, self.micro
         for src, dst, size, level, round_ in zip(self.src.tolist(), self.dst.tolist(),
                                                  self.bytes.tolist(), self.level.tolist(),
                                                  self.round.tolist(), strict=True):
-            yield Message(src, dst, size, layer, level, kind, round_)
+            yield Message(src, dst, size, layer, level, kind, round_, micro)
+
+    @property
+    def key(self) -> tuple:
+        return step_key(self.layer, self.kind, self.micro)
 
 
 def largest_receive(steps: Mapping[tuple[int, TransferKind], StepMessages]) -> float:

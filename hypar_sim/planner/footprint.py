@@ -4,8 +4,9 @@ refuses.
 
 Per member, summed over the nodes (`planner.training`): weights, gradients and optimizer
 state of the parameters it holds (sharded among their copies by ZeRO), the activations it
-keeps for the backward pass (those recomputation keeps; plus, where it recomputes, the
-largest segment's rebuilt activations), under ZeRO 3 the largest node's gathered weights
+keeps for the backward pass (those recomputation keeps, or under full recomputation what
+it reads of each segment's inputs; plus, where it recomputes, the largest segment's
+rebuilt activations), under ZeRO 3 the largest node's gathered weights
 (the other copies' shards), and buffers: the most it receives in one communication step.
 """
 
@@ -18,6 +19,7 @@ import numpy as np
 
 from hypar_sim.hardware.capacity import Footprint
 from hypar_sim.partition import node_layout
+from hypar_sim.partition.regions import volume
 from hypar_sim.planner.training import Training, recompute_plan
 from hypar_sim.workload.graph import Graph
 
@@ -35,20 +37,28 @@ class MemoryPicture:
 
 
 def memory_picture(graph: Graph, layouts: Sequence[node_layout.NodeLayout], word_bytes: int,
-                   gradients: bool, receive_bytes: float, training: Training) -> MemoryPicture:
+                   gradients: bool, receive_bytes: float, training: Training,
+                   in_flight: int = 1) -> MemoryPicture:
     """The member whose cube keeps the most at its peak (see the module docstring);
     `receive_bytes`: the most a member receives in one step; `gradients` False: an
-    inference (no gradients, no optimizer state, nothing recomputed)."""
+    inference (no gradients, no optimizer state, nothing recomputed); `in_flight`: the
+    micro-batches whose kept activations a pipeline stage holds at once (one segment's
+    rebuilt ones at a time)."""
     if not layouts:
         return MemoryPicture(tuple((part, 0.0) for part in PARTS[:-1])
                              + (("buffers", receive_bytes),), (), receive_bytes)
     params = np.stack([node_layout.member_params(own) for own in layouts]).astype(float)
     copies = np.stack([node_layout.weight_copies(own) for own in layouts])
     kept = np.stack([node_layout.member_kept(own) for own in layouts]).astype(float)
-    plan = recompute_plan(graph, training.recompute if gradients else "none")
+    plan = recompute_plan(graph, training.recompute if gradients else "none", in_flight)
     stays = np.zeros(len(layouts), dtype=bool)
     stays[list(plan.kept)] = True
-    parts = training.member_bytes(params, copies, kept * stays[:, None], word_bytes, gradients)
+    parts = training.member_bytes(params, copies, kept * stays[:, None] * in_flight,
+                                  word_bytes, gradients)
+    inputs = np.zeros(params.shape[1])  # full recomputation's segment inputs
+    for i, k in plan.inputs:
+        inputs += [volume(read) for read in layouts[i].reads(k)]
+    inputs *= in_flight * word_bytes
     rebuilt = np.zeros(params.shape[1])  # the largest segment's recomputed activations
     for segment in plan.segments:
         dropped = [i for i in segment if not stays[i]]
@@ -57,15 +67,17 @@ def memory_picture(graph: Graph, layouts: Sequence[node_layout.NodeLayout], word
     gathered = np.zeros(params.shape[1])  # ZeRO 3: one node's whole weights at a time
     if training.zero >= 3:
         gathered = (params - params / copies).max(axis=0) * word_bytes
-    total = sum(part.sum(axis=0) for part in parts.values()) + rebuilt + gathered
+    total = sum(part.sum(axis=0) for part in parts.values()) + inputs + rebuilt + gathered
     m = int(np.argmax(total))
     nodes = [Footprint(own.site.node.name, float(parts["weights"][i, m]),
                        float(parts["gradients"][i, m]), float(parts["activations"][i, m]),
                        float(parts["optimizer_state"][i, m])) for i, own in enumerate(layouts)]
+    if inputs[m]:
+        nodes.append(Footprint("(the segments' inputs)", 0.0, 0.0, float(inputs[m])))
     if rebuilt[m]:
         nodes.append(Footprint("(a recomputed segment)", 0.0, 0.0, float(rebuilt[m])))
     summed = {name: float(part[:, m].sum()) for name, part in parts.items()}
-    summed["activations"] += float(rebuilt[m])
+    summed["activations"] += float(inputs[m] + rebuilt[m])
     summed["gathered_weights"], summed["buffers"] = float(gathered[m]), receive_bytes
     return MemoryPicture(tuple((name, summed[name]) for name in PARTS), tuple(nodes),
                          receive_bytes + float(gathered[m]))

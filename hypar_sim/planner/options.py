@@ -54,10 +54,11 @@ class PlanOptions:
         if not isinstance(self.training, Training):
             raise InputError(f"training: must be a Training, got {type(self.training).__name__}")
         if traffic_model(self.traffic_model, self.phases).chains_only and (
-                self.training.zero or self.training.recompute != "none"):
+                self.training.zero or self.training.recompute != "none"
+                or self.training.pipelined):
             raise InputError(f"--traffic-model {self.traffic_model}: HyPar's chain reading has "
-                             "no ZeRO or recomputation steps; use --traffic-model layout "
-                             "(the default) or layout_levels")
+                             "no ZeRO, recomputation or pipeline steps; use --traffic-model "
+                             "layout (the default) or layout_levels")
         if self.phases == "forward" and self.objective != "bytes":
             raise InputError(f"--objective: {self.objective} is estimated for a training step; "
                              "with --phases forward the planner minimises bytes (--objective "

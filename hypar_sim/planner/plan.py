@@ -110,6 +110,9 @@ class Plan:
     layouts: tuple[node_layout.NodeLayout, ...] = field(default=(), compare=False, repr=False)
     matrices: Mapping[tuple[int, TransferKind], Moved] = field(default_factory=dict,
                                                                 compare=False, repr=False)
+    #: A pipeline plan's stage of every node (`planner.pipeline`; its columns are the
+    #: stages' plan on the levels below the pipeline level); () without a pipeline.
+    stages: tuple[int, ...] = ()
 
     @property
     def footprint_bytes(self) -> float:
@@ -130,8 +133,11 @@ class Plan:
 
     @property
     def choices(self) -> tuple[tuple[str, ...], ...]:
-        """[level][node] kinds: HyPar's rows (Figure 5), the transpose of `columns`."""
-        return tuple(tuple(column[h] for column in self.columns) for h in range(self.levels))
+        """[level][node] kinds: HyPar's rows (Figure 5), the transpose of `columns` (a
+        pipeline's top row: every node's stage)."""
+        rows = tuple(tuple(column[h] for column in self.columns)
+                     for h in range(self.levels - bool(self.stages)))
+        return ((tuple(f"stage{s + 1}" for s in self.stages),) if self.stages else ()) + rows
 
     def to_dict(self) -> dict[str, Any]:
         return {"network": self.network, "strategy": self.strategy, "search": self.search,
@@ -147,8 +153,9 @@ class Plan:
                 "levels": self.hierarchy.levels,
                 "plan": [list(level) for level in self.choices],  # HyPar's rows
                 "nodes": [{"name": name, "kinds": list(column), "bytes": moved}
-                          for name, column, moved in zip(self.node_names, self.columns,
-                                                         self.node_bytes, strict=True)]}
+                          | ({"stage": self.stages[i] + 1} if self.stages else {})
+                          for i, (name, column, moved) in enumerate(zip(
+                              self.node_names, self.columns, self.node_bytes, strict=True))]}
 
 
 def plan_graph(graph: Graph, strategy: str, hierarchy: Hierarchy, batch: int,
@@ -318,6 +325,13 @@ def make_plan(workload: Graph | Network, strategy: str, hierarchy: int | Hierarc
                       and KINDS[k].dim is not None)
     if spec is not None:
         model.check(hierarchy, kinds, batch, spec.searches)
+    if options.training.pipelined:
+        if options.phases == "forward":
+            raise InputError("--pipeline: plans a training step; drop --phases forward")
+        from hypar_sim.planner.pipeline import pipeline_plan
+
+        return pipeline_plan(graph, strategy, hierarchy, batch, plan_text, word_bytes,
+                             options, config)
     if plan_text is not None:
         strategy = "explicit"
     return plan_graph(graph, strategy, hierarchy, batch, kinds, options.search, word_bytes,

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from fnmatch import fnmatchcase
 from pathlib import Path
 
 from hypar_sim.errors import InputError, closest
@@ -73,15 +74,20 @@ def _rows_text(rows: Sequence[Sequence[object]]) -> str:
 
 def parse_node_plan(text: str, names: Sequence[str], levels: int,
                     where: str = "--plan") -> list[Column]:
-    """A graph plan: `name: kinds` entries (or `*: kinds` for every node not named), in the
-    order of `names`; every node must be covered, with one kind per level."""
+    """A graph plan: `name: kinds` entries, in the order of `names`; a name with * ? or [ ]
+    is a pattern (`fnmatch`: `h*_fc1: out`) for the nodes no entry names exactly, the first
+    pattern that matches winning (`*: kinds` last, for every other node); every node must be
+    covered, with one kind per level."""
     given: dict[str, Column] = {}
     for line in _lines(text):
         if ":" not in line:
             raise InputError(f"{where}: '{line[:40]}' is not 'node: kinds' (a graph's plan names "
                              "its nodes, e.g. '*: batch batch; fc1: in in')")
         name, kinds = (part.strip() for part in line.rsplit(":", 1))
-        if name != "*" and name not in names:
+        pattern = any(c in name for c in "*?[")
+        if pattern and not any(fnmatchcase(node, name) for node in names):
+            raise InputError(f"{where}: the pattern '{name[:40]}' matches no node")
+        if not pattern and name not in names:
             raise InputError(f"{where}: no node named '{name[:40]}'{closest(name, names)}")
         column = tuple(resolve_kind(word, f"{where}: {name}")
                        for word in kinds.replace(",", " ").split())
@@ -91,11 +97,15 @@ def parse_node_plan(text: str, names: Sequence[str], levels: int,
         if name in given:
             raise InputError(f"{where}: {name[:40]} is given twice")
         given[name] = column
-    missing = [name for name in names if name not in given]
-    if missing and "*" not in given:
+    patterns = sorted((name for name in given if any(c in name for c in "*?[")),
+                      key=lambda name: name == "*")  # the catch-all last
+    found = {name: given[name] if name in given else
+             next((given[p] for p in patterns if fnmatchcase(name, p)), None) for name in names}
+    missing = [name for name, column in found.items() if column is None]
+    if missing:
         raise InputError(f"{where}: no kinds for node(s) {', '.join(missing[:5])}"
                          f"{' ...' if len(missing) > 5 else ''}; name them or add '*: kinds'")
-    return [given.get(name, given.get("*", ())) for name in names]
+    return [found[name] for name in names]
 
 
 def read_node_plan(value: str, names: Sequence[str], levels: int) -> list[Column]:

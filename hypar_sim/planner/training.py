@@ -20,9 +20,9 @@ node's whole weights before its forward and its backward pass (a buffer of its g
 weights: counted with the communication buffers).
 
 Recomputation (`recompute_plan`): `full` keeps only what enters each of about sqrt(G)
-segments of the graph's G generations and runs each segment's forward again before its
-backward pass (Chen et al., "Training deep nets with sublinear memory cost", 2016,
-section 4.1); `selective` drops only the attention core's kept tensors (a softmax and the
+segments of the graph's G generations (cut where little crosses) and runs each segment's
+forward again before its backward pass (Chen et al., "Training deep nets with sublinear
+memory cost", 2016, section 4.1); `selective` drops only the attention core's kept tensors (a softmax and the
 weightless products beside it, whose size grows with the sequence squared) and recomputes
 those (Korthikanti et al., "Reducing activation recomputation in large transformer
 models", 2022, section 5).
@@ -64,6 +64,11 @@ RECOMPUTES = {"none": "keep every activation the backward pass reads",
               "full": "keep segment inputs, recompute every forward (Chen et al. 2016)",
               "selective": "recompute the attention core only (Korthikanti et al. 2022)"}
 ZERO_STAGES = (0, 1, 2, 3)
+#: Pipeline schedules (`sim.pipeline_schedule`): GPipe (Huang et al., NeurIPS 2019) runs every
+#: micro-batch's forward, then every backward; 1F1B (PipeDream-Flush: Narayanan et al., ICML
+#: 2021) alternates them once a stage is full, keeping at most S - s micro-batches in flight.
+PIPELINE_SCHEDULES = {"gpipe": "every forward, then every backward (Huang et al. 2019)",
+                      "1f1b": "one forward, one backward once full (Narayanan et al. 2021)"}
 
 
 @dataclass(frozen=True)
@@ -75,14 +80,33 @@ class Training:
     precision: str = "fp32"
     recompute: str = "none"
     zero: int = 0
+    #: Pipeline parallelism: the array's top level holds `stages` stages of contiguous nodes
+    #: (`stage_names`: the first node of each stage after the first; none: balanced by the
+    #: planner), the batch cut into `microbatches` run by `schedule`.
+    stages: int = 1
+    microbatches: int = 1
+    schedule: str = "1f1b"
+    stage_names: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         optimizer(self.optimizer)
         _allowed("--precision", self.precision, PRECISIONS)
         _allowed("--recompute", self.recompute, RECOMPUTES)
+        _allowed("--schedule", self.schedule, PIPELINE_SCHEDULES)
         if isinstance(self.zero, bool) or self.zero not in ZERO_STAGES:
             raise InputError(f"--zero: unknown stage {clip_value(self.zero)}; allowed: "
                              f"{', '.join(map(str, ZERO_STAGES))}")
+        for flag, value in (("--pipeline", self.stages), ("--microbatches", self.microbatches)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise InputError(f"{flag}: must be a positive integer, got {clip_value(value)}")
+        if self.stages > 1 and self.zero >= 2:
+            raise InputError(f"--zero {self.zero}: shards gradients a pipeline stage sums over "
+                             "its micro-batches (DeepSpeed refuses ZeRO 2 and 3 with pipeline "
+                             "parallelism); use --zero 0 or 1 with --pipeline")
+        if self.stage_names and len(self.stage_names) != self.stages - 1:
+            raise InputError(f"--stages: {len(self.stage_names)} names for --pipeline "
+                             f"{self.stages}; give the first node of each stage after the "
+                             f"first: {self.stages - 1} names")
 
     @property
     def mixed(self) -> bool:
@@ -126,12 +150,20 @@ class Training:
         parts = [f"optimizer {self.optimizer}" if self.optimizer != DEFAULT_OPTIMIZER else "",
                  self.precision if self.precision != "fp32" else "",
                  f"ZeRO {self.zero}" if self.zero else "",
-                 f"recompute {self.recompute}" if self.recompute != "none" else ""]
+                 f"recompute {self.recompute}" if self.recompute != "none" else "",
+                 f"pipeline {self.stages} stages x {self.microbatches} micro-batches "
+                 f"({self.schedule})" if self.stages > 1 else ""]
         return "".join(f", {part}" for part in parts if part)
 
     def to_dict(self) -> dict[str, object]:
         return {"optimizer": self.optimizer, "precision": self.precision,
-                "recompute": self.recompute, "zero": self.zero}
+                "recompute": self.recompute, "zero": self.zero, "stages": self.stages,
+                "microbatches": self.microbatches, "schedule": self.schedule,
+                "stage_names": list(self.stage_names)}
+
+    @property
+    def pipelined(self) -> bool:
+        return self.stages > 1
 
 
 def _allowed(flag: str, value: object, allowed: dict) -> None:
@@ -152,34 +184,84 @@ class Recompute:
     segments: tuple[tuple[int, ...], ...]  # every node, in segments of generations
     recomputed: frozenset[int]  # nodes whose forward runs again in the backward pass
     kept: frozenset[int]  # nodes whose kept activations stay through the step
+    #: (node, input index): the segment inputs full recomputation keeps (what the node reads
+    #: of a tensor made in an earlier segment, or of a graph input)
+    inputs: frozenset[tuple[int, int]] = frozenset()
 
     def segment_of(self) -> dict[int, int]:
         return {i: s for s, nodes in enumerate(self.segments) for i in nodes}
 
 
-def recompute_plan(graph: Graph, mode: str) -> Recompute:
+def recompute_plan(graph: Graph, mode: str, in_flight: int = 1) -> Recompute:
     """The nodes `mode` recomputes and keeps (see the module docstring). Segments are runs
-    of whole generations, ceil(sqrt(G)) of them for G generations (one per generation
-    where nothing is recomputed). Under `full` a node keeps its inputs where one of them
-    comes from an earlier segment or is a graph input (all its inputs: an overstatement
-    where only one crosses)."""
+    of whole generations (one per generation where nothing is recomputed), cut where the
+    fewest elements cross (`_cuts`), as many as keep the least (`in_flight`: the
+    micro-batches whose segment inputs a pipeline stage keeps at once). Under `full` only
+    the inputs that come from an earlier segment (or the graph's inputs) are kept."""
     generations = graph.generations()
-    count = len(generations)
-    per = math.ceil(count / math.ceil(math.sqrt(count))) if mode != "none" and count else 1
-    segments = tuple(tuple(i for generation in generations[start:start + per]
-                           for i in generation) for start in range(0, count, per))
     everything = frozenset(range(len(graph.nodes)))
     if mode == "none":
-        return Recompute(segments, frozenset(), everything)
+        return Recompute(tuple(tuple(g) for g in generations), frozenset(), everything)
+    bounds = [0, *_cuts(graph, in_flight), len(generations)]
+    segments = tuple(tuple(i for generation in generations[a:b] for i in generation)
+                     for a, b in zip(bounds, bounds[1:], strict=False))
     if mode == "selective":
         core = attention_core(graph)
         return Recompute(segments, core, everything - core)
     index = {node.name: i for i, node in enumerate(graph.nodes)}
     segment = {i: s for s, nodes in enumerate(segments) for i in nodes}
-    crossing = frozenset(i for i, node in enumerate(graph.nodes)
-                         if any(name not in index or segment[index[name]] < segment[i]
-                                for name in node.inputs))
-    return Recompute(segments, everything, crossing)
+    inputs = frozenset((i, k) for i, node in enumerate(graph.nodes)
+                       for k, name in enumerate(node.inputs)
+                       if name not in index or segment[index[name]] < segment[i])
+    return Recompute(segments, everything, frozenset(), inputs)
+
+
+def _cuts(graph: Graph, in_flight: int = 1) -> list[int]:
+    """Where full recomputation cuts the graph's G generations (before which generations):
+    for k segments, near each of the k - 1 even cuts, within half a segment, the boundary
+    the fewest elements (per sample) cross, the nearest on a tie; k from 1 to 2 sqrt(G)
+    (Chen et al. 2016, section 4.1: sqrt(n) segments of a chain of n equal layers), the one
+    whose kept inputs (times `in_flight`) and largest segment's outputs add up to the least
+    elements."""
+    depth = graph.generation_of()
+    count = max(depth, default=-1) + 1
+    if count < 2:
+        return []
+    born = {name: -1 for name in graph.inputs} | {n.name: depth[i]
+                                                  for i, n in enumerate(graph.nodes)}
+    size = {name: math.prod(shape) for name, shape in graph.inputs.items()} | {
+        node.name: math.prod(node.shape) for node in graph.nodes}
+    last = dict.fromkeys(born, -1)
+    for i, node in enumerate(graph.nodes):
+        for name in node.inputs:
+            last[name] = max(last[name], depth[i])
+    crossing = np.zeros(count + 1)  # [b]: elements of what crosses a cut before generation b
+    for name, first in born.items():
+        if last[name] > first:
+            crossing[first + 1:last[name] + 1] += size[name]
+    made = np.concatenate([[0.0], np.cumsum(np.bincount(depth, [size[n.name] for n in
+                                                                graph.nodes],
+                                                        minlength=count))])
+
+    def cuts_of(segments: int) -> list[int]:
+        cuts: list[int] = []
+        half = count / segments / 2
+        for j in range(1, segments):
+            target = j * count / segments
+            near = [b for b in range(max(1, math.ceil(target - half)),
+                                     min(count - 1, math.floor(target + half)) + 1)
+                    if b not in cuts]
+            if near:
+                cuts.append(min(near, key=lambda b: (crossing[b], abs(b - target))))
+        return sorted(cuts)
+
+    def kept(cuts: list[int]) -> float:
+        bounds = [0, *cuts, count]
+        largest = max(made[b] - made[a] for a, b in zip(bounds, bounds[1:], strict=False))
+        return in_flight * sum(crossing[c] for c in cuts) + largest
+
+    options = [cuts_of(k) for k in range(1, 2 * math.ceil(math.sqrt(count)) + 1)]
+    return min(options, key=lambda cuts: (kept(cuts), len(cuts)))
 
 
 def attention_core(graph: Graph) -> frozenset[int]:

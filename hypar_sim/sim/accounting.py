@@ -71,9 +71,12 @@ def compute_counts(schedule: Schedule) -> dict[Action, float]:
 
 
 def phase_cycles(schedule: Schedule) -> dict[tuple[int, Phase], float]:
-    """Compute time of each (layer, phase) on its slowest member, cycles."""
-    return {(task.layer, task.phase): max(cost.cycles for cost in task.costs)
-            for task in schedule.computes}
+    """Compute time of each (layer, phase) on its slowest member, cycles (summed over a
+    pipeline's micro-batches)."""
+    cycles: dict[tuple[int, Phase], float] = defaultdict(float)
+    for task in schedule.computes:
+        cycles[(task.layer, task.phase)] += max(cost.cycles for cost in task.costs)
+    return dict(cycles)
 
 
 def per_accelerator(schedule: Schedule, config: HardwareConfig) -> tuple[AcceleratorResult, ...]:
@@ -117,9 +120,12 @@ def assemble_result(
     wall_s: float,
     config_dict: Mapping | None = None,
     routed: Routed | None = None,
+    passes_cycles: float = 0.0,
 ) -> SimResult:
     """The SimResult of a finished step (comm waits are means over accelerators; links'
-    busy cycles None: each link's bytes over its bandwidth, as the analytic engine has it)."""
+    busy cycles None: each link's bytes over its bandwidth, as the analytic engine has it;
+    `passes_cycles`: when the last forward or backward computation ended, a pipeline's
+    flush)."""
     config = schedule.config
     units = schedule.units
     flat = schedule.flat
@@ -158,6 +164,7 @@ def assemble_result(
                    link_busy_cycles[link.index] / latency_cycles if latency_cycles else 0.0)
         for link in topology.links
     )
+    members = per_accelerator(schedule, config)
     return SimResult(
         network=units.network, strategy=units.strategy, topology=topology.name,
         engine=engine, accelerators=schedule.accelerators, batch=units.batch,
@@ -170,6 +177,27 @@ def assemble_result(
         comm_wait_cycles=sum(comm_wait_per_layer.values()),
         per_layer=layers, per_link=links, events=events, wall_s=wall_s,
         version=__version__, config=config_dict,
-        per_accelerator=per_accelerator(schedule, config), hierarchy=units.hierarchy.sizes,
+        per_accelerator=members, hierarchy=units.hierarchy.sizes,
         traffic_model=units.traffic_model, phases=units.phases,
+        pipeline_idle_fraction=idle_fraction(schedule, units.stages, passes_cycles),
     )
+
+
+def is_update(task: Compute | Parallel) -> bool:
+    """Whether a computation is a weight update (after a pipeline's flush)."""
+    computes = task.computes if isinstance(task, Parallel) else (task,)
+    return all(compute.phase is Phase.UPDATE for compute in computes)
+
+
+def idle_fraction(schedule: Schedule, stages: int, passes_cycles: float) -> float:
+    """A pipeline's bubble: over its passes (from the step's start to the flush, when the
+    last backward computation ends; the updates after it are not pipelined), the time each
+    stage's members are not computing, summed over stages, over stages x that span (0
+    without a pipeline)."""
+    if stages <= 1 or passes_cycles <= 0:
+        return 0.0
+    passes = [not is_update(task) for task in schedule.tasks
+              if isinstance(task, Compute | Parallel)]
+    busy = schedule.compute_cycles[np.array(passes, dtype=bool)].sum(axis=0)
+    per_stage = busy.reshape(stages, -1).mean(axis=1)
+    return float((passes_cycles - per_stage).sum() / (stages * passes_cycles))

@@ -52,7 +52,7 @@ from hypar_sim.hardware.config import HardwareConfig
 from hypar_sim.hardware.topology import Topology
 from hypar_sim.hardware.transfer import Routed, chunk_sizes, route_latency_cycles
 from hypar_sim.results import SimResult
-from hypar_sim.sim.accounting import assemble_result
+from hypar_sim.sim.accounting import assemble_result, is_update
 from hypar_sim.sim.defaults import DEFAULT_CHUNK_BYTES, DEFAULT_MAX_CHUNKS
 from hypar_sim.sim.lanes import Lanes
 from hypar_sim.sim.schedule import (
@@ -116,6 +116,7 @@ class _Step:
             self.round_pending[(member_class, step, round_)] = count
         self.arrived = {key: self.env.event() for key in self.pending}
         self.wait_cycles = [defaultdict(float) for _ in classes.members]  # layer -> cycles
+        self.passes_end = [0.0] * len(classes.members)  # its last non-update computation's
         # with `trace`: every computation (member, start, end, task) and every message's
         # span on every link ((message id, link) -> [start, finish, bytes])
         self.computations: list[tuple[int, float, float, Compute | Parallel]] | None = \
@@ -202,6 +203,8 @@ class _Step:
                     if self.computations is not None:
                         self.computations.append((member, env.now, env.now + cycles, task))
                     yield env.timeout(cycles)
+                    if not is_update(task):
+                        self.passes_end[member_class] = env.now
             elif isinstance(task, Send):
                 self.started.add((member_class, task.step))
                 self.start_rounds(member_class, task.step)
@@ -245,7 +248,7 @@ class _Step:
     def left(self, state: _InFlight) -> None:
         """The message is wholly on its first link: the next round of its sender may go."""
         message = state.sent.message
-        key = (state.sent.src_class, (message.layer, message.kind), message.round)
+        key = (state.sent.src_class, message.step, message.round)
         self.leaving[key] -= 1
         if self.leaving[key] == 0:
             self.start_rounds(state.sent.src_class, key[1])
@@ -275,7 +278,7 @@ class _Step:
         so have the others of its class the destination receives at the same time."""
         sent = state.sent
         message = sent.message
-        step = (message.layer, message.kind)
+        step = message.step
         key = (sent.dst_class, step)
         self.round_pending[(sent.dst_class, step, message.round)] -= sent.dst_count
         self.start_rounds(sent.dst_class, step)
@@ -339,7 +342,8 @@ def simulate_des(schedule: Schedule, topology: Topology,
     grants = sum(lanes.grants * size for lanes, size in (*zip(state.links, link_sizes, strict=True),
                                                          *zip(state.vaults, sizes, strict=True)))
     result = assemble_result(schedule, topology, "des", latency, waits, busy, events,
-                             time.perf_counter() - started, config_dict, routed)
+                             time.perf_counter() - started, config_dict, routed,
+                             max(state.passes_end, default=0.0))
     traced = tuple(trace_events(schedule, topology, state.computations, state.spans,
                                 schedule.config.clock_hz)) if trace else ()
     return dataclasses.replace(result, lane_grants=grants, trace_events=traced)

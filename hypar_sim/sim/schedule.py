@@ -27,7 +27,7 @@ must fit its cube.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -43,7 +43,6 @@ from hypar_sim.partition.steps import (
     Message,
     Phase,
     StepMessages,
-    TransferKind,
     largest_receive,
 )
 from hypar_sim.planner.footprint import memory_picture
@@ -55,57 +54,15 @@ from hypar_sim.planner.plan_messages import (
     training_matrices,
 )
 from hypar_sim.planner.traffic import traffic_model
-from hypar_sim.planner.training import Recompute, recompute_plan
+from hypar_sim.planner.training import Training, recompute_plan
 from hypar_sim.sim.defaults import DEFAULT_BUCKET_MB
+from hypar_sim.sim.step_tasks import StepTasks
+from hypar_sim.sim.tasks import Compute, Parallel, Send, StepKey, Task, Wait, task_cycles
 from hypar_sim.workload.graph import Graph
 from hypar_sim.workload.network import Network, as_graph
 
-StepKey = tuple[int, TransferKind]  # (layer index, why)
-
 __all__ = ["Compute", "Message", "Parallel", "Schedule", "Send", "StepKey", "Units", "Wait",
            "build_schedule", "largest_receive", "task_cycles"]
-
-
-@dataclass(frozen=True)
-class Compute:
-    """Run one phase of one layer on a member's PUs; `costs[member]`."""
-
-    layer: int
-    phase: Phase
-    costs: tuple[PieceCost, ...]
-
-
-@dataclass(frozen=True)
-class Send:
-    """Start the member's messages of a communication step (does not wait)."""
-
-    step: StepKey
-
-
-@dataclass(frozen=True)
-class Wait:
-    """Block until all messages of a step addressed to the member have arrived."""
-
-    step: StepKey
-
-
-@dataclass(frozen=True)
-class Parallel:
-    """Computations that run side by side on a member's cube (independent nodes of a graph
-    whose PUs fit the cube together): they take as long as the longest."""
-
-    computes: tuple[Compute, ...]
-
-    def cycles(self, member: int) -> float:
-        return max(compute.costs[member].cycles for compute in self.computes)
-
-
-Task = Compute | Parallel | Send | Wait
-
-
-def task_cycles(task: Compute | Parallel, member: int) -> float:
-    """How long a computation keeps the member's cube busy, cycles."""
-    return task.cycles(member) if isinstance(task, Parallel) else task.costs[member].cycles
 
 
 @dataclass(frozen=True)
@@ -121,6 +78,7 @@ class Units:
     kinds: tuple[tuple[str, ...], ...]  # [level][unit]
     traffic_model: str
     phases: str = "training"  # or "forward" (inference)
+    stages: int = 1  # a pipeline's stages (the top level's members)
 
 
 @dataclass(frozen=True)
@@ -200,6 +158,10 @@ def build_schedule(workload: Graph | Network, plan: Plan, config: HardwareConfig
     one) under `plan` (gradients fused in buckets of `bucket_bytes`, 0: one all-reduce per
     node; see `graph_steps`) and its training options (`planner.training`)."""
     graph = as_graph(workload)
+    if plan.stages:
+        from hypar_sim.sim.pipeline_schedule import build_pipeline_schedule
+
+        return build_pipeline_schedule(graph, plan, config, overlap_gradients, bucket_bytes)
     hierarchy, batch, training = plan.hierarchy, plan.batch, plan.training
     forward_only = plan.phases == "forward"
     model = traffic_model(plan.traffic_model, plan.phases)
@@ -216,6 +178,28 @@ def build_schedule(workload: Graph | Network, plan: Plan, config: HardwareConfig
     steps = model.graph_steps(graph, plan.columns, matrices, batch, hierarchy,
                               config.word_bytes, buckets)
     _check_fits(graph, layouts, plan, config, not forward_only)
+    costs = member_costs(graph, layouts, config, training)
+    build = StepTasks(steps, lambda i, phase: Compute(i, phase, costs(i, phase)),
+                      config.pus_per_cube, overlap_gradients)
+    tasks = build.forward(generations)
+    if not forward_only:
+        tasks += build.backward(generations, recompute_plan(graph, training.recompute),
+                                {bucket[-1] for bucket in buckets})
+        tasks += build.updates(range(len(graph.nodes)), buckets)
+    return Schedule(units_of(plan), config, tuple(tasks), steps, overlap_gradients)
+
+
+def units_of(plan: Plan) -> Units:
+    """What a result says of `plan`."""
+    return Units(plan.network, plan.strategy, plan.batch, plan.hierarchy, plan.node_names,
+                 plan.choices, plan.traffic_model, plan.phases, plan.training.stages)
+
+
+def member_costs(graph: Graph, layouts: Sequence[node_layout.NodeLayout],
+                 config: HardwareConfig, training: Training
+                 ) -> Callable[[int, Phase], tuple[PieceCost, ...]]:
+    """Every member's cost of a node's phase (`node_cost`; members with boxes of the same
+    sizes, and the same ZeRO shards, share one)."""
     fed = fed_nodes(graph)
     rule = training.update_rule(config.word_bytes)
     shards = [node_layout.weight_copies(own) if training.zero else np.ones(own.members, int)
@@ -223,125 +207,14 @@ def build_schedule(workload: Graph | Network, plan: Plan, config: HardwareConfig
     shapes = [np.column_stack([own.box_sizes(), part]) for own, part in zip(layouts, shards,
                                                                             strict=True)]
 
-    def compute(i: int, phase: Phase) -> Compute:
-        """Members with boxes of the same sizes (and shards) share one cost."""
+    def costs(i: int, phase: Phase) -> tuple[PieceCost, ...]:
         _, first, inverse = np.unique(shapes[i], axis=0, return_index=True,
                                       return_inverse=True)
         distinct = [node_cost(layouts[i], int(m), phase, config, graph.nodes[i].name in fed,
                               rule, int(shards[i][m])) for m in first]
-        return Compute(i, phase, tuple(distinct[j] for j in inverse.reshape(-1)))
+        return tuple(distinct[j] for j in inverse.reshape(-1))
 
-    def exchange(*keys: StepKey) -> list[Task]:
-        return [task for key in keys if key in steps for task in (Send(key), Wait(key))]
-
-    def together(nodes: list[int], phase: Phase) -> list[Task]:
-        return _packed([compute(i, phase) for i in nodes], config.pus_per_cube)
-
-    units = Units(graph.name, plan.strategy, batch, hierarchy, plan.node_names,
-                  tuple(tuple(column[h] for column in plan.columns)
-                        for h in range(hierarchy.levels)), plan.traffic_model, plan.phases)
-    tasks: list[Task] = []
-    for generation in generations:
-        for i in generation:
-            tasks += exchange((i, TransferKind.WEIGHT_GATHER), (i, TransferKind.RELAYOUT_FEATURE))
-        tasks += together(generation, Phase.FORWARD)
-        for i in generation:
-            tasks += exchange((i, TransferKind.PARTIAL_SUM))
-    if forward_only:
-        return Schedule(units, config, tuple(tasks), steps, overlap_gradients)
-    tasks += _backward(generations, recompute_plan(graph, training.recompute), exchange,
-                       together, steps, {bucket[-1] for bucket in buckets}, overlap_gradients)
-    tasks += _updates(len(graph.nodes), buckets, exchange, compute, steps, overlap_gradients)
-    return Schedule(units, config, tuple(tasks), steps, overlap_gradients)
-
-
-def _backward(generations: list[list[int]], recompute: Recompute, exchange, together,
-              steps: Mapping[StepKey, object], bucket_ends: set[int],
-              overlap_gradients: bool) -> list[Task]:
-    """The backward pass, generation by generation in reverse; before a segment's last
-    generation, its recomputed nodes' forward (their steps sent again) in forward order,
-    and under ZeRO 3 its nodes' weights gathered again."""
-    tasks: list[Task] = []
-    segment = recompute.segment_of()
-    for g in reversed(range(len(generations))):
-        nodes = generations[g][::-1]
-        later = [i for gen in generations[g + 1:] for i in gen[:1]]
-        if not later or segment[later[0]] != segment[nodes[0]]:  # a segment's last generation
-            members = [gen for gen in generations[:g + 1] if segment[gen[0]] == segment[nodes[0]]]
-            for i in (i for gen in reversed(members) for i in reversed(gen)):
-                tasks += exchange((i, TransferKind.WEIGHT_REGATHER))
-            for gen in members:
-                again = [i for i in gen if i in recompute.recomputed]
-                if again:
-                    tasks += exchange(*((i, TransferKind.RECOMPUTE_FEATURE) for i in again))
-                    tasks += together(again, Phase.RECOMPUTE)
-                    tasks += exchange(*((i, TransferKind.RECOMPUTE_SUM) for i in again))
-        for i in nodes:
-            tasks += exchange((i, TransferKind.ERROR_GATHER))
-        tasks += together(nodes, Phase.BACKWARD)
-        reduced = [(i, kind) for i in nodes for kind in _INPUT_ERRORS if (i, kind) in steps]
-        tasks += [Send(key) for key in reduced]
-        tasks += together(nodes, Phase.GRADIENT)
-        for i in nodes:
-            if i in bucket_ends and (i, TransferKind.GRADIENT) in steps:
-                tasks.append(Send((i, TransferKind.GRADIENT)))
-                if not overlap_gradients:
-                    tasks.append(Wait((i, TransferKind.GRADIENT)))
-                    tasks += exchange((i, TransferKind.GRADIENT_GATHER))
-        # input errors are reduced while the gradients are computed (the chain's rule:
-        # waited before the producers' backward pass)
-        tasks += [Wait(key) for key in reduced]
-    return tasks
-
-
-def _updates(count: int, buckets: list[list[int]], exchange, compute,
-             steps: Mapping[StepKey, object], overlap_gradients: bool) -> list[Task]:
-    """Every node's update in order, a bucket's all-reduce waited before its first node's
-    update; under ZeRO 1 and 2 its updated weights gathered after its last node's."""
-    tasks: list[Task] = []
-    bucket_of = {i: bucket[-1] for bucket in buckets for i in bucket}
-    last_of = {max(bucket): bucket[-1] for bucket in buckets}
-    waited: set[int] = set()
-    for i in range(count):
-        key = bucket_of.get(i)
-        if overlap_gradients and key is not None and key not in waited:
-            waited.add(key)
-            if (key, TransferKind.GRADIENT) in steps:
-                tasks.append(Wait((key, TransferKind.GRADIENT)))
-                tasks += exchange((key, TransferKind.GRADIENT_GATHER))
-        tasks.append(compute(i, Phase.UPDATE))
-        if i in last_of:
-            tasks += exchange((last_of[i], TransferKind.UPDATE_GATHER))
-    return tasks
-
-
-#: The steps that carry a node's input errors toward its producers: sent once its backward
-#: pass has computed them, waited after its gradients (the layout models' reduction of
-#: partial errors; HyPar's relayout of a batch -> in boundary's error).
-_INPUT_ERRORS = (TransferKind.RELAYOUT_ERROR, TransferKind.ERROR_REDUCE)
-
-
-def _packed(computes: list[Compute], pus: int) -> list[Task]:
-    """Independent computations side by side while every member's busiest PU counts fit
-    the cube's PUs together; one after another otherwise (greedy, in order)."""
-    tasks: list[Task] = []
-    group: list[Compute] = []
-
-    def close() -> None:
-        if len(group) > 1:
-            tasks.append(Parallel(tuple(group)))
-        else:
-            tasks.extend(group)
-
-    for compute in computes:
-        fits = all(sum(c.costs[m].pus_used for c in (*group, compute)) <= pus
-                   for m in range(len(compute.costs)))
-        if group and not fits:
-            close()
-            group = []
-        group.append(compute)
-    close()
-    return tasks
+    return costs
 
 
 def _check_fits(graph: Graph, layouts: list[node_layout.NodeLayout], plan: Plan,

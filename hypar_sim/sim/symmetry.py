@@ -178,7 +178,8 @@ def classify(schedule: Schedule, topology: Topology, symmetric: bool = True,
             raise RuntimeError("symmetry: a message class does not spread evenly over its "
                                "ends' classes")
         key = keys[step]
-        message = Message(src, dst, float(nbytes), key[0], level, key[1], round_)
+        message = Message(src, dst, float(nbytes), key[0], level, key[1], round_,
+                          key[2] if len(key) > 2 else 0)
         hops = tuple((class_of_link[link], size // link_count[class_of_link[link]])
                      for link in crossed[start:start + length])
         start += length
