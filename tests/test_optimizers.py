@@ -40,6 +40,7 @@ def test_an_inference_keeps_no_state():
     assert parts("adam", phases="forward")["optimizer_state"] == 0.0
 
 
+@pytest.mark.slow
 def test_plan_and_run_refuse_the_same_plan():
     """Data parallelism on gpt2_small (16 samples, 16 cubes) needs 2.90 GiB a cube with SGD
     and 3.83 GiB with Adam: a 3.5 GiB cube takes the first, refuses the second in the plan
