@@ -255,6 +255,12 @@ def _sweep_arguments(sweep: argparse.ArgumentParser) -> None:
     sweep.add_argument("--optimizers", default="sgd",
                        help="comma-separated, from sgd, momentum, adam (default sgd): the "
                             "update rule and the state it keeps per parameter")
+    sweep.add_argument("--precisions", default="fp32",
+                       help="comma-separated, from fp32, bf16, fp16 (default fp32)")
+    sweep.add_argument("--zeros", default="0",
+                       help="comma-separated ZeRO stages, from 0, 1, 2, 3 (default 0)")
+    sweep.add_argument("--recomputes", default="none",
+                       help="comma-separated, from none, full, selective (default none)")
     sweep.add_argument("--phases", default="training",
                        help="training, forward or training,forward: a whole training step "
                             "(default), or inference, the forward pass alone")

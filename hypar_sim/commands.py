@@ -134,6 +134,7 @@ def cmd_sweep(args: argparse.Namespace) -> str:
     from hypar_sim.planner.optimizers import OPTIMIZERS
     from hypar_sim.planner.search import SEARCHES
     from hypar_sim.planner.traffic import PHASES, TRAFFIC_MODELS
+    from hypar_sim.planner.training import PRECISIONS, RECOMPUTES
 
     networks = sweep.parse_list(args.networks, None, "--networks")
     if networks == ("all",):
@@ -166,6 +167,10 @@ def cmd_sweep(args: argparse.Namespace) -> str:
                                         "--traffic-models"),
         phases=sweep.parse_list(args.phases, PHASES, "--phases"),
         optimizers=sweep.parse_list(args.optimizers, tuple(OPTIMIZERS), "--optimizers"),
+        precisions=sweep.parse_list(args.precisions, tuple(PRECISIONS), "--precisions"),
+        zeros=tuple(int(z) for z in sweep.parse_list(args.zeros, ("0", "1", "2", "3"),
+                                                      "--zeros")),
+        recomputes=sweep.parse_list(args.recomputes, tuple(RECOMPUTES), "--recomputes"),
     )
     sweep.check_axes(spec)
     check_scheduler(args.executor, args.scheduler)

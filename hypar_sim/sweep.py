@@ -2,7 +2,8 @@
 
 A sweep is the cartesian product of networks, strategies, topologies,
 accelerator counts, batch sizes, hierarchies, kind sets, searches, traffic
-models, objectives, engines, overlap, phases (training or forward), optimizers and hardware
+models, objectives, engines, overlap, phases (training or forward), optimizers, precisions,
+ZeRO stages, recomputation and hardware
 overrides (`--set key=v1,v2`).
 Each case becomes one row with every input and every scalar output of
 `run --json` (dicts flattened to `name.key` columns; lists, the plan, the
@@ -54,7 +55,8 @@ EXECUTORS = ("process", "serial", "dask")
 #: Input columns, in order; then the outputs.
 INPUT_COLUMNS = ("network", "strategy", "topology", "accelerators", "batch", "hierarchy", "kinds",
                  "search", "traffic_model", "objective", "engine", "overlap", "overrides",
-                 "plan_input", "config_file", "config_digest", "phases", "optimizer")
+                 "plan_input", "config_file", "config_digest", "phases", "optimizer",
+                 "precision", "zero", "recompute")
 
 
 @dataclass(frozen=True)
@@ -79,6 +81,9 @@ class Case:
     overlap: bool = True  # gradient exchange overlapped with the backward pass
     phases: str = "training"  # a whole training step, or forward (inference)
     optimizer: str = "sgd"  # the update rule and its state per parameter
+    precision: str = "fp32"  # the number format (`planner.training`)
+    zero: int = 0  # the ZeRO stage
+    recompute: str = "none"  # activation recomputation
 
     def key(self) -> str:
         """What identifies the case in a CSV (its input columns as text)."""
@@ -95,13 +100,14 @@ class Case:
                 "engine": self.engine, "overlap": self.overlap,
                 "overrides": self.overrides_text(), "plan_input": self.plan_text or "",
                 "config_file": self.config_file or "", "config_digest": self.config_digest,
-                "phases": self.phases, "optimizer": self.optimizer}
+                "phases": self.phases, "optimizer": self.optimizer,
+                "precision": self.precision, "zero": self.zero, "recompute": self.recompute}
 
 
 #: Input columns added after sweeps were first written, with the value a row without them
 #: ran with, its Case default (so an older CSV resumes instead of running again).
 ADDED_COLUMNS = {column: Case.__dataclass_fields__[column].default
-                 for column in ("phases", "optimizer")}
+                 for column in ("phases", "optimizer", "precision", "zero", "recompute")}
 
 
 def row_key(row: Mapping[str, Any]) -> str:
@@ -143,6 +149,9 @@ class SweepSpec:
     overlaps: tuple[bool, ...] = (True,)
     phases: tuple[str, ...] = ("training",)
     optimizers: tuple[str, ...] = ("sgd",)
+    precisions: tuple[str, ...] = ("fp32",)
+    zeros: tuple[int, ...] = (0,)
+    recomputes: tuple[str, ...] = ("none",)
 
     def cases(self) -> list[Case]:
         keys = [key for key, _ in self.overrides]
@@ -150,10 +159,12 @@ class SweepSpec:
         digest = file_digest(self.config_file)
         result = []
         for (network, strategy, topology, count, batch, hierarchy, kinds, search, model,
-             objective, engine, overlap, phases, optimizer) in itertools.product(
+             objective, engine, overlap, phases, optimizer, precision, zero,
+             recompute) in itertools.product(
                 self.networks, self.strategies, self.topologies, self.accelerators,
                 self.batches, self.hierarchies, self.kinds, self.searches, self.traffic_models,
-                self.objectives, self.engines, self.overlaps, self.phases, self.optimizers):
+                self.objectives, self.engines, self.overlaps, self.phases, self.optimizers,
+                self.precisions, self.zeros, self.recomputes):
             for values in itertools.product(*value_lists):
                 result.append(Case(network, strategy, topology, count, batch, engine,
                                    tuple(zip(keys, values, strict=True)),
@@ -162,7 +173,8 @@ class SweepSpec:
                                    traffic_model=model,
                                    objective=objective_for(strategy, objective)
                                    if strategy in STRATEGIES else objective, overlap=overlap,
-                                   phases=phases, optimizer=optimizer))
+                                   phases=phases, optimizer=optimizer, precision=precision,
+                                   zero=zero, recompute=recompute))
         return list(dict.fromkeys(result))  # a strategy that takes no objective runs once
 
 
@@ -204,7 +216,9 @@ def case_request(case: Case, options: Mapping[str, Any] | None = None) -> RunReq
                         plan_text=case.plan_text, kinds=case.kinds, search=case.search,
                         traffic_model=case.traffic_model,
                         objective=objective_for(case.strategy, case.objective),
-                        phases=case.phases, optimizer=case.optimizer, sim=sim)
+                        phases=case.phases, optimizer=case.optimizer,
+                        precision=case.precision, zero=int(case.zero),
+                        recompute=case.recompute, sim=sim)
 
 
 def run_case(case: Case, options: Mapping[str, Any] | None = None) -> dict[str, Any]:

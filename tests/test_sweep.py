@@ -297,3 +297,30 @@ def test_optimizers_are_an_axis():
             (run_case(case) for case in spec.cases())}
     assert rows["adam"]["energy_j"] > rows["sgd"]["energy_j"]
     assert rows["adam"]["latency_s"] > rows["sgd"]["latency_s"]
+
+
+def test_training_options_are_axes_and_an_older_csv_resumes(tmp_path):
+    """`sweep --precisions fp32,bf16 --zeros 0,1 --recomputes none,full`: bf16 halves the
+    bytes, ZeRO 1 moves the same bytes, full recomputation takes longer; a CSV written before
+    these columns resumes as fp32, ZeRO 0, no recomputation."""
+    spec = SweepSpec(networks=("lenet_c",), strategies=("data",), accelerators=(4,),
+                     batches=(64,), precisions=("fp32", "bf16"), zeros=(0, 1),
+                     recomputes=("none", "full"))
+    out = tmp_path / "t.csv"
+    run_sweep(spec.cases(), out, executor="serial", progress=False)
+    table = pd.read_csv(out).set_index(["precision", "zero", "recompute"])
+    assert len(table) == 8 and table.error.isna().all()
+    assert table.loc[("bf16", 0, "none")].traffic_bytes * 2 == \
+        table.loc[("fp32", 0, "none")].traffic_bytes
+    assert table.loc[("fp32", 1, "none")].traffic_bytes == \
+        table.loc[("fp32", 0, "none")].traffic_bytes
+    assert table.loc[("fp32", 0, "full")].latency_s > table.loc[("fp32", 0, "none")].latency_s
+    older = tmp_path / "old.csv"
+    plain = table.reset_index().query("precision == 'fp32' and zero == 0 and "
+                                      "recompute == 'none'")
+    plain.drop(columns=["precision", "zero", "recompute"]).to_csv(older, index=False)
+    walls = pd.read_csv(older).wall_s.tolist()
+    base = SweepSpec(networks=("lenet_c",), strategies=("data",), accelerators=(4,),
+                     batches=(64,))
+    run_sweep(base.cases(), older, executor="serial", progress=False)
+    assert pd.read_csv(older).wall_s.tolist() == walls  # resumed, not rerun
