@@ -226,3 +226,17 @@ def test_the_options_are_in_the_headers_and_the_run_config(cli, tmp_path):
                     ).note() == ", optimizer adam, fp16, ZeRO 2, recompute full"
     bad = cli("run", "lenet_c", "--zero", "5")
     assert bad.returncode == 2 and "--zero" in bad.stderr
+
+
+def test_the_time_objective_costs_the_update_and_the_recomputation():
+    """`--objective time` prices Adam's update (6 MACs and two moments a parameter) and a
+    recomputed forward pass: the estimates grow with them, for a chain as for a graph."""
+    def estimate(network, **options):
+        return plan_request(make_request(network, accelerators=4, batch=16,
+                                         strategy="hypar", objective="time",
+                                         **options)).estimate
+
+    for network in ("lenet_c", "workloads/examples/tiny_mlp.onnx"):
+        plain = estimate(network)
+        assert estimate(network, optimizer="adam") > plain
+        assert estimate(network, recompute="full") > plain

@@ -51,7 +51,7 @@ from hypar_sim.planner.strategies import (
     check_objective_of,
     offered_columns,
 )
-from hypar_sim.planner.training import DEFAULT_TRAINING, Training
+from hypar_sim.planner.training import DEFAULT_TRAINING, Training, recompute_plan
 from hypar_sim.workload.graph import Graph
 from hypar_sim.workload.network import Network, as_graph, chain_of, is_chain
 
@@ -180,7 +180,7 @@ def plan_graph(graph: Graph, strategy: str, hierarchy: Hierarchy, batch: int,
     costs, estimator = model.plan_costs(graph, batch, word_bytes), None
     if objective != "bytes":
         costs, estimator = _timed_costs(graph, batch, hierarchy, word_bytes, model, objective,
-                                        topology, config, overlap_gradients)
+                                        topology, config, overlap_gradients, training)
     costs.priced_by(node_rule(graph, training, word_bytes, phases != "forward"))
     request = PlanRequest(graph, graph_sites(graph), batch, hierarchy, tuple(kinds), search,
                           costs, notes, word_bytes,
@@ -207,11 +207,13 @@ def plan_graph(graph: Graph, strategy: str, hierarchy: Hierarchy, batch: int,
 
 def _timed_costs(graph: Graph, batch: int, hierarchy: Hierarchy, word_bytes: int,
                  model: traffic_models.TrafficModel, objective: str, topology: str,
-                 config: HardwareConfig | None, overlap_gradients: bool
+                 config: HardwareConfig | None, overlap_gradients: bool,
+                 training: Training = DEFAULT_TRAINING
                  ) -> tuple[node_layout.Costs, Estimator | None]:
     """The cost tables in cycles or pJ on the topology: a chain's by the estimator (closed
-    forms per level, refined on the sent messages: `chain_costs.estimated_search`), any
-    other graph's by timing its steps (`planner.timed_costs`, the layout models)."""
+    forms per level, refined on the sent messages: `chain_costs.estimated_search`; it
+    costs an SGD step), any other graph's, or a chain's under another optimizer, ZeRO or
+    recomputation, by timing its steps (`planner.timed_costs`, the layout models)."""
     from hypar_sim.hardware.config import load_hardware
     from hypar_sim.hardware.topology import make_topology
     from hypar_sim.planner.estimate import Estimator
@@ -219,12 +221,15 @@ def _timed_costs(graph: Graph, batch: int, hierarchy: Hierarchy, word_bytes: int
 
     config = config or load_hardware(overrides={"word_bytes": word_bytes})
     network = make_topology(topology, config, hierarchy)
-    if is_chain(graph):
+    plain = dataclasses.replace(training, precision="fp32") == DEFAULT_TRAINING
+    if is_chain(graph) and plain:
         estimator = Estimator(objective, model, config, network, overlap_gradients,
                               graph.nodes[0].name if graph.nodes else "")
         return ChainCosts(graph, estimator, model, batch, word_bytes), estimator
+    recomputed = recompute_plan(graph, training.recompute).recomputed
     return TimedCosts(batch, word_bytes, model.forward_only, objective, config, network,
-                      fed_nodes(graph)), None
+                      fed_nodes(graph), training,
+                      {graph.nodes[i].name for i in recomputed}), None
 
 
 def _fitting(request: PlanRequest, strategy: str,

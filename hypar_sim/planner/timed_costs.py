@@ -46,6 +46,7 @@ from hypar_sim.partition.redistribute import Moved
 from hypar_sim.partition.shares import Column
 from hypar_sim.partition.steps import STEP_PHASES, Phase, StepMessages, TransferKind
 from hypar_sim.planner.plan_messages import EDGE_STAGES, OWN_STAGES
+from hypar_sim.planner.training import DEFAULT_TRAINING, Training
 from hypar_sim.sim.defaults import DEFAULT_CHUNK_BYTES, DEFAULT_MAX_CHUNKS
 
 _KIND_OF = {**{stage: kind for stage, (kind, _) in EDGE_STAGES.items()}, **OWN_STAGES}
@@ -54,14 +55,19 @@ _KIND_OF = {**{stage: kind for stage, (kind, _) in EDGE_STAGES.items()}, **OWN_S
 class TimedCosts(node_layout.Costs):
     """`node_layout.Costs` in cycles (`objective` time) or pJ (energy) on `topology`;
     `fed`: the names of the nodes that read another node's output (the others have no
-    backward pass)."""
+    backward pass); `training`'s update (its optimizer, ZeRO's shards) and the forward pass
+    of the `recomputed` nodes again (their messages are not counted again)."""
 
     closed_forms = False  # its steps are timed one by one
 
     def __init__(self, batch: int, word_bytes: int, forward_only: bool, objective: str,
-                 config: HardwareConfig, topology: Topology, fed: set[str]) -> None:
+                 config: HardwareConfig, topology: Topology, fed: set[str],
+                 training: Training = DEFAULT_TRAINING,
+                 recomputed: set[str] | frozenset[str] = frozenset()) -> None:
         super().__init__(batch, word_bytes, forward_only)
         self.objective, self.config, self.topology, self.fed = objective, config, topology, fed
+        self.training, self.recomputed = training, recomputed
+        self._rule = training.update_rule(config.word_bytes)
         table = EnergyTable.from_config(config)
         self._pj = table
         self._static_pj = table.pj_per_action[Action.STATIC_PU_CYCLE] * config.pus_per_cube \
@@ -86,14 +92,17 @@ class TimedCosts(node_layout.Costs):
         (pJ), as the schedule charges them (members with boxes of the same sizes cost
         alike)."""
         needs_error = site.node.name in self.fed
-        key = (node_layout.geometry(site), column, hierarchy, needs_error)
+        again = site.node.name in self.recomputed and not self.forward_only
+        key = (node_layout.geometry(site), column, hierarchy, needs_error, again)
         if key not in self._compute:
             own = node_layout.layout(site, self.batch, column, hierarchy)
             _, first, counts = np.unique(own.box_sizes(), axis=0, return_index=True,
                                          return_counts=True)
             cycles, pj = 0.0, 0.0
-            for phase in self.phases:
-                pieces = [node_cost(own, int(m), phase, self.config, needs_error)
+            shards = node_layout.weight_copies(own) if self.training.zero else None
+            for phase in (*self.phases, *((Phase.RECOMPUTE,) if again else ())):
+                pieces = [node_cost(own, int(m), phase, self.config, needs_error, self._rule,
+                                    int(shards[m]) if shards is not None else 1)
                           for m in first]
                 cycles += max(piece.cycles for piece in pieces)
                 pj += sum(self._pj.energy(piece.counts).total_pj * int(n)
