@@ -147,6 +147,28 @@ def member_channels(own: NodeLayout) -> np.ndarray:
     return channels * _extent(own, Dim.G) if Dim.G in own.boxes else channels
 
 
+def tied_copy_params(own: NodeLayout) -> np.ndarray:
+    """[members] the parameters a tied projection's members would hold as their own copy
+    (a pipeline stage apart from its owner keeps one: `planner.pipeline_messages`)."""
+    desc = own.site.desc
+    if desc.weights is None or desc.weights.scale or Dim.K not in own.boxes:
+        return np.zeros(own.members, dtype=np.int64)
+    rows = _extent(own, desc.reduction) if desc.reduction is not None else desc.weights.rows
+    return member_channels(own) * rows
+
+
+def weight_regions(own: NodeLayout) -> list[Region]:
+    """Every member's region of the node's weight matrix (`regions.weight_shape`: an fc's
+    (K, C), an embedding table's (vocab, K)): what its gradient covers."""
+    desc = own.site.desc
+    rows, _ = weight_shape(desc)
+    channel = 1 + own.site.output.index(Dim.K) if Dim.K in own.site.output else None
+    boxes = [own.box(m) for m in range(own.members)]
+    return [(((0, rows), b[Dim.K]),) if not desc.weights.by_channel else
+            tuple((made[channel], b[Dim.C]) for made in out)  # its channels' rows
+            for b, out in zip(boxes, own.outputs(), strict=True)]
+
+
 def member_params(own: NodeLayout) -> np.ndarray:
     """[members] the parameters each member holds (and updates): the weights of its output
     channels over its share of the reduction (an embedding's: every row of its columns),
@@ -262,18 +284,13 @@ def own_matrices(own: NodeLayout, batch: int, word_bytes: int,
     and shift), and of the loss if it is an output of the graph (its partial values
     reduced wherever the reduction leaves them; the error goes back the same way)."""
     desc = own.site.desc
-    boxes = [own.box(m) for m in range(own.members)]
     result = {}
     scale = desc.weights.scale if desc.weights is not None else 0
     outputs = own.outputs()
     channel = 1 + own.site.output.index(Dim.K) if Dim.K in own.site.output else None
     if scale:
-        rows, columns = weight_shape(desc)
-        regions = [(((0, rows), b[Dim.K]),) if not desc.weights.by_channel else
-                   tuple((made[channel], b[Dim.C]) for made in out)  # its channels' rows
-                   for b, out in zip(boxes, outputs, strict=True)]
-        result.update(_all_reduce((rows, columns), regions, word_bytes * scale, "gradient",
-                                  own.replicas))
+        result.update(_all_reduce(weight_shape(desc), weight_regions(own), word_bytes * scale,
+                                  "gradient", own.replicas))
     vectors = desc.vectors
     if vectors:  # a bias or a norm's scale and shift: one value per output channel each
         regions = [tuple((made[channel],) for made in out) for out in outputs]

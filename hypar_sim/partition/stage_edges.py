@@ -31,7 +31,7 @@ def _side_by_side(first: NodeLayout, second: NodeLayout) -> np.ndarray | None:
     return np.concatenate([own, other + m])
 
 
-def _placed(moved: Moved, producer_stage: int, consumer_stage: int, members: int,
+def placed(moved: Moved, producer_stage: int, consumer_stage: int, members: int,
             total: int) -> Moved:
     """Entries of the side-by-side matrix (2 m members) as the array's members: the first
     m those of the producer's stage, the rest the consumer's."""
@@ -60,10 +60,10 @@ def stage_edge_matrices(producer: NodeLayout, consumer: NodeLayout, index: int, 
     backward = redistribute(shape, nothing + read, made + nothing, replicas)
     pooled = producer.site.desc.pooled_ratio
 
-    def placed(moved: Moved, scale: float) -> Moved:
-        return _placed(moved * scale, producer_stage, consumer_stage, m, total)
+    def on_array(moved: Moved, scale: float) -> Moved:
+        return placed(moved * scale, producer_stage, consumer_stage, m, total)
 
-    return {"forward reduce": placed(forward.reduce, word_bytes * pooled),
-            "forward gather": placed(forward.gather, word_bytes),
-            "backward reduce": placed(backward.reduce, word_bytes),
-            "backward gather": placed(backward.gather, word_bytes)}
+    return {"forward reduce": on_array(forward.reduce, word_bytes * pooled),
+            "forward gather": on_array(forward.gather, word_bytes),
+            "backward reduce": on_array(backward.reduce, word_bytes),
+            "backward gather": on_array(backward.gather, word_bytes)}

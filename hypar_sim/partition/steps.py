@@ -46,6 +46,7 @@ class TransferKind(StrEnum):
     RECOMPUTE_SUM = "recompute_sum"  # recomputation: the partial outputs reduced again
     STAGE_FEATURE = "stage_feature"  # pipeline: an input sent from its producer's stage
     STAGE_ERROR = "stage_error"  # pipeline: an output's error sent back to its stage
+    TIED_GRADIENT = "tied_gradient"  # pipeline: a tied weight's two copies' gradients summed
 
     @property
     def phase(self) -> Phase:
@@ -66,7 +67,7 @@ class TransferKind(StrEnum):
 _INTRA = frozenset({TransferKind.PARTIAL_SUM, TransferKind.GRADIENT,
                     TransferKind.GRADIENT_GATHER, TransferKind.UPDATE_GATHER,
                     TransferKind.WEIGHT_GATHER, TransferKind.WEIGHT_REGATHER,
-                    TransferKind.RECOMPUTE_SUM})
+                    TransferKind.RECOMPUTE_SUM, TransferKind.TIED_GRADIENT})
 _REDUCING = frozenset({TransferKind.PARTIAL_SUM, TransferKind.ERROR_REDUCE,
                        TransferKind.GRADIENT, TransferKind.RECOMPUTE_SUM})
 _PHASES = {
@@ -77,6 +78,7 @@ _PHASES = {
     TransferKind.WEIGHT_GATHER: Phase.FORWARD, TransferKind.WEIGHT_REGATHER: Phase.BACKWARD,
     TransferKind.RECOMPUTE_FEATURE: Phase.RECOMPUTE, TransferKind.RECOMPUTE_SUM: Phase.RECOMPUTE,
     TransferKind.STAGE_FEATURE: Phase.FORWARD, TransferKind.STAGE_ERROR: Phase.BACKWARD,
+    TransferKind.TIED_GRADIENT: Phase.GRADIENT,
 }
 
 

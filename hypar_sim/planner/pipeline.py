@@ -12,7 +12,8 @@ nodes are split across the sub-array by the strategy's plan for one micro-batch 
 same plan for every stage); that plan is searched without the capacity, and the pipeline
 plan is checked against it: per cube, its stage's weights, gradients and state, the
 activations of the micro-batches in flight (GPipe keeps all M, 1F1B at most S - s on
-stage s), and the largest receive.
+stage s), and the largest receive. A tied projection in another stage than its weights'
+owner (GPT-2's output projection) keeps a copy of them there, with its gradients and state.
 """
 
 from __future__ import annotations
@@ -27,9 +28,15 @@ import numpy as np
 from hypar_sim.errors import InputError
 from hypar_sim.hardware.config import HardwareConfig, load_hardware
 from hypar_sim.partition.hierarchy import Hierarchy
+from hypar_sim.partition.node_layout import tied_copy_params, weight_copies
 from hypar_sim.partition.steps import largest_receive
 from hypar_sim.planner.footprint import memory_picture
-from hypar_sim.planner.pipeline_messages import pipeline_messages, stage_graph, stage_nodes
+from hypar_sim.planner.pipeline_messages import (
+    pipeline_messages,
+    stage_graph,
+    stage_nodes,
+    tied_apart,
+)
 from hypar_sim.planner.plan_messages import graph_layouts
 from hypar_sim.planner.traffic import traffic_model
 from hypar_sim.planner.training import Training
@@ -204,10 +211,19 @@ def pipeline_footprint(graph: Graph, layouts: Sequence, stages: Sequence[int],
     """The busiest stage's busiest cube by part (`footprint.memory_picture` of the stage's
     nodes, its activations times the micro-batches in flight)."""
     best: tuple[tuple[str, float], ...] = ()
+    tied = tied_apart(graph, stages)
     for s, nodes in enumerate(stage_nodes(stages, training.stages)):
         picture = memory_picture(stage_graph(graph, nodes, s), [layouts[i] for i in nodes],
                                  word_bytes, True, receive_bytes, training,
                                  in_flight(training, s))
-        if not best or sum(v for _, v in picture.parts) > sum(v for _, v in best):
-            best = picture.parts
+        parts = dict(picture.parts)
+        for t in (t for t in tied if stages[t] == s):  # its copy of the owner's weights
+            own = layouts[t]
+            copy = training.member_bytes(tied_copy_params(own).astype(float),
+                                         weight_copies(own), np.zeros(own.members),
+                                         word_bytes, True)
+            for part in ("weights", "gradients", "optimizer_state"):
+                parts[part] += float(copy[part].max())
+        if not best or sum(parts.values()) > sum(v for _, v in best):
+            best = tuple(parts.items())
     return best

@@ -8,7 +8,7 @@ earlier stages are its graph inputs; `plan_messages.graph_matrices`), on its mem
 per training step. An edge between stages moves its tensor from the producer's stage to
 the consumer's and the error back (`partition.stage_edges`): the reduction of partial sums
 within a stage joins that stage's steps, what crosses is a step of its own
-(`STAGE_FEATURE` keyed by the reader, `STAGE_ERROR` by the producer), per micro-batch.
+(`STAGE_FEATURE` keyed by the producer, `STAGE_ERROR` by the reader), per micro-batch.
 """
 
 from __future__ import annotations
@@ -19,8 +19,9 @@ from dataclasses import dataclass
 
 from hypar_sim.partition import node_layout
 from hypar_sim.partition.hierarchy import Hierarchy
-from hypar_sim.partition.redistribute import Moved
-from hypar_sim.partition.stage_edges import stage_edge_matrices
+from hypar_sim.partition.redistribute import Moved, redistribute
+from hypar_sim.partition.regions import weight_shape
+from hypar_sim.partition.stage_edges import placed, stage_edge_matrices
 from hypar_sim.partition.steps import StepMessages, TransferKind, step_key
 from hypar_sim.planner.plan_messages import (
     gradient_buckets,
@@ -34,7 +35,7 @@ from hypar_sim.workload.graph import Graph
 
 #: Steps of the training step as a whole, not of one micro-batch (sent once).
 ONCE = frozenset({TransferKind.GRADIENT, TransferKind.GRADIENT_GATHER,
-                  TransferKind.UPDATE_GATHER})
+                  TransferKind.UPDATE_GATHER, TransferKind.TIED_GRADIENT})
 StepKey = tuple
 
 
@@ -54,13 +55,17 @@ def stage_graph(graph: Graph, nodes: Sequence[int], stage: int) -> Graph:
 class PipelineMessages:
     """A pipeline plan's steps: `steps` every message (per micro-batch keyed by
     `step_key`), the gradient `buckets` per stage (global node indices), which readers in
-    later stages each node sends its output (`sends_after`) and which producers each node
-    sends its input error back to (`errors_after`)."""
+    earlier stages each reader waits for (`feeds`: it waits for `(p, STAGE_FEATURE)`, which
+    p's stage sends) and which readers in later stages each producer waits for (`readers`:
+    `(c, STAGE_ERROR)`, which c's stage sends), and the tied copies' exchange (`tied`: node
+    -> (the node whose key it sends, the node whose key it waits for)). A key is sent by one
+    stage only, so that a member passing another stage's tasks sends nothing early."""
 
     steps: dict[StepKey, StepMessages]
     buckets: tuple[tuple[tuple[int, ...], ...], ...]
-    sends_after: dict[int, list[int]]
-    errors_after: dict[int, list[int]]
+    feeds: dict[int, list[int]]
+    readers: dict[int, list[int]]
+    tied: dict[int, list[tuple[int, int]]]
 
 
 def stage_nodes(stages: Sequence[int], count: int) -> list[list[int]]:
@@ -94,14 +99,32 @@ def pipeline_messages(graph: Graph, layouts: Sequence[node_layout.NodeLayout],
         matrices = training_matrices(sub, graph_matrices(sub, own, micro_batch, word_bytes),
                                      training)
         for (local, kind), matrix in matrices.items():
-            moved = Moved(total, matrix.src + s * m, matrix.dst + s * m, matrix.amount)
-            add(once if kind in ONCE else per_micro, (nodes[local], kind), moved)
+            add(once if kind in ONCE else per_micro, (nodes[local], kind),
+                _offset(matrix, s, m, total))
         backward = [nodes[local] for generation in reversed(sub.generations())
                     for local in reversed(generation)]
         buckets.append(tuple(tuple(b) for b in gradient_buckets(graph, backward, word_bytes,
                                                                  bucket_bytes)))
-    sends_after: dict[int, list[int]] = {}
-    errors_after: dict[int, list[int]] = {}
+    tied = tied_apart(graph, stages)
+    for t, owner in tied.items():  # the copy's gradients reduced within its stage
+        regions = node_layout.weight_regions(layouts[t])
+        shape = weight_shape(layouts[t].site.desc)
+        both = [*node_layout.weight_regions(layouts[owner]), *regions]
+        parts = redistribute(shape, regions, regions, layouts[t].replicas)
+        s = stages[t]
+        add(once, (t, TransferKind.GRADIENT), _offset(parts.reduce * word_bytes, s, m, total))
+        add(once, (t, TransferKind.GRADIENT_GATHER),
+            _offset(parts.gather * word_bytes, s, m, total))
+        nothing: list[tuple] = [()] * m
+        there = redistribute(shape, both[:m] + nothing, nothing + both[m:]).gather
+        back = redistribute(shape, nothing + both[m:], both[:m] + nothing).gather
+        add(once, (owner, TransferKind.TIED_GRADIENT),
+            placed(there * word_bytes, stages[owner], s, m, total))
+        add(once, (t, TransferKind.TIED_GRADIENT),
+            placed(back * word_bytes, stages[owner], s, m, total))
+        buckets[s] = (*buckets[s], (t,))
+    feeds: dict[int, list[int]] = {}
+    readers: dict[int, list[int]] = {}
     generation = graph.generation_of()
     groups: dict[tuple, list[tuple[int, int, int]]] = {}
     for p, c, k in graph_edges(graph):
@@ -113,13 +136,12 @@ def pipeline_messages(graph: Graph, layouts: Sequence[node_layout.NodeLayout],
         parts = stage_edge_matrices(layouts[p], layouts[c], k, micro_batch, word_bytes,
                                     stages[p], stages[c], total)
         add(per_micro, (p, TransferKind.PARTIAL_SUM), parts["forward reduce"])
-        add(per_micro, (reader, TransferKind.STAGE_FEATURE), parts["forward gather"])
+        add(per_micro, (p, TransferKind.STAGE_FEATURE), parts["forward gather"])
         add(per_micro, (reader, TransferKind.ERROR_REDUCE), parts["backward reduce"])
-        add(per_micro, (p, TransferKind.STAGE_ERROR), parts["backward gather"])
-        sends_after.setdefault(p, [])
-        if reader not in sends_after[p]:
-            sends_after[p].append(reader)
-        errors_after.setdefault(reader, []).append(p)
+        add(per_micro, (reader, TransferKind.STAGE_ERROR), parts["backward gather"])
+        for table, key, value in ((feeds, reader, p), (readers, p, reader)):
+            if value not in table.setdefault(key, []):
+                table[key].append(value)
     steps: dict[StepKey, StepMessages] = {}
     for (i, kind), transfers in sent(once, [b for stage in buckets for b in stage],
                                      collective, hierarchy).items():
@@ -128,5 +150,27 @@ def pipeline_messages(graph: Graph, layouts: Sequence[node_layout.NodeLayout],
         messages = transfers.messages(i, kind, hierarchy)
         for micro in range(training.microbatches):
             steps[step_key(i, kind, micro)] = dataclasses.replace(messages, micro=micro)
-    return PipelineMessages(steps, tuple(buckets), sends_after,
-                            {c: sorted(set(ps)) for c, ps in errors_after.items()})
+    pairs: dict[int, list[tuple[int, int]]] = {}
+    for t, owner in tied.items():
+        pairs.setdefault(owner, []).append((owner, t))
+        pairs.setdefault(t, []).append((t, owner))
+    return PipelineMessages(steps, tuple(buckets), feeds, readers, pairs)
+
+
+def tied_apart(graph: Graph, stages: Sequence[int]) -> dict[int, int]:
+    """Tied projections in another stage than their weights' owner (GPT-2's output
+    projection and its token embedding) -> the owner. Such a stage keeps a copy of the
+    weights; the two copies' gradients are summed before either is updated (as Megatron-LM
+    all-reduces the embedding between its first and last stage)."""
+    index = {node.name: i for i, node in enumerate(graph.nodes)}
+    found = {}
+    for i, node in enumerate(graph.nodes):
+        owner = index.get(str(node.attrs.get("tied_to", "")))
+        if owner is not None and stages[owner] != stages[i]:
+            found[i] = owner
+    return found
+
+
+def _offset(moved: Moved, stage: int, members: int, total: int) -> Moved:
+    """A stage's matrix (its m members) as the array's members."""
+    return Moved(total, moved.src + stage * members, moved.dst + stage * members, moved.amount)

@@ -91,7 +91,7 @@ def build_pipeline_schedule(graph: Graph, plan: Plan, config: HardwareConfig,
         order = passes(training, s)
         last = [u for phase, u in order if phase is Phase.BACKWARD][-1]
         build = StepTasks(messages.steps, compute, config.pus_per_cube, overlap_gradients,
-                          0, messages.sends_after, messages.errors_after)
+                          0, messages.feeds, messages.readers, messages.tied)
         for phase, u in order:
             step = dataclasses.replace(build, micro=u)
             if phase is Phase.FORWARD:

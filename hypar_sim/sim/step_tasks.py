@@ -32,17 +32,20 @@ _INPUT_ERRORS = (TransferKind.RELAYOUT_ERROR, TransferKind.ERROR_REDUCE)
 @dataclass(frozen=True)
 class StepTasks:
     """Tasks over `steps` (keyed by `step_key`, per-micro-batch steps of micro-batch
-    `micro`); `compute(i, phase)` a node's computation; `sends_after[p]` the readers in
-    later stages whose inputs p sends them, `errors_after[c]` the producers in earlier
-    stages whose output errors c sends back (a pipeline's)."""
+    `micro`); `compute(i, phase)` a node's computation; a pipeline's `feeds[c]` the
+    producers in earlier stages whose outputs c waits for, `readers[p]` the readers in later
+    stages whose errors of p's output p waits for, `tied[i]` (the key i sends, the key it
+    waits for) of tied copies' gradients summed before i's update
+    (`planner.pipeline_messages`)."""
 
     steps: Mapping[StepKey, object]
     compute: Callable[[int, Phase], Compute]
     pus: int
     overlap_gradients: bool = True
     micro: int = 0
-    sends_after: Mapping[int, Sequence[int]] = field(default_factory=dict)
-    errors_after: Mapping[int, Sequence[int]] = field(default_factory=dict)
+    feeds: Mapping[int, Sequence[int]] = field(default_factory=dict)
+    readers: Mapping[int, Sequence[int]] = field(default_factory=dict)
+    tied: Mapping[int, Sequence[tuple[int, int]]] = field(default_factory=dict)
 
     def key(self, i: int, kind: TransferKind) -> StepKey:
         return step_key(i, kind, 0 if kind in ONCE else self.micro)
@@ -67,14 +70,14 @@ class StepTasks:
         tasks: list[Task] = []
         for generation in generations:
             for i in generation:
-                tasks += self.wait(i, TransferKind.STAGE_FEATURE)
+                for producer in self.feeds.get(i, ()):
+                    tasks += self.wait(producer, TransferKind.STAGE_FEATURE)
                 tasks += self.exchange((i, TransferKind.WEIGHT_GATHER),
                                        (i, TransferKind.RELAYOUT_FEATURE))
             tasks += self.together(generation, Phase.FORWARD)
             for i in generation:
                 tasks += self.exchange((i, TransferKind.PARTIAL_SUM))
-                for reader in self.sends_after.get(i, ()):
-                    tasks += self.send(reader, TransferKind.STAGE_FEATURE)
+                tasks += self.send(i, TransferKind.STAGE_FEATURE)
         return tasks
 
     def backward(self, generations: Sequence[Sequence[int]], recompute: Recompute,
@@ -92,7 +95,8 @@ class StepTasks:
                 tasks += self._segment([gen for gen in generations[:g + 1]
                                         if segment[gen[0]] == segment[nodes[0]]], recompute)
             for i in nodes:
-                tasks += self.wait(i, TransferKind.STAGE_ERROR)
+                for reader in self.readers.get(i, ()):
+                    tasks += self.wait(reader, TransferKind.STAGE_ERROR)
                 tasks += self.exchange((i, TransferKind.ERROR_GATHER))
             tasks += self.together(nodes, Phase.BACKWARD)
             reduced = [(i, kind) for i in nodes for kind in _INPUT_ERRORS if self.has(i, kind)]
@@ -108,8 +112,7 @@ class StepTasks:
             # waited before the producers' backward pass)
             tasks += [task for i, kind in reduced for task in self.wait(i, kind)]
             for i in nodes:
-                for producer in self.errors_after.get(i, ()):
-                    tasks += self.send(producer, TransferKind.STAGE_ERROR)
+                tasks += self.send(i, TransferKind.STAGE_ERROR)
         return tasks
 
     def _segment(self, generations: Sequence[Sequence[int]], recompute: Recompute
@@ -142,6 +145,9 @@ class StepTasks:
                 if self.has(key, TransferKind.GRADIENT):
                     tasks += self.wait(key, TransferKind.GRADIENT)
                     tasks += self.exchange((key, TransferKind.GRADIENT_GATHER))
+            for sent, awaited in self.tied.get(i, ()):
+                tasks += self.send(sent, TransferKind.TIED_GRADIENT)
+                tasks += self.wait(awaited, TransferKind.TIED_GRADIENT)
             tasks.append(self.compute(i, Phase.UPDATE))
             if i in last_of:
                 tasks += self.exchange((last_of[i], TransferKind.UPDATE_GATHER))
