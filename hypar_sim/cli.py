@@ -84,7 +84,9 @@ def _add_plan_arguments(parser: argparse.ArgumentParser) -> None:
                         help="pipeline parallelism: the array's top level holds S stages of "
                              "contiguous nodes (default 1: none; --hierarchy must start with S)")
     parser.add_argument("--microbatches", default=1, type=int, metavar="M",
-                        help="micro-batches a pipeline's batch is cut into (default 1)")
+                        help="micro-batches a pipeline's batch is cut into (default 1; it must "
+                             "divide the batch, and a micro-batch must still split over a "
+                             "stage's members as the plan asks)")
     parser.add_argument("--schedule", default="1f1b", choices=PIPELINE_SCHEDULES,
                         help="pipeline schedule: 1f1b (default; Narayanan et al. 2021) or "
                              "gpipe (Huang et al. 2019)")

@@ -297,6 +297,10 @@ def cmd_plan(args: argparse.Namespace) -> str:
     if args.bound and request.plan.phases != "training":
         raise InputError("--bound: the lower bound counts a training step's transfers; it is "
                          "not defined for --phases forward yet")
+    if args.bound and request.plan.training.pipelined:
+        raise InputError("--bound: the lower bound is of a plan without a pipeline (its stages "
+                         "move activations the bound does not count); drop --pipeline or "
+                         "--bound")
     plan = plan_request(request, graph)
     bounds = (node_bounds(graph, plan.batch, plan.hierarchy, request.plan.kinds,
                           plan.word_bytes) if args.bound else None)

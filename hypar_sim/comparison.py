@@ -47,7 +47,8 @@ def cmd_compare(args: argparse.Namespace) -> str:
             raise InputError(str(result) if strategy in str(result) else
                              f"strategy {strategy}: {result}")
     bound = None
-    if request.plan.phases == "training":  # the bound counts a training step
+    if request.plan.phases == "training" and not request.plan.training.pipelined:
+        # the bound counts a training step, without a pipeline's stage-to-stage messages
         bound = sum(node_bounds(network, request.batch, request.hierarchy, request.plan.kinds,
                                 request.hardware.word_bytes))
     minimises = [minimised(s, o) for s, o in zip(strategies, objectives, strict=True)]

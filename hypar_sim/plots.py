@@ -74,19 +74,25 @@ def _draw(result: SimResult):
     import numpy as np
     from matplotlib.ticker import MaxNLocator
 
-    from hypar_sim.figure_style import SMALL, TINY
+    from hypar_sim.figure_style import PALETTE, SMALL, TINY
+    from hypar_sim.report import training_note
 
     ms = 1e3 / result.clock_hz
     fig, (bars, heat) = plt.subplots(1, 2, figsize=(13, 5.2),
                                      gridspec_kw={"width_ratios": [3, 2]})
     names = [layer.name for layer in result.per_layer]
     bottom = np.zeros(len(names))
+    # the palette's five colours in order; a recomputed forward pass hatched on white
+    looks = {"recompute_cycles": {"color": "white", "hatch": "////"},
+             "comm_wait_cycles": {"color": PALETTE[4]}}
+    shades = iter(PALETTE)
     for field, label in _PHASES:
         values = np.array([getattr(layer, field) for layer in result.per_layer]) * ms
+        look = looks.get(field) or {"color": next(shades)}
         if field == "recompute_cycles" and not values.any():
             continue  # nothing recomputed: no legend entry
         bars.bar(range(len(names)), values, bottom=bottom, label=label, edgecolor="black",
-                 linewidth=0.3 if len(names) <= MAX_NAMES else 0)
+                 linewidth=0.3 if len(names) <= MAX_NAMES else 0, **look)
         bottom += values
     every = max(1, math.ceil(len(names) / MAX_NAMES))
     shown = range(0, len(names), every)
@@ -94,13 +100,14 @@ def _draw(result: SimResult):
     bars.set_xticklabels([names[i] for i in shown], rotation=90,
                          fontsize=TINY if len(shown) > 30 else SMALL)
     bars.set_xlim(-0.6, len(names) - 0.4)
-    bars.set_xlabel(f"{len(names)} layers" + (f" (every {every}th name shown)"
+    bars.set_xlabel(f"{len(names)} layers" + (f" (one name in {every} shown)"
                                               if every > 1 else ""))
     bars.set_ylabel("time per layer (ms)")
     bars.legend(ncol=len(_PHASES), loc="lower left", bbox_to_anchor=(0, 1.0),
                 frameon=False, fontsize=SMALL, handlelength=1.2, columnspacing=1.0)
     fig.suptitle(f"{result.network}, {result.strategy}, {result.accelerators} accelerators "
-                 f"({result.topology}): {result.latency_s * 1e3:.4g} ms per step")
+                 f"({result.topology}){training_note(result.config or {})}: "
+                 f"{result.latency_s * 1e3:.4g} ms per step")
     labels, values, column = heat_rows([(link.link, link.busy_fraction)
                                         for link in result.per_link])
     width = max((len(row) for row in values), default=1)

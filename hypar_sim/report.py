@@ -175,7 +175,8 @@ def comparison_table(results: Sequence, objectives: Sequence[str] | None = None,
                      f"{r.time_shares['communication']:.0%}", _kind_counts(r.plan)))
     head = (f"{first.network} on {plural(first.accelerators, 'accelerator')} ({first.topology}), batch "
             f"{first.batch}, traffic model {first.traffic_model}, {first.engine} engine"
-            f"{', inference (forward pass only)' if first.phases == 'forward' else ''}; speedup, "
+            f"{', inference (forward pass only)' if first.phases == 'forward' else ''}"
+            f"{training_note(first.config or {})}; speedup, "
             f"energy efficiency and bytes relative to "
             f"{'data parallelism' if baseline == 'data' else baseline}\n\n")
     text = head + table(("strategy", "minimises", f"latency {time_unit}", "speedup", "energy J",

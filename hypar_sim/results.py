@@ -118,6 +118,9 @@ class SimResult:
     config: Mapping[str, Any] | None = None  # the full effective hardware configuration
     #: A pipeline's idle stage-time over stages x step time (`sim.accounting`); 0 without one.
     pipeline_idle_fraction: float = 0.0
+    #: Mean per accelerator: blocked on what another pipeline stage sends (its activations or
+    #: errors: the bubble and the stages' waits for each other), apart from communication.
+    stage_wait_cycles: float = 0.0
     trace_events: tuple[Mapping[str, Any], ...] = field(default=(), repr=False, compare=False)
 
     @property
@@ -138,12 +141,14 @@ class SimResult:
 
     @property
     def time_shares(self) -> dict[str, float]:
-        """Shares of the step spent computing, waiting on DRAM and communicating."""
+        """Shares of the step spent computing, waiting on DRAM, communicating and (in a
+        pipeline) waiting for what other stages send."""
         if self.latency_cycles <= 0:
-            return {"compute": 0.0, "dram": 0.0, "communication": 0.0}
+            return {"compute": 0.0, "dram": 0.0, "communication": 0.0, "other_stages": 0.0}
         return {"compute": self.compute_cycles / self.latency_cycles,
                 "dram": self.dram_stall_cycles / self.latency_cycles,
-                "communication": self.comm_wait_cycles / self.latency_cycles}
+                "communication": self.comm_wait_cycles / self.latency_cycles,
+                "other_stages": self.stage_wait_cycles / self.latency_cycles}
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON object of `run --json` (cycles as whole cycles, `whole_cycles`)."""
@@ -162,6 +167,7 @@ class SimResult:
             "hierarchy": list(self.hierarchy), "traffic_model": self.traffic_model,
             "phases": self.phases, "events": self.events, "lane_grants": self.lane_grants,
             "pipeline_idle_fraction": self.pipeline_idle_fraction,
+            "stage_wait_cycles": self.stage_wait_cycles,
             "wall_s": self.wall_s,
             "version": self.version,
             "config": dict(self.config or {}),
@@ -208,7 +214,9 @@ class SimResult:
             f"step latency   {quantity(self.latency_s, TIME_UNITS)}  ({self.latency_cycles:,.0f} cycles "
             f"at {self.clock_hz / 1e6:g} MHz)",
             f"time shares    compute {shares['compute']:.1%}, DRAM stalls {shares['dram']:.1%}, "
-            f"communication {shares['communication']:.1%}",
+            f"communication {shares['communication']:.1%}"
+            + (f", waiting for other stages {shares['other_stages']:.1%}"
+               if self.stage_wait_cycles else ""),
             *([f"pipeline       stages idle {self.pipeline_idle_fraction:.1%} of the step "
                "(bubble and stage-to-stage waits)"] if self.pipeline_idle_fraction else []),
             f"energy         {self.energy_j:.4g} J: " + ", ".join(

@@ -59,6 +59,11 @@ class PlanOptions:
             raise InputError(f"--traffic-model {self.traffic_model}: HyPar's chain reading has "
                              "no ZeRO, recomputation or pipeline steps; use --traffic-model "
                              "layout (the default) or layout_levels")
+        if self.phases == "forward" and (self.training.zero or self.training.pipelined
+                                         or self.training.recompute != "none"):
+            raise InputError("--phases forward: an inference has no gradients to shard and no "
+                             "backward pass to recompute for or to pipeline; drop --zero, "
+                             "--recompute and --pipeline")
         if self.phases == "forward" and self.objective != "bytes":
             raise InputError(f"--objective: {self.objective} is estimated for a training step; "
                              "with --phases forward the planner minimises bytes (--objective "

@@ -177,9 +177,16 @@ def pipeline_plan(graph: Graph, strategy: str, hierarchy: Hierarchy, batch: int,
     stages = assign_stages(graph, training)
     config = config or load_hardware(overrides={"word_bytes": word_bytes})
     unbounded = dataclasses.replace(config, cube_capacity_gib=2.0**20)
-    inner = make_plan(graph, strategy, sub, micro, plan_text, word_bytes,
-                      dataclasses.replace(options, training=dataclasses.replace(
-                          training, stages=1, microbatches=1, stage_names=())), unbounded)
+    try:
+        inner = make_plan(graph, strategy, sub, micro, plan_text, word_bytes,
+                          dataclasses.replace(options, training=dataclasses.replace(
+                              training, stages=1, microbatches=1, schedule="1f1b",
+                              stage_names=())), unbounded)
+    except InputError as error:
+        if "batch" not in str(error) or micro == batch:
+            raise
+        raise InputError(f"--microbatches {training.microbatches}: each stage plans a "
+                         f"micro-batch of {micro} samples; {error}") from None
     model = traffic_model(inner.traffic_model, inner.phases)
     layouts = list(inner.layouts) or graph_layouts(graph, micro, sub, inner.columns, model)
     messages = pipeline_messages(graph, layouts, stages, hierarchy, micro, word_bytes,
@@ -200,8 +207,9 @@ def pipeline_plan(graph: Graph, strategy: str, hierarchy: Hierarchy, batch: int,
     if needed > config.cube_capacity_bytes:
         raise InputError(f"capacity: the pipeline plan of {strategy} needs {needed / GIB:.3g} "
                          f"GiB per cube, more than the cube's {config.cube_capacity_gib:g} GiB; "
-                         "use more stages or micro-batches, --schedule 1f1b, --recompute, "
-                         "--zero 1 or more accelerators")
+                         "use more stages or micro-batches"
+                         + (", --schedule 1f1b" if training.schedule == "gpipe" else "")
+                         + ", --recompute, --zero 1, --precision bf16 or more accelerators")
     return plan
 
 

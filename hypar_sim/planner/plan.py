@@ -331,8 +331,6 @@ def make_plan(workload: Graph | Network, strategy: str, hierarchy: int | Hierarc
     if spec is not None:
         model.check(hierarchy, kinds, batch, spec.searches)
     if options.training.pipelined:
-        if options.phases == "forward":
-            raise InputError("--pipeline: plans a training step; drop --phases forward")
         from hypar_sim.planner.pipeline import pipeline_plan
 
         return pipeline_plan(graph, strategy, hierarchy, batch, plan_text, word_bytes,

@@ -103,6 +103,12 @@ class Training:
             raise InputError(f"--zero {self.zero}: shards gradients a pipeline stage sums over "
                              "its micro-batches (DeepSpeed refuses ZeRO 2 and 3 with pipeline "
                              "parallelism); use --zero 0 or 1 with --pipeline")
+        if self.stages == 1:
+            for flag, given in (("--microbatches", self.microbatches != 1),
+                                ("--schedule", self.schedule != "1f1b"),
+                                ("--stages", bool(self.stage_names))):
+                if given:
+                    raise InputError(f"{flag}: needs a pipeline (--pipeline S, S > 1)")
         if self.stage_names and len(self.stage_names) != self.stages - 1:
             raise InputError(f"--stages: {len(self.stage_names)} names for --pipeline "
                              f"{self.stages}; give the first node of each stage after the "

@@ -51,6 +51,7 @@ from simpy.core import EmptySchedule
 from hypar_sim.hardware.config import HardwareConfig
 from hypar_sim.hardware.topology import Topology
 from hypar_sim.hardware.transfer import Routed, chunk_sizes, route_latency_cycles
+from hypar_sim.partition.steps import TransferKind
 from hypar_sim.results import SimResult
 from hypar_sim.sim.accounting import assemble_result, is_update
 from hypar_sim.sim.defaults import DEFAULT_CHUNK_BYTES, DEFAULT_MAX_CHUNKS
@@ -70,6 +71,8 @@ from hypar_sim.sim.trace import trace_events
 #: SimPy priority of the event that grants a cycle's requests: after every other event of
 #: the cycle (SimPy's own are URGENT = 0 and NORMAL = 1).
 _AFTER_OTHERS = 2
+#: Steps whose waits are for another pipeline stage's work (`stage_wait_cycles`).
+STAGE_KINDS = frozenset({TransferKind.STAGE_FEATURE, TransferKind.STAGE_ERROR})
 
 
 class _InFlight:
@@ -117,6 +120,7 @@ class _Step:
         self.arrived = {key: self.env.event() for key in self.pending}
         self.wait_cycles = [defaultdict(float) for _ in classes.members]  # layer -> cycles
         self.passes_end = [0.0] * len(classes.members)  # its last non-update computation's
+        self.stage_waits = [0.0] * len(classes.members)  # waiting for other pipeline stages
         # with `trace`: every computation (member, start, end, task) and every message's
         # span on every link ((message id, link) -> [start, finish, bytes])
         self.computations: list[tuple[int, float, float, Compute | Parallel]] | None = \
@@ -214,7 +218,10 @@ class _Step:
                     continue
                 started = env.now
                 yield arrival
-                waits[task.step[0]] += env.now - started
+                if task.step[1] in STAGE_KINDS:  # another stage's work, not the links'
+                    self.stage_waits[member_class] += env.now - started
+                else:
+                    waits[task.step[0]] += env.now - started
 
     def read(self, state: _InFlight) -> None:
         """Ask the source's vault channels for the message's next chunk, if any."""
@@ -344,6 +351,9 @@ def simulate_des(schedule: Schedule, topology: Topology,
     result = assemble_result(schedule, topology, "des", latency, waits, busy, events,
                              time.perf_counter() - started, config_dict, routed,
                              max(state.passes_end, default=0.0))
+    stage_wait = math.fsum(wait * size for wait, size in zip(state.stage_waits, sizes,
+                                                             strict=True))
     traced = tuple(trace_events(schedule, topology, state.computations, state.spans,
                                 schedule.config.clock_hz)) if trace else ()
-    return dataclasses.replace(result, lane_grants=grants, trace_events=traced)
+    return dataclasses.replace(result, lane_grants=grants, trace_events=traced,
+                               stage_wait_cycles=stage_wait / schedule.accelerators)
