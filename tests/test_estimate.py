@@ -144,6 +144,7 @@ def test_objective_needs_a_searching_strategy():
         PlanOptions(objective="speed")
 
 
+@pytest.mark.slow
 def test_cli_objective_errors_and_output():
     def run(*args):
         return subprocess.run([sys.executable, "-m", "hypar_sim", *args], capture_output=True,

@@ -196,7 +196,9 @@ def test_a_chain_graph_costs_what_the_chain_model_says():
         assert graphed.traffic_bytes == pytest.approx(chain, rel=1e-12), columns
 
 
-@pytest.mark.parametrize("name", ["resnet18", "resnet50", "inception_v1", "mobilenet_v2"])
+@pytest.mark.parametrize("name", ["resnet18", "resnet50",
+                                  pytest.param("inception_v1", marks=pytest.mark.slow),
+                                  "mobilenet_v2"])
 @pytest.mark.parametrize("accelerators", [16, pytest.param(64, marks=pytest.mark.slow)])
 def test_cnn_graphs_plan_on_16_and_64_accelerators(name, accelerators):
     graph = load_workload(name)

@@ -70,6 +70,7 @@ def test_the_hierarchy_gives_the_count_and_a_config_file_the_rest(tmp_path):
         make_request("lenet_c", config=str(path), hierarchy="4x4", accelerators=12)
 
 
+@pytest.mark.slow
 def test_compare_names_a_baseline_that_plans(cli):
     """At a batch smaller than the array data parallelism cannot plan: compare said "neither
     batch nor batch can split it" even when data was not asked for."""

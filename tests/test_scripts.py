@@ -11,6 +11,7 @@ import pytest
 from tests.conftest import REPO
 
 
+@pytest.mark.slow
 def test_fig08_script_writes_csv_and_png(tmp_path):
     result = subprocess.run([sys.executable, "scripts/fig08_communication.py", "--out",
                              str(tmp_path)], cwd=REPO, capture_output=True, text=True, timeout=300)
