@@ -52,6 +52,7 @@ from hypar_sim.hardware.config import HardwareConfig
 from hypar_sim.hardware.topology import Topology
 from hypar_sim.hardware.transfer import Routed, chunk_sizes, route_latency_cycles
 from hypar_sim.partition.steps import TransferKind
+from hypar_sim.resources import check_memory
 from hypar_sim.results import SimResult
 from hypar_sim.sim.accounting import assemble_result, is_update
 from hypar_sim.sim.defaults import DEFAULT_CHUNK_BYTES, DEFAULT_MAX_CHUNKS
@@ -71,6 +72,10 @@ from hypar_sim.sim.trace import trace_events
 #: SimPy priority of the event that grants a cycle's requests: after every other event of
 #: the cycle (SimPy's own are URGENT = 0 and NORMAL = 1).
 _AFTER_OTHERS = 2
+#: Bytes the engine holds for one simulated message (its class's `Sent`, its state in
+#: flight, its events; measured: vgg_a at batch 4096 on 256 accelerators, 327,328 messages
+#: simulated one by one, 602 MB against 157 MB for the analytic engine: about 1.4 KB).
+SIMULATED_MESSAGE_BYTES = 1500
 #: Steps whose waits are for another pipeline stage's work (`stage_wait_cycles`).
 STAGE_KINDS = frozenset({TransferKind.STAGE_FEATURE, TransferKind.STAGE_ERROR})
 
@@ -331,6 +336,11 @@ def simulate_des(schedule: Schedule, topology: Topology,
     flat = schedule.flat
     routed = Routed.of(flat.src, flat.dst, topology)  # for the classes and the result
     classes = classify(schedule, topology, symmetry and not trace, routed)
+    simulated = sum(len(sends) for sends in classes.outbox.values())
+    check_memory(simulated * SIMULATED_MESSAGE_BYTES,
+                 f"the event-driven engine's {simulated:,} messages",
+                 "use --engine analytic, --traffic-model layout_levels (far fewer messages, "
+                 "and symmetry that pays) or fewer accelerators")
     state = _Step(schedule, topology, classes, chunk_bytes, max_chunks, trace, progress)
     latency, events = state.run()
     unfinished = [key for key, count in state.pending.items() if count]
