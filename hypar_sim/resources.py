@@ -21,5 +21,10 @@ def check_memory(need_bytes: float, what: str, advice: str) -> None:
     """A one-line InputError if `what` would need more than `memory_limit_bytes()`."""
     limit = memory_limit_bytes()
     if need_bytes > limit:
-        raise InputError(f"{what} would need {need_bytes / 2**30:,.1f} GiB of memory; this "
-                         f"process may use {limit / 2**30:,.1f} GiB; {advice}")
+        raise InputError(f"{what} would need {_size(need_bytes)} of memory; this process may "
+                         f"use {_size(limit)}; {advice}")
+
+
+def _size(value: float) -> str:
+    """Bytes in GiB, or MiB below one GiB."""
+    return f"{value / 2**30:,.1f} GiB" if value >= 2**30 else f"{value / 2**20:,.1f} MiB"

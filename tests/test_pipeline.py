@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from hypar_sim.errors import InputError
-from hypar_sim.partition.steps import TransferKind
+from hypar_sim.partition.steps import Phase, TransferKind
 from hypar_sim.planner.pipeline import balanced, in_flight
 from hypar_sim.planner.training import Training
 from hypar_sim.request import make_request, plan_request
@@ -14,7 +14,6 @@ from hypar_sim.runner import simulate_request
 from hypar_sim.sim.options import SimOptions
 from hypar_sim.sim.pipeline_schedule import passes
 from hypar_sim.sim.schedule import build_schedule
-from hypar_sim.partition.steps import Phase
 from hypar_sim.workload.builder import Builder
 from hypar_sim.workload.graph import parse_graph
 
@@ -112,7 +111,6 @@ def test_balanced_stages_minimise_the_largest():
     """Contiguous, non-empty, the largest stage's work least (checked against every way to
     cut small lists)."""
     import itertools
-
     import random
 
     rng = random.Random(7)

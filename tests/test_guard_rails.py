@@ -1,0 +1,44 @@
+"""Guard rails (issue "Scale", item 4): a case past the memory this process may use is refused
+in one line naming the need and the limit, before it is built, not killed by the system."""
+
+from __future__ import annotations
+
+import pytest
+
+from hypar_sim import resources
+from hypar_sim.errors import InputError
+from hypar_sim.request import make_request, plan_request
+from hypar_sim.runner import simulate_request
+from hypar_sim.sim.options import SimOptions
+
+
+def test_memory_limit_is_the_smaller_of_physical_memory_and_rlimit_as():
+    import os
+    import resource
+
+    physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    expected = physical if soft in (resource.RLIM_INFINITY, -1) else min(physical, soft)
+    assert resources.memory_limit_bytes() == expected
+
+
+@pytest.mark.parametrize(("limit", "match"), [
+    (5 * 2**20, "the plan's messages .* would need .* MiB of memory; this process may use"),
+    (25 * 2**20, "the event-driven engine's .* messages would need"),
+])
+def test_too_many_messages_are_refused_in_one_line(monkeypatch, limit, match):
+    """vgg_a's HyPar plan on 64 accelerators sends 40,640 messages (20,320 simulated, in
+    symmetry classes): with the process allowed 5 MiB the plan's messages (300 B each) are
+    refused as the collectives make them; with 25 MiB the plan passes and the event-driven
+    engine's objects (1.5 KB a message) are refused, the analytic engine running the same
+    case."""
+    monkeypatch.setattr(resources, "memory_limit_bytes", lambda: limit)
+    request = make_request("vgg_a", accelerators=64, batch=256)
+    with pytest.raises(InputError, match=match) as refused:
+        simulate_request(request)
+    assert "\n" not in str(refused.value) and "MiB of memory" in str(refused.value)
+    if limit > 10 * 2**20:
+        plan_request(request)
+        quick = make_request("vgg_a", accelerators=64, batch=256,
+                             sim=SimOptions(engine="analytic"))
+        assert simulate_request(quick).traffic_bytes > 0
