@@ -71,9 +71,10 @@ def _add_plan_arguments(parser: argparse.ArgumentParser) -> None:
                              "and optimizer state (Micikevicius et al. 2018)")
     parser.add_argument("--recompute", default="none", choices=RECOMPUTES,
                         help="activation recomputation: none (default: keep what the "
-                             "backward pass reads); full: keep each of about sqrt(generations) "
-                             "segments' inputs, run its forward again before its backward "
-                             "(Chen et al. 2016); selective: recompute the attention core "
+                             "backward pass reads); full: keep only segments' inputs (cut where "
+                             "little crosses, as many as keep the least), run each segment's "
+                             "forward again before its backward (Chen et al. 2016); selective: "
+                             "recompute the attention core "
                              "only (Korthikanti et al. 2022)")
     parser.add_argument("--zero", default=0, type=int, choices=ZERO_STAGES,
                         help="ZeRO stage (Rajbhandari et al. 2020), sharding among a node's "
