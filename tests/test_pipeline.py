@@ -193,3 +193,27 @@ def test_a_tied_projection_in_another_stage_keeps_a_copy_and_sums_its_gradients(
     run = simulate_request(req)
     assert run.traffic_bytes == pytest.approx(plan.traffic_bytes, rel=1e-12)
     assert dict(plan.footprint_parts)["weights"] >= embedding
+
+
+def test_a_pipeline_plan_reads_back_from_plan_json(cli, tmp_path):
+    """`plan --json` of a pipeline plan, given to --plan with the same --pipeline: the same
+    stages (each node's 'stage'), kinds and bytes; a file whose stages do not match
+    --pipeline is refused in one line."""
+    import json
+
+    args = ("gpt2_small", "--layers", "2", "--seq", "64", "--batch", "8", "--accelerators",
+            "4", "--microbatches", "2", "--json")
+    first = cli("plan", *args, "--pipeline", "2", "--stages", "h2_ln1")
+    assert first.returncode == 0, first.stderr
+    saved = tmp_path / "plan.json"
+    saved.write_text(first.stdout)
+    again = cli("plan", *args, "--pipeline", "2", "--plan", str(saved))
+    assert again.returncode == 0, again.stderr
+    old, new = json.loads(first.stdout), json.loads(again.stdout)
+    assert [n["stage"] for n in new["nodes"]] == [n["stage"] for n in old["nodes"]]
+    assert [n["kinds"] for n in new["nodes"]] == [n["kinds"] for n in old["nodes"]]
+    assert new["traffic_bytes"] == old["traffic_bytes"]
+    wrong = cli("plan", *args[:-1], "--hierarchy", "4", "--pipeline", "4",
+                "--plan", str(saved))
+    assert wrong.returncode == 2 and "are not 4 contiguous runs" in wrong.stderr
+    assert len(wrong.stderr.strip().splitlines()) == 1

@@ -4,10 +4,11 @@ stage holds a contiguous run of the graph's nodes (in the graph's order), and th
 cut into M micro-batches that flow through the stages (GPipe: Huang et al., NeurIPS 2019;
 1F1B: Narayanan et al., ICML 2021).
 
-The stages are the user's (`--stages`: the first node of each stage after the first) or
-balanced: contiguous runs minimising the largest stage's multiply-accumulates (per
-sample, the work of its forward and, in proportion, its backward pass), each boundary then
-moved, within a tenth of a stage's work, to where the fewest elements cross it. Within a stage,
+The stages are the user's (`--stages`: the first node of each stage after the first, or a
+pipeline plan's `plan --json` file given with `--plan`) or balanced: contiguous runs
+minimising the largest stage's multiply-accumulates (per sample, the work of its forward
+and, in proportion, its backward pass), each boundary then moved, within a tenth of a
+stage's work, to where the fewest elements cross it. Within a stage,
 nodes are split across the sub-array by the strategy's plan for one micro-batch on it (the
 same plan for every stage); that plan is searched without the capacity, and the pipeline
 plan is checked against it: per cube, its stage's weights, gradients and state, the
@@ -38,6 +39,7 @@ from hypar_sim.planner.pipeline_messages import (
     tied_apart,
 )
 from hypar_sim.planner.plan_messages import graph_layouts
+from hypar_sim.planner.plan_text import plan_file_stages
 from hypar_sim.planner.traffic import traffic_model
 from hypar_sim.planner.training import Training
 from hypar_sim.workload.graph import Graph
@@ -150,6 +152,21 @@ def balanced(work: np.ndarray | Sequence[int], count: int) -> tuple[int, ...]:
     return tuple(stages)
 
 
+def _given_stages(graph: Graph, training: Training, plan_text: str | None
+                  ) -> tuple[int, ...] | None:
+    """The stages a pipeline plan's `plan --json` file gives (`--plan FILE`), unless
+    `--stages` names them; one line where they are not `training.stages` contiguous runs."""
+    found = None if training.stage_names else plan_file_stages(plan_text, [
+        node.name for node in graph.nodes])
+    if found is None:
+        return None
+    if sorted(set(found)) != list(range(training.stages)) or list(found) != sorted(found):
+        raise InputError(f"--plan {plan_text}: its nodes' stages are not {training.stages} "
+                         f"contiguous runs 1 to {training.stages} (--pipeline "
+                         f"{training.stages}); give --pipeline as the plan has it")
+    return found
+
+
 def in_flight(training: Training, stage: int) -> int:
     """Micro-batches whose activations stage `stage` keeps at once: all of them under
     GPipe, at most S - s under 1F1B (its warm-up depth plus the one in its backward)."""
@@ -174,7 +191,7 @@ def pipeline_plan(graph: Graph, strategy: str, hierarchy: Hierarchy, batch: int,
     training = options.training
     sub = sub_array(hierarchy, training.stages)
     micro = micro_batch(batch, training)
-    stages = assign_stages(graph, training)
+    stages = _given_stages(graph, training, plan_text) or assign_stages(graph, training)
     config = config or load_hardware(overrides={"word_bytes": word_bytes})
     unbounded = dataclasses.replace(config, cube_capacity_gib=2.0**20)
     try:

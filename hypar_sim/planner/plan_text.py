@@ -160,3 +160,22 @@ def _node_plan_json(text: str, names: Sequence[str], where: str) -> str:
                          f"not this network's {len(names)}: node {differ + 1} is {theirs} "
                          f"there, {ours} here")
     return ";".join(f"{node['name']}: {' '.join(map(str, node['kinds']))}" for node in nodes)
+
+
+def plan_file_stages(value: str | None, names: Sequence[str]) -> tuple[int, ...] | None:
+    """Every node's pipeline stage (from 0) as a `plan --json` file of a pipeline plan gives
+    them (its nodes' 'stage', from 1), if `value` names such a file for these nodes; else
+    None (the stages come from --stages or the planner)."""
+    if value is None or not _is_file(Path(value)):
+        return None
+    try:
+        data = json.loads(Path(value).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
+        return None  # not JSON: read_node_plan says what is wrong with it
+    nodes = data.get("nodes") if isinstance(data, dict) else None
+    if not isinstance(nodes, list) or not nodes or not all(
+            isinstance(node, dict) and isinstance(node.get("stage"), int) for node in nodes):
+        return None
+    if [node.get("name") for node in nodes] != list(names):
+        return None  # read_node_plan names the mismatch
+    return tuple(node["stage"] - 1 for node in nodes)
