@@ -264,6 +264,12 @@ def _sweep_arguments(sweep: argparse.ArgumentParser) -> None:
                        help="comma-separated ZeRO stages, from 0, 1, 2, 3 (default 0)")
     sweep.add_argument("--recomputes", default="none",
                        help="comma-separated, from none, full, selective (default none)")
+    sweep.add_argument("--pipelines", default="1",
+                       help="comma-separated pipeline stage counts (default 1: none)")
+    sweep.add_argument("--microbatches", default="1",
+                       help="comma-separated micro-batch counts of the pipelines (default 1)")
+    sweep.add_argument("--schedules", default="1f1b",
+                       help="comma-separated pipeline schedules, from 1f1b, gpipe (default 1f1b)")
     sweep.add_argument("--phases", default="training",
                        help="training, forward or training,forward: a whole training step "
                             "(default), or inference, the forward pass alone")

@@ -134,7 +134,7 @@ def cmd_sweep(args: argparse.Namespace) -> str:
     from hypar_sim.planner.optimizers import OPTIMIZERS
     from hypar_sim.planner.search import SEARCHES
     from hypar_sim.planner.traffic import PHASES, TRAFFIC_MODELS
-    from hypar_sim.planner.training import PRECISIONS, RECOMPUTES
+    from hypar_sim.planner.training import PIPELINE_SCHEDULES, PRECISIONS, RECOMPUTES
 
     networks = sweep.parse_list(args.networks, None, "--networks")
     if networks == ("all",):
@@ -171,6 +171,9 @@ def cmd_sweep(args: argparse.Namespace) -> str:
         zeros=tuple(int(z) for z in sweep.parse_list(args.zeros, ("0", "1", "2", "3"),
                                                       "--zeros")),
         recomputes=sweep.parse_list(args.recomputes, tuple(RECOMPUTES), "--recomputes"),
+        pipelines=sweep.parse_ints(args.pipelines, "--pipelines", MAX_MEMBERS),
+        microbatches=sweep.parse_ints(args.microbatches, "--microbatches", MAX_BATCH),
+        schedules=sweep.parse_list(args.schedules, tuple(PIPELINE_SCHEDULES), "--schedules"),
     )
     sweep.check_axes(spec)
     check_scheduler(args.executor, args.scheduler)

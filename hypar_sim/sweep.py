@@ -56,7 +56,7 @@ EXECUTORS = ("process", "serial", "dask")
 INPUT_COLUMNS = ("network", "strategy", "topology", "accelerators", "batch", "hierarchy", "kinds",
                  "search", "traffic_model", "objective", "engine", "overlap", "overrides",
                  "plan_input", "config_file", "config_digest", "phases", "optimizer",
-                 "precision", "zero", "recompute")
+                 "precision", "zero", "recompute", "pipeline", "microbatches", "schedule")
 
 
 @dataclass(frozen=True)
@@ -84,6 +84,9 @@ class Case:
     precision: str = "fp32"  # the number format (`planner.training`)
     zero: int = 0  # the ZeRO stage
     recompute: str = "none"  # activation recomputation
+    pipeline: int = 1  # pipeline stages (1: none)
+    microbatches: int = 1  # a pipeline's micro-batches
+    schedule: str = "1f1b"  # a pipeline's schedule
 
     def key(self) -> str:
         """What identifies the case in a CSV (its input columns as text)."""
@@ -101,13 +104,16 @@ class Case:
                 "overrides": self.overrides_text(), "plan_input": self.plan_text or "",
                 "config_file": self.config_file or "", "config_digest": self.config_digest,
                 "phases": self.phases, "optimizer": self.optimizer,
-                "precision": self.precision, "zero": self.zero, "recompute": self.recompute}
+                "precision": self.precision, "zero": self.zero, "recompute": self.recompute,
+                "pipeline": self.pipeline, "microbatches": self.microbatches,
+                "schedule": self.schedule}
 
 
 #: Input columns added after sweeps were first written, with the value a row without them
 #: ran with, its Case default (so an older CSV resumes instead of running again).
 ADDED_COLUMNS = {column: Case.__dataclass_fields__[column].default
-                 for column in ("phases", "optimizer", "precision", "zero", "recompute")}
+                 for column in ("phases", "optimizer", "precision", "zero", "recompute",
+                                "pipeline", "microbatches", "schedule")}
 
 
 def row_key(row: Mapping[str, Any]) -> str:
@@ -152,6 +158,9 @@ class SweepSpec:
     precisions: tuple[str, ...] = ("fp32",)
     zeros: tuple[int, ...] = (0,)
     recomputes: tuple[str, ...] = ("none",)
+    pipelines: tuple[int, ...] = (1,)
+    microbatches: tuple[int, ...] = (1,)
+    schedules: tuple[str, ...] = ("1f1b",)
 
     def cases(self) -> list[Case]:
         keys = [key for key, _ in self.overrides]
@@ -160,11 +169,14 @@ class SweepSpec:
         result = []
         for (network, strategy, topology, count, batch, hierarchy, kinds, search, model,
              objective, engine, overlap, phases, optimizer, precision, zero,
-             recompute) in itertools.product(
+             recompute, stages, micro, schedule) in itertools.product(
                 self.networks, self.strategies, self.topologies, self.accelerators,
                 self.batches, self.hierarchies, self.kinds, self.searches, self.traffic_models,
                 self.objectives, self.engines, self.overlaps, self.phases, self.optimizers,
-                self.precisions, self.zeros, self.recomputes):
+                self.precisions, self.zeros, self.recomputes, self.pipelines,
+                self.microbatches, self.schedules):
+            if stages == 1:  # no pipeline: one micro-batch, no schedule
+                micro, schedule = 1, "1f1b"
             for values in itertools.product(*value_lists):
                 result.append(Case(network, strategy, topology, count, batch, engine,
                                    tuple(zip(keys, values, strict=True)),
@@ -174,7 +186,8 @@ class SweepSpec:
                                    objective=objective_for(strategy, objective)
                                    if strategy in STRATEGIES else objective, overlap=overlap,
                                    phases=phases, optimizer=optimizer, precision=precision,
-                                   zero=zero, recompute=recompute))
+                                   zero=zero, recompute=recompute, pipeline=stages,
+                                   microbatches=micro, schedule=schedule))
         return list(dict.fromkeys(result))  # a strategy that takes no objective runs once
 
 
@@ -218,7 +231,8 @@ def case_request(case: Case, options: Mapping[str, Any] | None = None) -> RunReq
                         objective=objective_for(case.strategy, case.objective),
                         phases=case.phases, optimizer=case.optimizer,
                         precision=case.precision, zero=int(case.zero),
-                        recompute=case.recompute, sim=sim)
+                        recompute=case.recompute, pipeline=int(case.pipeline),
+                        microbatches=int(case.microbatches), schedule=case.schedule, sim=sim)
 
 
 def run_case(case: Case, options: Mapping[str, Any] | None = None) -> dict[str, Any]:

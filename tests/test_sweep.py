@@ -324,3 +324,16 @@ def test_training_options_are_axes_and_an_older_csv_resumes(tmp_path):
                      batches=(64,))
     run_sweep(base.cases(), older, executor="serial", progress=False)
     assert pd.read_csv(older).wall_s.tolist() == walls  # resumed, not rerun
+
+
+def test_pipelines_are_axes():
+    """`sweep --pipelines 1,2 --microbatches 2,4`: without a pipeline one row (one
+    micro-batch), with one a row per micro-batch count, each with its bubble."""
+    spec = SweepSpec(networks=("workloads/examples/mlp.yaml",), strategies=("data",),
+                     accelerators=(4,), batches=(16,), pipelines=(1, 2), microbatches=(2, 4))
+    cases = spec.cases()
+    assert [(c.pipeline, c.microbatches) for c in cases] == [(1, 1), (2, 2), (2, 4)]
+    rows = [run_case(case) for case in cases]
+    assert all(not row.get("error") for row in rows)
+    assert rows[0]["pipeline_idle_fraction"] == 0
+    assert rows[1]["pipeline_idle_fraction"] > rows[2]["pipeline_idle_fraction"] > 0
