@@ -217,3 +217,30 @@ def test_a_pipeline_plan_reads_back_from_plan_json(cli, tmp_path):
                 "--plan", str(saved))
     assert wrong.returncode == 2 and "are not 4 contiguous runs" in wrong.stderr
     assert len(wrong.stderr.strip().splitlines()) == 1
+
+
+def test_a_tensor_read_in_two_later_stages_and_a_stage_reading_two_earlier_ones_run():
+    """Stage 2 reads the residual stream from stage 1 and stage 3 reads it too: the
+    messages to both go out under one key, yet every member runs only its own stage's tasks
+    (the review found this deadlocked); bytes sent are the planned ones."""
+    req = make_request("gpt2_small", dims={"layers": 2}, seq=64, batch=8, accelerators=6,
+                       pipeline=3, microbatches=4, stages="h1_ln1,h1_attn_add")
+    run = simulate_request(req)
+    assert run.traffic_bytes == pytest.approx(plan_request(req).traffic_bytes, rel=1e-12)
+
+
+def test_a_tied_copy_is_updated_and_a_fused_bucket_adds_no_buffer():
+    """The last stage's copy of the tied embedding is updated (its update costs what the
+    owner's does, split alike); and the run accepts the plan at the capacity the plan was
+    checked against (fused gradient buckets run in place)."""
+    req = make_request("gpt2_small", dims={"layers": 2}, seq=64, batch=8, accelerators=4,
+                       pipeline=2, microbatches=2, strategy="data", stages="lm_head",
+                       optimizer="adam")
+    run = simulate_request(req)
+    update = {layer.name: layer.update_cycles for layer in run.per_layer}
+    assert update["lm_head"] == update["wte"] > 0
+    plan = plan_request(make_request("resnet18", batch=16, accelerators=8, pipeline=2,
+                                     microbatches=2, strategy="data"))
+    tight = {"cube_capacity_gib": plan.footprint_bytes / 2**30 * 1.001}
+    simulate_request(make_request("resnet18", batch=16, accelerators=8, pipeline=2,
+                                  microbatches=2, strategy="data", overrides=tight))

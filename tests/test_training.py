@@ -240,3 +240,17 @@ def test_the_time_objective_costs_the_update_and_the_recomputation():
         plain = estimate(network)
         assert estimate(network, optimizer="adam") > plain
         assert estimate(network, recompute="full") > plain
+
+
+def test_selective_recomputation_keeps_q_k_and_v():
+    """Selective recomputation drops only the softmax's output (kept by it and read by the
+    attention over the values): no more than twice the softmax outputs, the q, k and v the
+    recomputation needs staying (Korthikanti et al. 2022, section 5)."""
+    def kept(mode):
+        return dict(plan_request(request(1, "hypar", recompute=mode)).footprint_parts)[
+            "activations"]
+
+    graph = request().workload()
+    softmax = sum(math.prod(node.shape) for node in graph.nodes if node.op == "softmax")
+    saved = kept("none") - kept("selective")
+    assert 0 < saved <= 2 * softmax * 8 * 4  # batch 8, fp32

@@ -53,6 +53,10 @@ def memory_picture(graph: Graph, layouts: Sequence[node_layout.NodeLayout], word
     plan = recompute_plan(graph, training.recompute if gradients else "none", in_flight)
     stays = np.zeros(len(layouts), dtype=bool)
     stays[list(plan.kept)] = True
+    dropped = np.zeros(kept.shape)  # [node, member] reads a kept node does not keep
+    for i, k in plan.dropped:
+        dropped[i] += [volume(read) for read in layouts[i].reads(k)]
+    kept = kept - dropped  # what a kept node keeps; a segment rebuilds the rest
     parts = training.member_bytes(params, copies, kept * stays[:, None] * in_flight,
                                   word_bytes, gradients)
     inputs = np.zeros(params.shape[1])  # full recomputation's segment inputs
@@ -61,9 +65,10 @@ def memory_picture(graph: Graph, layouts: Sequence[node_layout.NodeLayout], word
     inputs *= in_flight * word_bytes
     rebuilt = np.zeros(params.shape[1])  # the largest segment's recomputed activations
     for segment in plan.segments:
-        dropped = [i for i in segment if not stays[i]]
-        if dropped:
-            rebuilt = np.maximum(rebuilt, kept[dropped].sum(axis=0) * word_bytes)
+        again = [i for i in segment if not stays[i]]
+        if again or dropped[list(segment)].any():
+            rebuilt = np.maximum(rebuilt, (kept[again].sum(axis=0)
+                                           + dropped[list(segment)].sum(axis=0)) * word_bytes)
     gathered = np.zeros(params.shape[1])  # ZeRO 3: one node's whole weights at a time
     if training.zero >= 3:
         gathered = (params - params / copies).max(axis=0) * word_bytes
@@ -93,9 +98,14 @@ def node_rule(graph: Graph, training: Training, word_bytes: int, gradients: bool
     plan = recompute_plan(graph, training.recompute if gradients else "none")
     kept_names = {graph.nodes[i].name for i in plan.kept} if training.recompute != "full" \
         else set()
+    dropped = {(graph.nodes[i].name, k) for i, k in plan.dropped}
 
     def rule(own: node_layout.NodeLayout) -> np.ndarray:
-        kept = node_layout.member_kept(own) * float(own.site.node.name in kept_names)
+        name = own.site.node.name
+        kept = node_layout.member_kept(own) * float(name in kept_names)
+        for k in range(len(own.site.inputs)):
+            if (name, k) in dropped:
+                kept = kept - np.array([volume(read) for read in own.reads(k)])
         parts = training.member_bytes(node_layout.member_params(own).astype(float),
                                       node_layout.weight_copies(own), kept, word_bytes,
                                       gradients)

@@ -58,8 +58,8 @@ class PipelineMessages:
     earlier stages each reader waits for (`feeds`: it waits for `(p, STAGE_FEATURE)`, which
     p's stage sends) and which readers in later stages each producer waits for (`readers`:
     `(c, STAGE_ERROR)`, which c's stage sends), and the tied copies' exchange (`tied`: node
-    -> (the node whose key it sends, the node whose key it waits for)). A key is sent by one
-    stage only, so that a member passing another stage's tasks sends nothing early."""
+    -> (the node whose key it sends, the node whose key it waits for)). Each stage's members
+    work through their own stage's tasks (`sim.pipeline_schedule`)."""
 
     steps: dict[StepKey, StepMessages]
     buckets: tuple[tuple[tuple[int, ...], ...], ...]

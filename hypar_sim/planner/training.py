@@ -19,13 +19,14 @@ the gradients too, stage 3 the weights too (ZeRO section 5, Figure 1); stage 3 g
 node's whole weights before its forward and its backward pass (a buffer of its gathered
 weights: counted with the communication buffers).
 
-Recomputation (`recompute_plan`): `full` keeps only what enters each of about sqrt(G)
-segments of the graph's G generations (cut where little crosses) and runs each segment's
-forward again before its backward pass (Chen et al., "Training deep nets with sublinear
-memory cost", 2016, section 4.1); `selective` drops only the attention core's kept tensors (a softmax and the
-weightless products beside it, whose size grows with the sequence squared) and recomputes
-those (Korthikanti et al., "Reducing activation recomputation in large transformer
-models", 2022, section 5).
+Recomputation (`recompute_plan`): `full` keeps only what enters each segment of the
+graph's generations (cut where little crosses, as many as keep the least) and runs each
+segment's forward again before its backward pass (Chen et al., "Training deep nets with
+sublinear memory cost", 2016, section 4.1); `selective` recomputes only the attention core
+(a softmax and the weightless products beside it) and drops only what grows with the
+sequence squared: the softmax's output, kept by it and by the attention over the values;
+the scores' inputs (q and k) and the values stay (Korthikanti et al., "Reducing activation
+recomputation in large transformer models", 2022, section 5).
 """
 
 from __future__ import annotations
@@ -193,6 +194,9 @@ class Recompute:
     #: (node, input index): the segment inputs full recomputation keeps (what the node reads
     #: of a tensor made in an earlier segment, or of a graph input)
     inputs: frozenset[tuple[int, int]] = frozenset()
+    #: (node, input index): reads a kept node does not keep (selective recomputation: the
+    #: attention over the values keeps its values, not the softmax it rebuilds)
+    dropped: frozenset[tuple[int, int]] = frozenset()
 
     def segment_of(self) -> dict[int, int]:
         return {i: s for s, nodes in enumerate(self.segments) for i in nodes}
@@ -213,7 +217,12 @@ def recompute_plan(graph: Graph, mode: str, in_flight: int = 1) -> Recompute:
                      for a, b in zip(bounds, bounds[1:], strict=False))
     if mode == "selective":
         core = attention_core(graph)
-        return Recompute(segments, core, everything - core)
+        index = {node.name: i for i, node in enumerate(graph.nodes)}
+        softmax = frozenset(i for i in core if graph.nodes[i].op == "softmax")
+        dropped = frozenset((i, k) for i in core - softmax
+                            for k, name in enumerate(graph.nodes[i].inputs)
+                            if index.get(name) in softmax)
+        return Recompute(segments, core, everything - softmax, frozenset(), dropped)
     index = {node.name: i for i, node in enumerate(graph.nodes)}
     segment = {i: s for s, nodes in enumerate(segments) for i in nodes}
     inputs = frozenset((i, k) for i, node in enumerate(graph.nodes)

@@ -203,7 +203,7 @@ class _Step:
         env = self.env
         member = self.classes.members[member_class]
         waits = self.wait_cycles[member_class]
-        for task in self.schedule.tasks:
+        for task in self.schedule.member_tasks(member):
             if bar is not None:
                 bar.update(1)
             if isinstance(task, Compute | Parallel):
@@ -305,7 +305,8 @@ class _Step:
         if self.progress:  # tqdm (and its multiprocessing) imported only for a bar
             from tqdm import tqdm
 
-            bar = tqdm(total=len(self.schedule.tasks), unit="task", desc="simulating",
+            bar = tqdm(total=len(self.schedule.member_tasks(self.classes.members[0])),
+                       unit="task", desc="simulating",
                        delay=2, mininterval=0.5)
         for member_class in range(len(self.classes.members)):
             self.env.process(self.accelerator(member_class, bar if member_class == 0 else None))

@@ -11,10 +11,9 @@ forward and one backward pass in turn, then the backward passes left. A bucket's
 gradients are sent during the stage's last backward pass. With S equal stages and no
 communication, either leaves each stage idle (S - 1)/(M + S - 1) of the step (the bubble).
 
-Every member works through the same task list: the stages' lists one after another. A
-computation of another stage's node costs a member nothing and a step it neither sends
-nor receives in passes at once, so each member runs exactly its stage's tasks in their
-order, as its own process.
+Each member works through its own stage's task list (`Schedule.stage_tasks`); the
+schedule's `tasks` are the stages' lists one after another, each computation costing the
+other stages' members nothing, for the accounting.
 """
 
 from __future__ import annotations
@@ -26,7 +25,13 @@ from hypar_sim.hardware.config import HardwareConfig
 from hypar_sim.hardware.costs import ZERO_COST, PieceCost
 from hypar_sim.partition.steps import Phase, largest_receive
 from hypar_sim.planner.pipeline import in_flight, micro_batch, pipeline_footprint, sub_array
-from hypar_sim.planner.pipeline_messages import pipeline_messages, stage_graph, stage_nodes
+from hypar_sim.planner.pipeline_messages import (
+    ONCE,
+    pipeline_messages,
+    stage_graph,
+    stage_nodes,
+    tied_apart,
+)
 from hypar_sim.planner.plan import Plan
 from hypar_sim.planner.plan_messages import graph_layouts
 from hypar_sim.planner.traffic import traffic_model
@@ -63,12 +68,17 @@ def build_pipeline_schedule(graph: Graph, plan: Plan, config: HardwareConfig,
     messages = pipeline_messages(graph, layouts, plan.stages, plan.hierarchy, micro,
                                  config.word_bytes, training, model.collective,
                                  bucket_bytes if model.fuses_gradients else 0)
-    parts = dict(pipeline_footprint(graph, layouts, plan.stages, config.word_bytes,
-                                    largest_receive(messages.steps), training))
+    # the plan's receive buffer: a fused bucket's all-reduce runs in place (`sim.schedule`)
+    unfused = largest_receive({key: step for key, step in messages.steps.items()
+                               if key[1] not in ONCE})
+    receive = dict(plan.footprint_parts)["buffers"] if plan.word_bytes == config.word_bytes \
+        else unfused
+    parts = dict(pipeline_footprint(graph, layouts, plan.stages, config.word_bytes, receive,
+                                    training))
     check_capacity([Footprint("the busiest stage", parts["weights"], parts["gradients"],
                               parts["activations"], parts["optimizer_state"])],
                    parts["buffers"] + parts["gathered_weights"], config, graph.name)
-    local = member_costs(graph, layouts, config, training)
+    local = member_costs(graph, layouts, config, training, tied_apart(graph, plan.stages))
     m = sub.members
     cached: dict[tuple[int, Phase], Compute] = {}
 
@@ -81,8 +91,9 @@ def build_pipeline_schedule(graph: Graph, plan: Plan, config: HardwareConfig,
             cached[(i, phase)] = Compute(i, phase, costs)
         return cached[(i, phase)]
 
-    tasks: list[Task] = []
+    lists: list[tuple[Task, ...]] = []
     for s, nodes in enumerate(stage_nodes(plan.stages, count)):
+        tasks: list[Task] = []
         own = stage_graph(graph, nodes, s)
         generations = [[nodes[j] for j in generation] for generation in own.generations()]
         recompute = _global(recompute_plan(own, training.recompute, in_flight(training, s)),
@@ -100,7 +111,9 @@ def build_pipeline_schedule(graph: Graph, plan: Plan, config: HardwareConfig,
                 tasks += step.backward(generations, recompute,
                                        {b[-1] for b in buckets} if u == last else set())
         tasks += build.updates(nodes, buckets)
-    return Schedule(units_of(plan), config, tuple(tasks), messages.steps, overlap_gradients)
+        lists.append(tuple(tasks))
+    return Schedule(units_of(plan), config, tuple(t for part in lists for t in part),
+                    messages.steps, overlap_gradients, tuple(lists))
 
 
 def _global(plan: Recompute, nodes: list[int]) -> Recompute:

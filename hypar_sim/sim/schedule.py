@@ -35,7 +35,7 @@ import numpy as np
 
 from hypar_sim.hardware.capacity import check_capacity
 from hypar_sim.hardware.config import HardwareConfig
-from hypar_sim.hardware.costs import PieceCost
+from hypar_sim.hardware.costs import PieceCost, update_piece_cost
 from hypar_sim.hardware.node_costs import node_cost
 from hypar_sim.partition import node_layout
 from hypar_sim.partition.hierarchy import Hierarchy
@@ -90,6 +90,15 @@ class Schedule:
     tasks: tuple[Task, ...]  # the same order for every member
     steps: dict[StepKey, StepMessages]  # all messages of the array, per step
     overlap_gradients: bool = True
+    #: A pipeline's: every stage's own tasks (`tasks` is their concatenation), which a
+    #: member of that stage works through (`member_tasks`); () without one.
+    stage_tasks: tuple[tuple[Task, ...], ...] = ()
+
+    def member_tasks(self, member: int) -> tuple[Task, ...]:
+        """The tasks `member` works through: its stage's, or every task."""
+        if not self.stage_tasks:
+            return self.tasks
+        return self.stage_tasks[member * len(self.stage_tasks) // self.accelerators]
 
     @property
     def accelerators(self) -> int:
@@ -196,10 +205,12 @@ def units_of(plan: Plan) -> Units:
 
 
 def member_costs(graph: Graph, layouts: Sequence[node_layout.NodeLayout],
-                 config: HardwareConfig, training: Training
+                 config: HardwareConfig, training: Training, copies: Iterable[int] = ()
                  ) -> Callable[[int, Phase], tuple[PieceCost, ...]]:
     """Every member's cost of a node's phase (`node_cost`; members with boxes of the same
-    sizes, and the same ZeRO shards, share one)."""
+    sizes, and the same ZeRO shards, share one); the nodes of `copies` update a copy of the
+    weights they are tied to (a pipeline stage apart from their owner)."""
+    copies = set(copies)
     fed = fed_nodes(graph)
     rule = training.update_rule(config.word_bytes)
     shards = [node_layout.weight_copies(own) if training.zero else np.ones(own.members, int)
@@ -210,8 +221,14 @@ def member_costs(graph: Graph, layouts: Sequence[node_layout.NodeLayout],
     def costs(i: int, phase: Phase) -> tuple[PieceCost, ...]:
         _, first, inverse = np.unique(shapes[i], axis=0, return_index=True,
                                       return_inverse=True)
-        distinct = [node_cost(layouts[i], int(m), phase, config, graph.nodes[i].name in fed,
-                              rule, int(shards[i][m])) for m in first]
+        if phase is Phase.UPDATE and i in copies:
+            held = node_layout.tied_copy_params(layouts[i])
+            distinct = [update_piece_cost(-(-int(held[m]) // int(shards[i][m])), config, rule)
+                        for m in first]
+        else:
+            distinct = [node_cost(layouts[i], int(m), phase, config,
+                                  graph.nodes[i].name in fed, rule, int(shards[i][m]))
+                        for m in first]
         return tuple(distinct[j] for j in inverse.reshape(-1))
 
     return costs
