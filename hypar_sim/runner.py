@@ -69,7 +69,7 @@ def _run(schedule: Schedule, hierarchy: Hierarchy, config: HardwareConfig, optio
                             config_dict, options.trace, options.progress, options.symmetry)
     if options.trace:
         raise InputError("--trace: needs --engine des (the analytic engine has no events)")
-    if schedule.units.stages > 1:
+    if schedule.stage_tasks:
         raise InputError("--engine analytic: a pipeline's stages work at once on different "
                          "micro-batches, which the closed form does not follow; use --engine des")
     return simulate_analytic(schedule, topology, options.chunk_bytes, options.max_chunks,

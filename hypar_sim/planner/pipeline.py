@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -41,7 +40,7 @@ from hypar_sim.planner.pipeline_messages import (
 from hypar_sim.planner.plan_messages import graph_layouts
 from hypar_sim.planner.plan_text import plan_file_stages
 from hypar_sim.planner.traffic import traffic_model
-from hypar_sim.planner.training import Training
+from hypar_sim.planner.training import Training, crossing_elements
 from hypar_sim.workload.graph import Graph
 
 GIB = 2**30
@@ -90,16 +89,7 @@ def cheap_cuts(graph: Graph, stages: tuple[int, ...], work: np.ndarray) -> tuple
     scores), among the boundaries whose stage work stays within `SLACK` of a stage's share;
     the nearest on a tie."""
     count = max(stages) + 1
-    size = dict(graph.inputs) | {node.name: node.shape for node in graph.nodes}
-    made = {name: -1 for name in graph.inputs} | {n.name: i for i, n in enumerate(graph.nodes)}
-    last = dict.fromkeys(made, -1)
-    for i, node in enumerate(graph.nodes):
-        for name in node.inputs:
-            last[name] = max(last[name], i)
-    crossing = np.zeros(len(graph.nodes) + 1)  # [c]: elements crossing a cut before node c
-    for name, first in made.items():
-        if last[name] > first:
-            crossing[first + 1:last[name] + 1] += math.prod(size[name])
+    crossing = crossing_elements(graph, range(len(graph.nodes)))  # a cut before node c
     done = np.concatenate([[0], np.cumsum(work)])
     share = done[-1] / count * SLACK
     starts = [stages.index(s) for s in range(1, count)]

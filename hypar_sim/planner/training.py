@@ -32,6 +32,7 @@ recomputation in large transformer models", 2022, section 5).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -231,6 +232,24 @@ def recompute_plan(graph: Graph, mode: str, in_flight: int = 1) -> Recompute:
     return Recompute(segments, everything, frozenset(), inputs)
 
 
+def crossing_elements(graph: Graph, position: Sequence[int]) -> np.ndarray:
+    """[c]: elements (per sample) of the tensors made before a cut before position c and
+    read at or after it, the nodes at `position` (their generation, or their index) and the
+    graph's inputs before every node; one entry more than the last position."""
+    born = {name: -1 for name in graph.inputs} | {n.name: position[i]
+                                                  for i, n in enumerate(graph.nodes)}
+    size = dict(graph.inputs) | {node.name: node.shape for node in graph.nodes}
+    last = dict.fromkeys(born, -1)
+    for i, node in enumerate(graph.nodes):
+        for name in node.inputs:
+            last[name] = max(last[name], position[i])
+    crossing = np.zeros(max(position, default=-1) + 2)
+    for name, first in born.items():
+        if last[name] > first:
+            crossing[first + 1:last[name] + 1] += math.prod(size[name])
+    return crossing
+
+
 def _cuts(graph: Graph, in_flight: int = 1) -> list[int]:
     """Where full recomputation cuts the graph's G generations (before which generations):
     for k segments, near each of the k - 1 even cuts, within half a segment, the boundary
@@ -242,21 +261,9 @@ def _cuts(graph: Graph, in_flight: int = 1) -> list[int]:
     count = max(depth, default=-1) + 1
     if count < 2:
         return []
-    born = {name: -1 for name in graph.inputs} | {n.name: depth[i]
-                                                  for i, n in enumerate(graph.nodes)}
-    size = {name: math.prod(shape) for name, shape in graph.inputs.items()} | {
-        node.name: math.prod(node.shape) for node in graph.nodes}
-    last = dict.fromkeys(born, -1)
-    for i, node in enumerate(graph.nodes):
-        for name in node.inputs:
-            last[name] = max(last[name], depth[i])
-    crossing = np.zeros(count + 1)  # [b]: elements of what crosses a cut before generation b
-    for name, first in born.items():
-        if last[name] > first:
-            crossing[first + 1:last[name] + 1] += size[name]
-    made = np.concatenate([[0.0], np.cumsum(np.bincount(depth, [size[n.name] for n in
-                                                                graph.nodes],
-                                                        minlength=count))])
+    crossing = crossing_elements(graph, depth)  # [b]: across a cut before generation b
+    made = np.concatenate([[0.0], np.cumsum(np.bincount(
+        depth, [math.prod(n.shape) for n in graph.nodes], minlength=count))])
 
     def cuts_of(segments: int) -> list[int]:
         cuts: list[int] = []

@@ -179,7 +179,7 @@ def assemble_result(
         version=__version__, config=config_dict,
         per_accelerator=members, hierarchy=units.hierarchy.sizes,
         traffic_model=units.traffic_model, phases=units.phases,
-        pipeline_idle_fraction=idle_fraction(schedule, units.stages, passes_cycles),
+        pipeline_idle_fraction=idle_fraction(schedule, passes_cycles),
     )
 
 
@@ -189,11 +189,12 @@ def is_update(task: Compute | Parallel) -> bool:
     return all(compute.phase is Phase.UPDATE for compute in computes)
 
 
-def idle_fraction(schedule: Schedule, stages: int, passes_cycles: float) -> float:
+def idle_fraction(schedule: Schedule, passes_cycles: float) -> float:
     """A pipeline's bubble: over its passes (from the step's start to the flush, when the
     last backward computation ends; the updates after it are not pipelined), the time each
     stage's members are not computing, summed over stages, over stages x that span (0
     without a pipeline)."""
+    stages = len(schedule.stage_tasks)
     if stages <= 1 or passes_cycles <= 0:
         return 0.0
     passes = [not is_update(task) for task in schedule.tasks

@@ -69,10 +69,9 @@ def build_pipeline_schedule(graph: Graph, plan: Plan, config: HardwareConfig,
                                  config.word_bytes, training, model.collective,
                                  bucket_bytes if model.fuses_gradients else 0)
     # the plan's receive buffer: a fused bucket's all-reduce runs in place (`sim.schedule`)
-    unfused = largest_receive({key: step for key, step in messages.steps.items()
-                               if key[1] not in ONCE})
     receive = dict(plan.footprint_parts)["buffers"] if plan.word_bytes == config.word_bytes \
-        else unfused
+        else largest_receive({key: step for key, step in messages.steps.items()
+                              if key[1] not in ONCE})
     parts = dict(pipeline_footprint(graph, layouts, plan.stages, config.word_bytes, receive,
                                     training))
     check_capacity([Footprint("the busiest stage", parts["weights"], parts["gradients"],

@@ -78,7 +78,6 @@ class Units:
     kinds: tuple[tuple[str, ...], ...]  # [level][unit]
     traffic_model: str
     phases: str = "training"  # or "forward" (inference)
-    stages: int = 1  # a pipeline's stages (the top level's members)
 
 
 @dataclass(frozen=True)
@@ -87,7 +86,7 @@ class Schedule:
 
     units: Units
     config: HardwareConfig
-    tasks: tuple[Task, ...]  # the same order for every member
+    tasks: tuple[Task, ...]  # every member's, in order (a pipeline's: `stage_tasks` joined)
     steps: dict[StepKey, StepMessages]  # all messages of the array, per step
     overlap_gradients: bool = True
     #: A pipeline's: every stage's own tasks (`tasks` is their concatenation), which a
@@ -201,7 +200,7 @@ def build_schedule(workload: Graph | Network, plan: Plan, config: HardwareConfig
 def units_of(plan: Plan) -> Units:
     """What a result says of `plan`."""
     return Units(plan.network, plan.strategy, plan.batch, plan.hierarchy, plan.node_names,
-                 plan.choices, plan.traffic_model, plan.phases, plan.training.stages)
+                 plan.choices, plan.traffic_model, plan.phases)
 
 
 def member_costs(graph: Graph, layouts: Sequence[node_layout.NodeLayout],
