@@ -46,12 +46,23 @@ def _add_seq_argument(parser: argparse.ArgumentParser) -> None:
                         "gpt3_2_7b, llama_7b; default: all), for quick runs")
 
 
+def _int_or_auto(text: str) -> int | str:
+    """A flag's integer, or `auto` (optimal chooses it)."""
+    if text == "auto":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer or auto, got '{text}'") from None
+
+
 def _add_plan_arguments(parser: argparse.ArgumentParser) -> None:
     from hypar_sim.partition.kinds import DEFAULT_KINDS
     from hypar_sim.partition.kinds import allowed_names as allowed_kind_names
     from hypar_sim.planner.objectives import OBJECTIVES
     from hypar_sim.planner.optimizers import OPTIMIZERS
     from hypar_sim.planner.search import SEARCHES
+    from hypar_sim.planner.stage_search import AUTO
     from hypar_sim.planner.traffic import DEFAULT_TRAFFIC_MODEL, PHASES, TRAFFIC_MODELS
     from hypar_sim.planner.training import (
         PIPELINE_SCHEDULES,
@@ -69,21 +80,26 @@ def _add_plan_arguments(parser: argparse.ArgumentParser) -> None:
                         help="number format: fp32 (default: 32-bit everything); bf16, fp16: "
                              "16-bit compute, activations and messages, fp32 master weights "
                              "and optimizer state (Micikevicius et al. 2018)")
-    parser.add_argument("--recompute", default="none", choices=RECOMPUTES,
-                        help="activation recomputation: none (default: keep what the "
+    parser.add_argument("--recompute", default="none", choices=[*RECOMPUTES, AUTO],
+                        help="activation recomputation (auto: optimal chooses, with "
+                             "--objective time): none (default: keep what the "
                              "backward pass reads); full: keep only segments' inputs (cut where "
                              "little crosses, as many as keep the least), run each segment's "
                              "forward again before its backward (Chen et al. 2016); selective: "
                              "recompute the attention core "
                              "only (Korthikanti et al. 2022)")
-    parser.add_argument("--zero", default=0, type=int, choices=ZERO_STAGES,
-                        help="ZeRO stage (Rajbhandari et al. 2020), sharding among a node's "
+    parser.add_argument("--zero", default=0, type=_int_or_auto,
+                        choices=[*ZERO_STAGES, AUTO],
+                        help="ZeRO stage (auto: optimal chooses, with --objective time; "
+                             "Rajbhandari et al. 2020), sharding among a node's "
                              "data-parallel copies: 1 the optimizer state, 2 and the "
                              "gradients, 3 and the weights (gathered before each forward and "
                              "backward pass); 0: none (default)")
-    parser.add_argument("--pipeline", default=1, type=int, metavar="S",
+    parser.add_argument("--pipeline", default=1, type=_int_or_auto, metavar="S",
                         help="pipeline parallelism: the array's top level holds S stages of "
-                             "contiguous nodes (default 1: none; --hierarchy must start with S)")
+                             "contiguous nodes (default 1: none; --hierarchy must start with "
+                             "S); auto: optimal chooses S, the micro-batches and the stages "
+                             "(with --objective time; Alpa's search, Zheng et al. 2022)")
     parser.add_argument("--microbatches", default=1, type=int, metavar="M",
                         help="micro-batches a pipeline's batch is cut into (default 1; it must "
                              "divide the batch, and a micro-batch must still split over a "

@@ -28,6 +28,7 @@ from hypar_sim.hardware.config import MAX_BATCH, HardwareConfig, load_config, ru
 from hypar_sim.partition.hierarchy import MAX_MEMBERS, Hierarchy, as_hierarchy
 from hypar_sim.partition.kinds import parse_kinds
 from hypar_sim.planner.options import PlanOptions
+from hypar_sim.planner.stage_search import AUTO
 from hypar_sim.planner.traffic import DEFAULT_TRAFFIC_MODEL
 from hypar_sim.planner.training import PRECISIONS, Training
 from hypar_sim.sim.options import SimOptions
@@ -156,7 +157,7 @@ def make_request(network: str | Network | Graph, *, accelerators: int | None = N
                  traffic_model: str = DEFAULT_TRAFFIC_MODEL, objective: str = "bytes",
                  phases: str = "training", sim: SimOptions | None = None,
                  progress: bool = False, optimizer: str = "sgd", precision: str = "fp32",
-                 recompute: str = "none", zero: int = 0, pipeline: int = 1,
+                 recompute: str = "none", zero: int | str = 0, pipeline: int | str = 1,
                  microbatches: int = 1, schedule: str = "1f1b",
                  stages: Sequence[str] | str | None = None) -> RunRequest:
     """The request of one run, every value checked (bad input: InputError, one line).
@@ -165,8 +166,14 @@ def make_request(network: str | Network | Graph, *, accelerators: int | None = N
     the strategy `explicit`; the plan's estimate sees the simulation's topology."""
     if isinstance(stages, str):
         stages = [name.strip() for name in stages.split(",") if name.strip()]
-    training = Training(optimizer, precision, recompute, zero, pipeline, microbatches,
-                        schedule, tuple(stages or ()))
+    free = tuple(name for name, value in (("pipeline", pipeline), ("recompute", recompute),
+                                          ("zero", zero)) if value == AUTO)
+    if "pipeline" in free and (microbatches != 1 or stages or schedule != "1f1b"):
+        raise InputError("--pipeline auto: optimal chooses the micro-batches and the stages "
+                         "(1F1B); drop --microbatches, --stages and --schedule")
+    training = Training(optimizer, precision, "none" if recompute == AUTO else recompute,
+                        0 if zero == AUTO else zero, 1 if pipeline == AUTO else pipeline,
+                        microbatches, schedule, tuple(stages or ()))
     overrides = dict(overrides or {})
     word = PRECISIONS[precision].word_bytes
     if word is not None:  # 16-bit values: the hardware's word follows
@@ -190,7 +197,7 @@ def make_request(network: str | Network | Graph, *, accelerators: int | None = N
         kinds = parse_kinds(",".join(kinds))
     plan = PlanOptions(kinds, search, traffic_model, objective=objective, topology=sim.topology,
                        overlap_gradients=sim.overlap_gradients, progress=progress,
-                       phases=phases, training=training)
+                       phases=phases, training=training, free_training=free)
     return RunRequest(network, array, batch, hardware,
                       "explicit" if plan_text is not None else strategy, seq, check_dims(dims),
                       plan_text, plan, sim)
@@ -198,9 +205,12 @@ def make_request(network: str | Network | Graph, *, accelerators: int | None = N
 
 def with_strategy(request: RunRequest, strategy: str, objective: str | None = None
                   ) -> RunRequest:
-    """The same request under another strategy (and objective), no plan text."""
-    plan = request.plan if objective is None else dataclasses.replace(request.plan,
-                                                                      objective=objective)
+    """The same request under another strategy (and objective), no plan text; the training
+    options given `auto` are chosen by optimal alone (another strategy takes their
+    defaults)."""
+    objective = request.plan.objective if objective is None else objective
+    free = request.plan.free_training if strategy == "optimal" and objective == "time" else ()
+    plan = dataclasses.replace(request.plan, objective=objective, free_training=free)
     return dataclasses.replace(request, strategy=strategy, plan_text=None, plan=plan)
 
 

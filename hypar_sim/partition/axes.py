@@ -16,7 +16,9 @@ are); every other operator keeps the names of its first input of its shape.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cached_property
 
 from hypar_sim.errors import InputError
 from hypar_sim.workload.dims import Dims
@@ -36,6 +38,18 @@ class Site:
     @property
     def desc(self) -> Description:
         return self.node.desc  # type: ignore[return-value] # sites() refuses None
+
+    @cached_property
+    def geometry(self) -> tuple:
+        """What the node's costs depend on (not its name nor its inputs' names): the key
+        the planner's cost tables remember a cost by (a network repeats its blocks)."""
+        def frozen(value: object) -> object:
+            if isinstance(value, Mapping):
+                return tuple(sorted((k, frozen(v)) for k, v in value.items()))
+            return tuple(frozen(v) for v in value) if isinstance(value, list | tuple) else value
+        node = self.node
+        return (node.op, node.input_shapes, node.shape, self.inputs, self.output,
+                tuple(sorted((k, frozen(v)) for k, v in node.attrs.items())))
 
 
 def sites(graph: Graph) -> list[Site]:

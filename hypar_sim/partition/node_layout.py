@@ -26,7 +26,7 @@ output projection into the token embedding) before the owner's all-reduce.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -96,6 +96,12 @@ class NodeLayout:
     def box_sizes(self) -> np.ndarray:
         """[members, dimensions] the length of every member's interval of every loop."""
         return np.stack([parts[:, 1] - parts[:, 0] for parts in self.boxes.values()], axis=1)
+
+    @cached_property
+    def held(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(`member_params`, `weight_copies`, `member_kept`) of this layout, once: a memory
+        picture reads them for every way to train it is checked under."""
+        return member_params(self), weight_copies(self), member_kept(self)
 
     @cached_property
     def _member_boxes(self) -> list[Box]:
@@ -305,14 +311,8 @@ def own_matrices(own: NodeLayout, batch: int, word_bytes: int,
 
 
 def geometry(site: Site) -> tuple:
-    """What a node's costs depend on (not its name nor its inputs' names)."""
-    def frozen(value: object) -> object:
-        if isinstance(value, Mapping):
-            return tuple(sorted((k, frozen(v)) for k, v in value.items()))
-        return tuple(frozen(v) for v in value) if isinstance(value, list | tuple) else value
-    node = site.node
-    return (node.op, node.input_shapes, node.shape, site.inputs, site.output,
-            tuple(sorted((k, frozen(v)) for k, v in node.attrs.items())))
+    """What a node's costs depend on (`Site.geometry`)."""
+    return site.geometry
 
 
 class Costs:
@@ -437,6 +437,10 @@ class Costs:
                                     self.word_bytes, is_output)
             self._own[key] = self._total(matrices)
         return self._own[key]
+
+    def matrices_value(self, matrices: dict[str, Moved]) -> float:
+        """The cost of `matrices` (stages by name, as `own_matrices` names them)."""
+        return self._total(matrices)
 
     def _total(self, matrices: dict[str, Moved]) -> float:
         """Bytes of the stages a step runs (an inference: `FORWARD_STAGES` alone)."""

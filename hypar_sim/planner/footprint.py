@@ -6,7 +6,7 @@ Per member, summed over the nodes (`planner.training`): weights, gradients and o
 state of the parameters it holds (sharded among their copies by ZeRO), the activations it
 keeps for the backward pass (those recomputation keeps, or under full recomputation what
 it reads of each segment's inputs; plus, where it recomputes, the largest segment's
-rebuilt activations), under ZeRO 3 the largest node's gathered weights
+rebuilt activations), under ZeRO 3 the largest generation's gathered weights
 (the other copies' shards), and buffers: the most it receives in one communication step.
 """
 
@@ -47,9 +47,9 @@ def memory_picture(graph: Graph, layouts: Sequence[node_layout.NodeLayout], word
     if not layouts:
         return MemoryPicture(tuple((part, 0.0) for part in PARTS[:-1])
                              + (("buffers", receive_bytes),), (), receive_bytes)
-    params = np.stack([node_layout.member_params(own) for own in layouts]).astype(float)
-    copies = np.stack([node_layout.weight_copies(own) for own in layouts])
-    kept = np.stack([node_layout.member_kept(own) for own in layouts]).astype(float)
+    params = np.stack([own.held[0] for own in layouts]).astype(float)
+    copies = np.stack([own.held[1] for own in layouts])
+    kept = np.stack([own.held[2] for own in layouts]).astype(float)
     plan = recompute_plan(graph, training.recompute if gradients else "none", in_flight)
     stays = np.zeros(len(layouts), dtype=bool)
     stays[list(plan.kept)] = True
@@ -69,9 +69,11 @@ def memory_picture(graph: Graph, layouts: Sequence[node_layout.NodeLayout], word
         if again or dropped[list(segment)].any():
             rebuilt = np.maximum(rebuilt, (kept[again].sum(axis=0)
                                            + dropped[list(segment)].sum(axis=0)) * word_bytes)
-    gathered = np.zeros(params.shape[1])  # ZeRO 3: one node's whole weights at a time
-    if training.zero >= 3:
-        gathered = (params - params / copies).max(axis=0) * word_bytes
+    gathered = np.zeros(params.shape[1])  # ZeRO 3: a generation's whole weights at a time
+    if training.zero >= 3:  # (the schedule gathers a generation's nodes together)
+        others = (params - params / copies) * word_bytes
+        for generation in graph.generations():
+            gathered = np.maximum(gathered, others[generation].sum(axis=0))
     total = sum(part.sum(axis=0) for part in parts.values()) + inputs + rebuilt + gathered
     m = int(np.argmax(total))
     nodes = [Footprint(own.site.node.name, float(parts["weights"][i, m]),

@@ -11,6 +11,7 @@ from hypar_sim.hardware.topology_file import is_topology_file
 from hypar_sim.partition.kinds import DEFAULT_KINDS, resolve_kind
 from hypar_sim.planner import search as searches
 from hypar_sim.planner.objectives import check_objective
+from hypar_sim.planner.stage_search import FREE_OPTIONS
 from hypar_sim.planner.traffic import DEFAULT_TRAFFIC_MODEL, traffic_model
 from hypar_sim.planner.training import Training
 
@@ -32,6 +33,9 @@ class PlanOptions:
     progress: bool = False  # a progress bar on stderr for long searches (exhaustive)
     phases: str = "training"  # or "forward": plan an inference (the forward pass alone)
     training: Training = Training()  # optimizer, precision, recompute, ZeRO (planner.training)
+    #: The training options `optimal` chooses (`planner.stage_search`: pipeline, recompute,
+    #: zero; given `auto` on the command line); the others are `training`'s.
+    free_training: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.kinds is None:  # HyPar's kinds, or the strategy's own (make_plan)
@@ -64,6 +68,14 @@ class PlanOptions:
             raise InputError("--phases forward: an inference has no gradients to shard and no "
                              "backward pass to recompute for or to pipeline; drop --zero, "
                              "--recompute and --pipeline")
+        for name in self.free_training:
+            if name not in FREE_OPTIONS:
+                raise InputError(f"free_training: unknown '{name}'; allowed: "
+                                 f"{', '.join(FREE_OPTIONS)}")
+        if self.free_training and (self.objective != "time" or self.phases == "forward"):
+            flags = ", ".join(f"--{name} auto" for name in self.free_training)
+            raise InputError(f"{flags}: optimal chooses them for the least estimated step "
+                             "time of a training step; add --objective time")
         if self.phases == "forward" and self.objective != "bytes":
             raise InputError(f"--objective: {self.objective} is estimated for a training step; "
                              "with --phases forward the planner minimises bytes (--objective "

@@ -83,9 +83,11 @@ def _factors(graph: Graph, sites: Sequence[Site], options: Sequence[Sequence[Col
     return factors
 
 
-def _greedy(graph: Graph, sites: Sequence[Site], batch: int, hierarchy: Hierarchy,
+def greedy_columns(graph: Graph, sites: Sequence[Site], batch: int, hierarchy: Hierarchy,
             kinds: Sequence[str], costs: node_layout.Costs, notes: list[str],
             price: float = 0.0) -> list[Column]:
+    """HyPar's search generalised to graphs: level by level from the top, each level's
+    kinds exact over the whole graph given the levels above (`_solve`)."""
     columns: list[Column] = [() for _ in sites]
     for level in range(hierarchy.levels):
         upper = Hierarchy(hierarchy.sizes[:level + 1])
@@ -150,7 +152,7 @@ def _fixed(request: PlanRequest, preferred: Callable[[Node], str]) -> list[Colum
 
 @register_strategy("hypar", searches=True, honours_search=True, objectives=OBJECTIVES)
 def _hypar(request: PlanRequest) -> list[Column]:
-    find = _joint if request.search == "joint" else _greedy
+    find = _joint if request.search == "joint" else greedy_columns
     return find(request.graph, request.sites, request.batch, request.hierarchy, request.kinds,
                 request.costs, request.notes, request.memory_price)
 

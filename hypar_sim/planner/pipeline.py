@@ -29,6 +29,7 @@ from hypar_sim.errors import InputError
 from hypar_sim.hardware.config import HardwareConfig, load_hardware
 from hypar_sim.partition.hierarchy import Hierarchy
 from hypar_sim.partition.node_layout import tied_copy_params, weight_copies
+from hypar_sim.partition.shares import Column
 from hypar_sim.partition.steps import largest_receive
 from hypar_sim.planner.footprint import memory_picture
 from hypar_sim.planner.pipeline_messages import (
@@ -173,10 +174,12 @@ def micro_batch(batch: int, training: Training) -> int:
 
 
 def pipeline_plan(graph: Graph, strategy: str, hierarchy: Hierarchy, batch: int,
-                  plan_text: str | None, word_bytes: int, options, config: HardwareConfig | None):
+                  plan_text: str | None, word_bytes: int, options, config: HardwareConfig | None,
+                  columns: Sequence[Column] | None = None):
     """The pipeline plan of `strategy` (module docstring): a `Plan` on the whole array whose
-    columns are the stages' plan on the sub-array, `stages` every node's stage."""
-    from hypar_sim.planner.plan import Plan, make_plan
+    columns are the stages' plan on the sub-array (`columns`: given, e.g. by `optimal`'s
+    search over ways to train), `stages` every node's stage."""
+    from hypar_sim.planner.plan import Plan, evaluate_plan, make_plan
 
     training = options.training
     sub = sub_array(hierarchy, training.stages)
@@ -184,11 +187,14 @@ def pipeline_plan(graph: Graph, strategy: str, hierarchy: Hierarchy, batch: int,
     stages = _given_stages(graph, training, plan_text) or assign_stages(graph, training)
     config = config or load_hardware(overrides={"word_bytes": word_bytes})
     unbounded = dataclasses.replace(config, cube_capacity_gib=2.0**20)
+    alone = dataclasses.replace(training, stages=1, microbatches=1, schedule="1f1b",
+                                stage_names=())
     try:
         inner = make_plan(graph, strategy, sub, micro, plan_text, word_bytes,
-                          dataclasses.replace(options, training=dataclasses.replace(
-                              training, stages=1, microbatches=1, schedule="1f1b",
-                              stage_names=())), unbounded)
+                          dataclasses.replace(options, training=alone), unbounded) \
+            if columns is None else evaluate_plan(graph, strategy, "", micro, sub, columns,
+                                                  word_bytes, options.phases,
+                                                  options.traffic_model, alone)
     except InputError as error:
         if "batch" not in str(error) or micro == batch:
             raise

@@ -330,6 +330,14 @@ def make_plan(workload: Graph | Network, strategy: str, hierarchy: int | Hierarc
                       and KINDS[k].dim is not None)
     if spec is not None:
         model.check(hierarchy, kinds, batch, spec.searches)
+    if options.free_training:
+        from hypar_sim.planner.stage_search import search_training
+
+        if strategy != "optimal":
+            flags = ", ".join(f"--{name} auto" for name in options.free_training)
+            raise InputError(f"{flags}: only --strategy optimal chooses how to train; give "
+                             f"{strategy} the options as values")
+        return search_training(graph, hierarchy, batch, kinds, word_bytes, options, config)
     if options.training.pipelined:
         from hypar_sim.planner.pipeline import pipeline_plan
 

@@ -63,19 +63,27 @@ def read_groups(graph: Graph, layouts: Sequence[node_layout.NodeLayout]) -> list
     return list(groups.values())
 
 
-def shared_cost(costs: node_layout.Costs, sites: Sequence[Site], edges: Sequence[Edge],
-                columns: Sequence[Column], hierarchy: Hierarchy) -> float:
-    """Bytes of a group of `sharing_edges` under `columns` (every node's; only the group's
-    nodes are read): consumers that read the same regions pay once."""
-    total, seen = 0.0, set()
+def paying_edges(costs: node_layout.Costs, sites: Sequence[Site], edges: Sequence[Edge],
+                 columns: Sequence[Column], hierarchy: Hierarchy) -> list[Edge]:
+    """The edges of a group of `sharing_edges` that pay under `columns`: of the consumers
+    that read the same regions, the first."""
+    paying, seen = [], set()
     for p, c, k in edges:
         if len(edges) > 1:
             reads = costs.reads(sites[c], k, columns[c], hierarchy)
             if reads in seen:
                 continue
             seen.add(reads)
-        total += costs.edge(sites[p], sites[c], k, columns[p], columns[c], hierarchy)
-    return total
+        paying.append((p, c, k))
+    return paying
+
+
+def shared_cost(costs: node_layout.Costs, sites: Sequence[Site], edges: Sequence[Edge],
+                columns: Sequence[Column], hierarchy: Hierarchy) -> float:
+    """Bytes of a group of `sharing_edges` under `columns` (every node's; only the group's
+    nodes are read): consumers that read the same regions pay once."""
+    return sum((costs.edge(sites[p], sites[c], k, columns[p], columns[c], hierarchy)
+                for p, c, k in paying_edges(costs, sites, edges, columns, hierarchy)), 0.0)
 
 
 def shared_table(costs: node_layout.Costs, sites: Sequence[Site], edges: Sequence[Edge],

@@ -75,6 +75,8 @@ class TimedCosts(node_layout.Costs):
         self._dram_pj_per_byte = 2 * table.pj_per_action[Action.DRAM] / config.word_bytes
         self._bits = 8 / config.packet_efficiency
         self._compute: dict[tuple, float] = {}
+        self._parts: dict[tuple, object] = {}
+        self._steps: dict[tuple, float] = {}
         self.phases = (Phase.FORWARD,) if forward_only else STEP_PHASES
 
     def _value(self, cycles: float, dynamic_pj: float) -> float:
@@ -91,16 +93,24 @@ class TimedCosts(node_layout.Costs):
         """Every phase of the node on its slowest member (cycles), or on all its members
         (pJ), as the schedule charges them (members with boxes of the same sizes cost
         alike)."""
-        needs_error = site.node.name in self.fed
         again = site.node.name in self.recomputed and not self.forward_only
-        key = (node_layout.geometry(site), column, hierarchy, needs_error, again)
+        return self.phase_value(site, column, hierarchy,
+                                (*self.phases, *((Phase.RECOMPUTE,) if again else ())))
+
+    def phase_value(self, site: Site, column: Column, hierarchy: Hierarchy,
+                    phases: tuple[Phase, ...], zero: int | None = None) -> float:
+        """`phases` of the node (each on its slowest member), its update on the shards of
+        ZeRO stage `zero` (None: the training's)."""
+        needs_error = site.node.name in self.fed
+        zero = self.training.zero if zero is None else zero
+        key = (node_layout.geometry(site), column, hierarchy, needs_error, phases, bool(zero))
         if key not in self._compute:
             own = node_layout.layout(site, self.batch, column, hierarchy)
             _, first, counts = np.unique(own.box_sizes(), axis=0, return_index=True,
                                          return_counts=True)
             cycles, pj = 0.0, 0.0
-            shards = node_layout.weight_copies(own) if self.training.zero else None
-            for phase in (*self.phases, *((Phase.RECOMPUTE,) if again else ())):
+            shards = node_layout.weight_copies(own) if zero else None
+            for phase in phases:
                 pieces = [node_cost(own, int(m), phase, self.config, needs_error, self._rule,
                                     int(shards[m]) if shards is not None else 1)
                           for m in first]
@@ -110,6 +120,40 @@ class TimedCosts(node_layout.Costs):
             sub = self.topology.hierarchy.members // hierarchy.members
             self._compute[key] = self._value(cycles / sub, pj)
         return self._compute[key]
+
+    def own_parts(self, site: Site, column: Column, hierarchy: Hierarchy, is_output: bool
+                  ) -> dict[str, float]:
+        """The node's own steps apart: "gradient" (its reduce and its gather, once a
+        step), "gather" (the gather alone: what ZeRO 3 sends again before each pass) and
+        "loss" (per micro-batch)."""
+        key = ("parts", node_layout.geometry(site), column, hierarchy, is_output)
+        if key not in self._parts:
+            matrices = node_layout.own_matrices(
+                node_layout.layout(site, self.batch, column, hierarchy), self.batch,
+                self.word_bytes, is_output)
+            loss = {s: m for s, m in matrices.items() if s.startswith("loss")}
+            gathers = {s: m for s, m in matrices.items() if s.endswith("gather")
+                       and s not in loss}
+            self._parts[key] = {
+                "gradient": self._total({s: m for s, m in matrices.items() if s not in loss}),
+                "gather": self._total(gathers), "loss": self._total(loss)}
+        return self._parts[key]
+
+    def edge_parts(self, producer: Site, consumer: Site, index: int, producer_column: Column,
+                   column: Column, hierarchy: Hierarchy) -> tuple[float, float]:
+        """An edge's (forward, backward) steps: the input's reduce and gather, and its
+        error's."""
+        key = ("edge", node_layout.geometry(producer), node_layout.geometry(consumer), index,
+               producer_column, column, hierarchy)
+        if key not in self._parts:
+            matrices = node_layout.edge_matrices(
+                node_layout.layout(producer, self.batch, producer_column, hierarchy),
+                node_layout.layout(consumer, self.batch, column, hierarchy), index,
+                self.batch, self.word_bytes)
+            forward = {s: m for s, m in matrices.items() if s in node_layout.FORWARD_STAGES}
+            self._parts[key] = (self._total(forward), self._total(
+                {s: m for s, m in matrices.items() if s not in forward}))
+        return self._parts[key]
 
     def _total(self, matrices: dict[str, Moved]) -> float:
         """The steps of `matrices` (stages by name), one after another: each kind's stages
@@ -124,7 +168,16 @@ class TimedCosts(node_layout.Costs):
         return sum((self._step(kind, matrix) for kind, matrix in kinds.items()), 0.0)
 
     def _step(self, kind: TransferKind, matrix: Moved) -> float:
-        """The objective's value of one step: `matrix` sent by the ring collective."""
+        """The objective's value of one step: `matrix` sent by the ring collective
+        (remembered by the matrix: a transformer's edges repeat theirs; the kind only names
+        the step)."""
+        key = (matrix.members, matrix.src.tobytes(), matrix.dst.tobytes(),
+               matrix.amount.tobytes())
+        if key not in self._steps:
+            self._steps[key] = self._sent(kind, matrix)
+        return self._steps[key]
+
+    def _sent(self, kind: TransferKind, matrix: Moved) -> float:
         sent = COLLECTIVES["ring"](matrix)
         src, dst, sizes, rounds = sent.src, sent.dst, sent.bytes, sent.round
         sub = self.topology.hierarchy.members // matrix.members
