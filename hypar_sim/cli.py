@@ -62,9 +62,9 @@ def _add_plan_arguments(parser: argparse.ArgumentParser) -> None:
     from hypar_sim.planner.objectives import OBJECTIVES
     from hypar_sim.planner.optimizers import OPTIMIZERS
     from hypar_sim.planner.search import SEARCHES
-    from hypar_sim.planner.stage_search import AUTO
     from hypar_sim.planner.traffic import DEFAULT_TRAFFIC_MODEL, PHASES, TRAFFIC_MODELS
     from hypar_sim.planner.training import (
+        AUTO,
         PIPELINE_SCHEDULES,
         PRECISIONS,
         RECOMPUTES,

@@ -28,9 +28,8 @@ from hypar_sim.hardware.config import MAX_BATCH, HardwareConfig, load_config, ru
 from hypar_sim.partition.hierarchy import MAX_MEMBERS, Hierarchy, as_hierarchy
 from hypar_sim.partition.kinds import parse_kinds
 from hypar_sim.planner.options import PlanOptions
-from hypar_sim.planner.stage_search import AUTO
 from hypar_sim.planner.traffic import DEFAULT_TRAFFIC_MODEL
-from hypar_sim.planner.training import PRECISIONS, Training
+from hypar_sim.planner.training import AUTO, PRECISIONS, Training
 from hypar_sim.sim.options import SimOptions
 from hypar_sim.workload.graph import Graph
 from hypar_sim.workload.network import Network, as_graph, load_workload
@@ -141,8 +140,10 @@ def _hierarchy(accelerators: int | None, levels: int | None,
 def _pipeline_array(count: int, stages: int) -> Hierarchy:
     """The default array of a pipeline: its stages on top, the rest as the count's."""
     if count % stages:
+        divisors = [d for d in range(2, count + 1) if count % d == 0][:8]
         raise InputError(f"--pipeline {stages}: does not divide the {count} accelerators; use "
-                         f"a multiple of {stages}")
+                         f"a divisor of {count} ({', '.join(map(str, divisors))}) or "
+                         f"--accelerators a multiple of {stages}")
     return Hierarchy((stages, *Hierarchy.for_count(count // stages).sizes))
 
 
@@ -168,6 +169,10 @@ def make_request(network: str | Network | Graph, *, accelerators: int | None = N
         stages = [name.strip() for name in stages.split(",") if name.strip()]
     free = tuple(name for name, value in (("pipeline", pipeline), ("recompute", recompute),
                                           ("zero", zero)) if value == AUTO)
+    if "pipeline" in free and (hierarchy is not None or levels is not None):
+        raise InputError("--pipeline auto: optimal puts the stages on the array's top level "
+                         "and the default hierarchy of the rest below them; drop --hierarchy "
+                         "and --levels, or give --pipeline S")
     if "pipeline" in free and (microbatches != 1 or stages or schedule != "1f1b"):
         raise InputError("--pipeline auto: optimal chooses the micro-batches and the stages "
                          "(1F1B); drop --microbatches, --stages and --schedule")

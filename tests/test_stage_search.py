@@ -16,6 +16,7 @@ from hypar_sim.partition.kinds import KINDS
 from hypar_sim.planner import stage_search
 from hypar_sim.planner.pipeline import pipeline_plan
 from hypar_sim.planner.plan import evaluate_plan
+from hypar_sim.planner.training import FREE_OPTIONS
 from hypar_sim.request import make_request, plan_request
 from hypar_sim.runner import simulate, simulate_request
 from hypar_sim.sim.options import SimOptions
@@ -27,18 +28,21 @@ AUTO = {"strategy": "optimal", "objective": "time", "pipeline": "auto", "recompu
 
 
 def _request(capacity_gib: float = 1024.0, accelerators: int = 4, topology: str = "htree",
-             **given):
-    return make_request("gpt2_small", seq=256, dims=SMALL, batch=16, accelerators=accelerators,
+             network: str = "gpt2_small", **given):
+    """A two-block GPT-2 at 256 tokens (or a chain: `network`) on 4 accelerators."""
+    shape = {"seq": 256, "dims": SMALL, "batch": 16} if network == "gpt2_small" else {}
+    return make_request(network, **shape, accelerators=accelerators,
                         overrides={"cube_capacity_gib": capacity_gib},
                         sim=SimOptions(topology=topology), **(AUTO | given))
 
 
 def _candidates(request):
-    kinds = [k for k in KINDS if KINDS[k].dim is not None]
-    return stage_search.candidates(request.workload(), request.hierarchy, request.batch, kinds,
-                                   request.hardware.word_bytes, request.plan.training,
-                                   stage_search.FREE_OPTIONS, "layout", request.sim.topology,
-                                   request.hardware, [])
+    kinds = tuple(k for k in KINDS if KINDS[k].dim is not None)
+    search = stage_search.Search(request.workload(), request.hierarchy, request.batch, kinds,
+                                 request.hardware.word_bytes, request.plan.training,
+                                 FREE_OPTIONS, "layout", request.sim.topology,
+                                 request.hardware)
+    return stage_search.candidates(search, [], [])
 
 
 def _built(request, candidate):
@@ -82,10 +86,10 @@ def test_the_estimate_follows_the_simulator(topology):
 def test_the_fastest_that_fits_is_chosen():
     """Under a capacity the fastest candidate does not meet, the search returns the
     fastest estimated candidate whose built plan fits: every faster one is over it."""
-    found = _candidates(_request())  # the capacity does not change what is timed
-    fastest = _built(_request(), found[0]).footprint_bytes
-    capacity = fastest * 0.9 / 2**30
-    request = _request(capacity)
+    found = _candidates(_request(network="lenet_c"))  # the capacity changes nothing timed
+    footprints = [_built(_request(network="lenet_c"), c).footprint_bytes for c in found[:16]]
+    assert min(footprints) < footprints[0]  # the fastest is not the leanest
+    request = _request(min(footprints) / 2**30, network="lenet_c")
     plan = plan_request(request)
     assert plan.footprint_bytes <= request.hardware.cube_capacity_bytes
     chosen = next(c for c in found if c.step_cycles == plan.estimate)
@@ -108,27 +112,29 @@ def test_a_chosen_pipeline_runs_and_is_not_slower_than_hypar():
 
 def test_nothing_fits_in_one_line():
     with pytest.raises(InputError, match="capacity: none of the .* ways to train"):
-        plan_request(_request(capacity_gib=0.001))
+        plan_request(_request(capacity_gib=0.0001, network="lenet_c"))
 
 
 def test_only_optimal_chooses_and_only_for_time():
     with pytest.raises(InputError, match="only --strategy optimal"):
         plan_request(_request(strategy="hypar"))
-    with pytest.raises(InputError, match="add --objective time"):
+    with pytest.raises(InputError, match="add --strategy optimal --objective time"):
         _request(objective="bytes")
     with pytest.raises(InputError, match="drop --microbatches"):
         _request(microbatches=4)
+    with pytest.raises(InputError, match="drop --hierarchy"):
+        _request(hierarchy="4")
 
 
 def test_the_command_line_takes_auto(cli):
-    found = cli("plan", "gpt2_small", "--seq", "64", "--layers", "2", "--batch", "8",
-                "--accelerators", "4", "--strategy", "optimal", "--objective", "time",
+    found = cli("plan", "lenet_c", "--accelerators", "4", "--strategy", "optimal",
+                "--objective", "time",
                 "--pipeline", "auto", "--recompute", "auto", "--zero", "auto",
                 "--optimizer", "adam", "--json")
     assert found.returncode == 0, found.stderr
     plan = json.loads(found.stdout)
-    assert plan["search"].startswith("timed ") and plan["objective"] == "time"
-    assert plan["recompute"] in ("none", "full", "selective") and plan["zero"] in (0, 1, 2, 3)
+    assert plan["search"].startswith("Alpa-like (") and plan["objective"] == "time"
+    assert plan["recompute"] in ("none", "full") and plan["zero"] in (0, 1, 2, 3)
     refused = cli("plan", "lenet_c", "--strategy", "hypar", "--objective", "time",
                   "--zero", "auto")
     assert refused.returncode == 2 and "only --strategy optimal" in refused.stderr
@@ -152,3 +158,16 @@ def test_never_slower_than_the_other_strategies(tmp_path):
     rows = pd.read_csv(out)
     assert len(rows) == 8 and set(rows.topology) == {"htree", "torus"}
     assert (rows.optimal_ms <= rows.best_other_ms * (1 + 1e-9)).all(), rows
+
+
+def test_a_given_pipeline_is_estimated_as_a_step():
+    """`--objective time` with a fixed pipeline estimates the pipeline's step (Alpa's eq. (2)
+    over its stages), not one micro-batch's (it was 29.5 ms against 592 ms simulated)."""
+    request = make_request("gpt2_small", seq=64, dims=SMALL, batch=8, accelerators=4,
+                           optimizer="adam", strategy="optimal", objective="time", pipeline=2,
+                           microbatches=8)
+    plan = plan_request(request)
+    simulated = simulate(request.workload(), plan, request.hardware, request.sim)
+    assert simulated.latency_cycles == pytest.approx(plan.estimate, rel=0.4)
+    with pytest.raises(InputError, match="--objective energy: a pipeline"):
+        make_request("lenet_c", accelerators=4, pipeline=2, objective="energy")

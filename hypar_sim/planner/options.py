@@ -11,9 +11,8 @@ from hypar_sim.hardware.topology_file import is_topology_file
 from hypar_sim.partition.kinds import DEFAULT_KINDS, resolve_kind
 from hypar_sim.planner import search as searches
 from hypar_sim.planner.objectives import check_objective
-from hypar_sim.planner.stage_search import FREE_OPTIONS
 from hypar_sim.planner.traffic import DEFAULT_TRAFFIC_MODEL, traffic_model
-from hypar_sim.planner.training import Training
+from hypar_sim.planner.training import FREE_OPTIONS, Training
 
 
 @dataclass(frozen=True)
@@ -74,8 +73,13 @@ class PlanOptions:
                                  f"{', '.join(FREE_OPTIONS)}")
         if self.free_training and (self.objective != "time" or self.phases == "forward"):
             flags = ", ".join(f"--{name} auto" for name in self.free_training)
-            raise InputError(f"{flags}: optimal chooses them for the least estimated step "
-                             "time of a training step; add --objective time")
+            raise InputError(f"{flags}: --strategy optimal --objective time chooses them, for "
+                             "the least estimated step time of a training step"
+                             + ("; drop --phases forward" if self.phases == "forward" else
+                                "; add --strategy optimal --objective time"))
+        if self.training.pipelined and self.objective == "energy":
+            raise InputError("--objective energy: a pipeline's step is estimated in time and "
+                             "bytes; use --objective time or bytes with --pipeline")
         if self.phases == "forward" and self.objective != "bytes":
             raise InputError(f"--objective: {self.objective} is estimated for a training step; "
                              "with --phases forward the planner minimises bytes (--objective "

@@ -140,9 +140,9 @@ class TimedCosts(node_layout.Costs):
         return self._parts[key]
 
     def edge_parts(self, producer: Site, consumer: Site, index: int, producer_column: Column,
-                   column: Column, hierarchy: Hierarchy) -> tuple[float, float]:
-        """An edge's (forward, backward) steps: the input's reduce and gather, and its
-        error's."""
+                   column: Column, hierarchy: Hierarchy) -> tuple[float, float, float]:
+        """An edge's steps apart: the producer's partial sums reduced, the input's gather
+        into the consumer's layout, and the error's reduce and gather back."""
         key = ("edge", node_layout.geometry(producer), node_layout.geometry(consumer), index,
                producer_column, column, hierarchy)
         if key not in self._parts:
@@ -150,9 +150,9 @@ class TimedCosts(node_layout.Costs):
                 node_layout.layout(producer, self.batch, producer_column, hierarchy),
                 node_layout.layout(consumer, self.batch, column, hierarchy), index,
                 self.batch, self.word_bytes)
-            forward = {s: m for s, m in matrices.items() if s in node_layout.FORWARD_STAGES}
-            self._parts[key] = (self._total(forward), self._total(
-                {s: m for s, m in matrices.items() if s not in forward}))
+            parts = [{s: m for s, m in matrices.items() if s in names} for names in (
+                ("forward reduce",), ("forward gather",), ("backward reduce", "backward gather"))]
+            self._parts[key] = tuple(self._total(part) for part in parts)
         return self._parts[key]
 
     def _total(self, matrices: dict[str, Moved]) -> float:

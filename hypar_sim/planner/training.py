@@ -66,6 +66,11 @@ RECOMPUTES = {"none": "keep every activation the backward pass reads",
               "full": "keep segment inputs, recompute every forward (Chen et al. 2016)",
               "selective": "recompute the attention core only (Korthikanti et al. 2022)"}
 ZERO_STAGES = (0, 1, 2, 3)
+#: The value of a training option that `optimal` chooses (`planner.stage_search`).
+AUTO = "auto"
+#: The training options `optimal` may choose (`--pipeline auto`, `--recompute auto`,
+#: `--zero auto`).
+FREE_OPTIONS = ("pipeline", "recompute", "zero")
 #: Pipeline schedules (`sim.pipeline_schedule`): GPipe (Huang et al., NeurIPS 2019) runs every
 #: micro-batch's forward, then every backward; 1F1B (PipeDream-Flush: Narayanan et al., ICML
 #: 2021) alternates them once a stage is full, keeping at most S - s micro-batches in flight.
