@@ -51,7 +51,8 @@ def test_data_parallelism_agrees_within_a_tenth_of_a_percent(network, accelerato
 @pytest.mark.parametrize(("network", "accelerators", "batch", "topology"), [
     ("vgg_a", 16, 256, "htree"), ("vgg_a", 16, 256, "torus"),
     ("alexnet_half", 16, 256, "torus"), ("resnet18", 16, 256, "htree"),
-    ("resnet18", 16, 256, "torus"), ("bert_base", 16, 64, "torus"), ("sfc", 64, 1024, "htree"),
+    pytest.param("resnet18", 16, 256, "torus", marks=pytest.mark.slow),
+    pytest.param("bert_base", 16, 64, "torus", marks=pytest.mark.slow), ("sfc", 64, 1024, "htree"),
     ("sfc", 64, 1024, "torus")])
 def test_hypar_plans_agree_within_three_percent(network, accelerators, batch, topology):
     """HyPar's plans send steps of several kinds that overlap with the backward pass; the

@@ -232,6 +232,7 @@ def test_htree_beats_torus_at_equal_total_bandwidth():
         assert float(torus["latency_s"]) > float(htree["latency_s"])
 
 
+@pytest.mark.slow  # a default run on 2 cores stays under 5 minutes
 def test_script_runs_alone(tmp_path):
     result = subprocess.run([sys.executable, "scripts/fig11_scalability.py", "--quick", "--out",
                              str(tmp_path)], cwd=REPO, capture_output=True, text=True, timeout=300)

@@ -170,6 +170,7 @@ def test_inception_block_four_branches_at_two_levels_is_exact():
     assert greedy.traffic_bytes >= plan.traffic_bytes * (1 - 1e-12)
 
 
+@pytest.mark.slow  # a default run on 2 cores stays under 5 minutes
 def test_a_chain_graph_costs_what_the_chain_model_says():
     """conv -> conv -> fc as a graph and as a chain network: the same bytes for every plan
     (the same rule on the same boxes)."""

@@ -114,6 +114,7 @@ def test_a_batch_too_large_for_gpt2_is_reported():
         run(load_workload("gpt2_small"), "data", 2, 64)
 
 
+@pytest.mark.slow  # a default run on 2 cores stays under 5 minutes
 def test_cli_runs_and_compares_a_graph(tmp_path):
     cli = partial(run_cli, cwd=tmp_path)
     run = cli("run", "resnet18", "--accelerators", "4", "--batch", "16", "--json")

@@ -309,6 +309,7 @@ def test_bad_run_input(cli, args, fragment):
     assert fragment in result.stderr and len(result.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.slow  # a default run on 2 cores stays under 5 minutes
 def test_run_and_compare_commands(cli, tmp_path):
     result = cli("run", "lenet_c", "--topology", "torus", "--json", "--csv", str(tmp_path / "l.csv"))
     assert result.returncode == 0, result.stderr

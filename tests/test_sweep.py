@@ -181,6 +181,7 @@ def test_output_files_have_the_usual_permissions(tmp_path):
     assert stat.S_IMODE((tmp_path / "s.csv").stat().st_mode) == 0o644
 
 
+@pytest.mark.slow  # a default run on 2 cores stays under 5 minutes
 def test_partition_axes_are_swept_and_resumed(tmp_path, cli):
     """Hierarchies, kind sets, searches and traffic models are axes and part of the resume
     key: each combination is its own row, and a rerun runs nothing again."""
