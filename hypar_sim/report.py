@@ -167,12 +167,16 @@ def comparison_table(results: Sequence, objectives: Sequence[str] | None = None,
     time_unit, time_size = unit_for([r.latency_s for r in results], TIME_UNITS)
     byte_unit, byte_size = unit_for([r.traffic_bytes for r in results], BYTE_UNITS)
     rows = []
+    shared = training_note(first.config or {}).split(", ")
     for r, objective in zip(results, objectives, strict=True):
+        own = [part for part in training_note(r.config or {}).split(", ")[1:]
+               if part not in shared]  # where optimal chose how to train
+        chosen = f" [{', '.join(own)}]" if own else ""
         rows.append((r.strategy, objective, f"{r.latency_s / time_size:.4g}",
                      f"{base.latency_cycles / r.latency_cycles:.2f}x", f"{r.energy_j:.4g}",
                      f"{base.energy_pj / r.energy_pj:.2f}x", f"{r.traffic_bytes / byte_size:.4g}",
                      f"{r.traffic_bytes / base.traffic_bytes:.2f}x" if base.traffic_bytes else "-",
-                     f"{r.time_shares['communication']:.0%}", _kind_counts(r.plan)))
+                     f"{r.time_shares['communication']:.0%}", _kind_counts(r.plan) + chosen))
     head = (f"{first.network} on {plural(first.accelerators, 'accelerator')} ({first.topology}), batch "
             f"{first.batch}, traffic model {first.traffic_model}, {first.engine} engine"
             f"{', inference (forward pass only)' if first.phases == 'forward' else ''}"

@@ -141,6 +141,12 @@ def test_the_command_line_takes_auto(cli):
     assert "Traceback" not in refused.stderr
     bad = cli("plan", "lenet_c", "--pipeline", "two")
     assert bad.returncode == 2 and "integer or auto" in bad.stderr
+    compared = cli("compare", "gpt2_small", "--layers", "2", "--seq", "64", "--batch", "8",
+                   "--accelerators", "4", "--kinds", "batch,in", "--strategies", "data,optimal",
+                   "--objective", "time", "--pipeline", "auto", "--optimizer", "adam")
+    assert compared.returncode == 0, compared.stderr
+    row = next(line for line in compared.stdout.splitlines() if line.startswith("optimal"))
+    assert "[pipeline 4 stages x 8 micro-batches (1f1b)]" in row  # what optimal chose
 
 
 @pytest.mark.slow
