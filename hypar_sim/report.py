@@ -167,9 +167,9 @@ def comparison_table(results: Sequence, objectives: Sequence[str] | None = None,
     time_unit, time_size = unit_for([r.latency_s for r in results], TIME_UNITS)
     byte_unit, byte_size = unit_for([r.traffic_bytes for r in results], BYTE_UNITS)
     rows = []
-    shared = training_note(first.config or {}).split(", ")
+    shared = training_of(first.config or {}).parts()
     for r, objective in zip(results, objectives, strict=True):
-        own = [part for part in training_note(r.config or {}).split(", ")[1:]
+        own = [part for part in training_of(r.config or {}).parts()
                if part not in shared]  # where optimal chose how to train
         chosen = f" [{', '.join(own)}]" if own else ""
         rows.append((r.strategy, objective, f"{r.latency_s / time_size:.4g}",
@@ -202,14 +202,19 @@ def _kind_counts(plan: Sequence[Sequence[str]]) -> str:
     return ", ".join(f"{kind} {count}" for kind, count in counts.items())
 
 
-def training_note(values: Mapping[str, Any]) -> str:
-    """', optimizer adam, bf16, ZeRO 3, recompute full' in a run's or a plan's first line,
-    where the training options are not the defaults (`values`: a run config's keys)."""
+def training_of(values: Mapping[str, Any]):
+    """The training options a run config's keys record (`planner.training.Training`)."""
     from hypar_sim.planner.training import Training
 
     given = {key: values[key] for key in Training.__dataclass_fields__ if key in values}
     given["stage_names"] = tuple(given.get("stage_names", ()))
-    return Training(**given).note()
+    return Training(**given)
+
+
+def training_note(values: Mapping[str, Any]) -> str:
+    """', optimizer adam, bf16, ZeRO 3, recompute full' in a run's or a plan's first line,
+    where the training options are not the defaults (`values`: a run config's keys)."""
+    return training_of(values).note()
 
 
 def plan_summary(plan: Plan, graph: Graph, clock_hz: float | None = None) -> str:

@@ -217,7 +217,9 @@ def pipeline_plan(graph: Graph, strategy: str, hierarchy: Hierarchy, batch: int,
                 inner.objective, float(sum(per_node)), inner.traffic_model, tuple(layouts),
                 stages=stages)
     if inner.objective == "time":  # the pipeline's step, not one micro-batch's
-        plan = dataclasses.replace(plan, estimate=_step_cycles(
+        from hypar_sim.planner.stage_times import pipeline_step_cycles
+
+        plan = dataclasses.replace(plan, estimate=pipeline_step_cycles(
             graph, plan, micro, options.topology, config))
     needed = plan.footprint_bytes
     if needed > config.cube_capacity_bytes:
@@ -227,27 +229,6 @@ def pipeline_plan(graph: Graph, strategy: str, hierarchy: Hierarchy, batch: int,
                          + (", --schedule 1f1b" if training.schedule == "gpipe" else "")
                          + ", --recompute, --zero 1, --precision bf16 or more accelerators")
     return plan
-
-
-def _step_cycles(graph: Graph, plan, micro_samples: int, topology: str,
-                 config: HardwareConfig) -> float:
-    """The estimated step of a pipeline plan (`stage_times.step_estimate` over its
-    stages)."""
-    from hypar_sim.hardware.topology import make_topology
-    from hypar_sim.partition.axes import sites
-    from hypar_sim.planner.plan_messages import fed_nodes
-    from hypar_sim.planner.stage_times import node_times, step_estimate
-    from hypar_sim.planner.timed_costs import TimedCosts
-    from hypar_sim.planner.training import recompute_plan
-
-    training, sub = plan.training, sub_array(plan.hierarchy, plan.training.stages)
-    costs = TimedCosts(micro_samples, plan.word_bytes, False, "time", config,
-                       make_topology(topology, config, sub), fed_nodes(graph), training)
-    times = node_times(costs, graph, sites(graph), plan.columns, sub)
-    recomputed = set(recompute_plan(graph, training.recompute).recomputed)
-    return step_estimate(graph, times, training, recomputed,
-                         make_topology(topology, config, plan.hierarchy), config, micro_samples,
-                         plan.word_bytes, sub.members, plan.stages)[1]
 
 
 def pipeline_footprint(graph: Graph, layouts: Sequence, stages: Sequence[int],

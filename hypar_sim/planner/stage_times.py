@@ -29,10 +29,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from hypar_sim.hardware.config import HardwareConfig
-from hypar_sim.hardware.topology import Topology
+from hypar_sim.hardware.topology import Topology, make_topology
 from hypar_sim.hardware.transfer import Routed, step_cycles
 from hypar_sim.partition import node_layout
 from hypar_sim.partition.axes import Site
+from hypar_sim.partition.axes import sites as graph_sites
 from hypar_sim.partition.hierarchy import Hierarchy
 from hypar_sim.partition.redistribute import redistribute
 from hypar_sim.partition.regions import weight_shape
@@ -40,9 +41,9 @@ from hypar_sim.partition.shares import Column
 from hypar_sim.partition.steps import Phase, StepMessages, TransferKind
 from hypar_sim.planner.pipeline import balanced, cheap_cuts
 from hypar_sim.planner.pipeline_messages import tied_apart
-from hypar_sim.planner.plan_messages import paying_edges, sharing_edges
+from hypar_sim.planner.plan_messages import fed_nodes, paying_edges, sharing_edges
 from hypar_sim.planner.timed_costs import TimedCosts
-from hypar_sim.planner.training import Training, crossing_elements
+from hypar_sim.planner.training import Training, crossing_elements, recompute_plan
 from hypar_sim.sim.defaults import DEFAULT_CHUNK_BYTES, DEFAULT_MAX_CHUNKS
 from hypar_sim.workload.graph import Graph
 
@@ -83,9 +84,10 @@ def node_times(costs: TimedCosts, graph: Graph, sites: Sequence[Site],
                                                    zero=int(sharded))
     for edges in sharing_edges(graph):
         for p, c, k in paying_edges(costs, sites, edges, columns, hierarchy):
-            summed, gathered, returned = costs.edge_parts(sites[p], sites[c], k, columns[p],
-                                                          columns[c], hierarchy)
-            forward[c] += summed + gathered + returned
+            stages = costs.edge_stages(sites[p], sites[c], k, columns[p], columns[c],
+                                       hierarchy)
+            summed, gathered = stages["forward reduce"], stages["forward gather"]
+            forward[c] += sum(stages.values())
             again[p] += summed  # sent again where the producer is recomputed
             again[c] += gathered  # and where the consumer is
     index = {node.name: i for i, node in enumerate(graph.nodes)}
@@ -169,3 +171,18 @@ def step_estimate(graph: Graph, times: NodeTimes, training: Training, recomputed
         once[stages[node]] += within + there * (2 if within else 1)
         once[stages[owner]] += there
     return stages, float(t.sum() + (training.microbatches - 1) * t.max() + once.max())
+
+
+def pipeline_step_cycles(graph: Graph, plan, micro_samples: int, topology: str,
+                         config: HardwareConfig) -> float:
+    """The estimated step of a pipeline `Plan` (`step_estimate` over its own stages, its
+    columns timed on a stage's sub-array for one micro-batch)."""
+    training = plan.training
+    sub = Hierarchy(plan.hierarchy.sizes[1:])
+    costs = TimedCosts(micro_samples, plan.word_bytes, False, "time", config,
+                       make_topology(topology, config, sub), fed_nodes(graph), training)
+    times = node_times(costs, graph, graph_sites(graph), plan.columns, sub)
+    recomputed = set(recompute_plan(graph, training.recompute).recomputed)
+    return step_estimate(graph, times, training, recomputed,
+                         make_topology(topology, config, plan.hierarchy), config, micro_samples,
+                         plan.word_bytes, sub.members, plan.stages)[1]

@@ -139,10 +139,17 @@ class TimedCosts(node_layout.Costs):
                 "gather": self._total(gathers), "loss": self._total(loss)}
         return self._parts[key]
 
-    def edge_parts(self, producer: Site, consumer: Site, index: int, producer_column: Column,
-                   column: Column, hierarchy: Hierarchy) -> tuple[float, float, float]:
-        """An edge's steps apart: the producer's partial sums reduced, the input's gather
-        into the consumer's layout, and the error's reduce and gather back."""
+    def edge(self, producer: Site, consumer: Site, index: int, producer_column: Column,
+             column: Column, hierarchy: Hierarchy) -> float:
+        """An edge's steps one after another (`edge_stages`, in the order they run)."""
+        return sum(self.edge_stages(producer, consumer, index, producer_column, column,
+                                    hierarchy).values(), 0.0)
+
+    def edge_stages(self, producer: Site, consumer: Site, index: int, producer_column: Column,
+                    column: Column, hierarchy: Hierarchy) -> dict[str, float]:
+        """Each stage of an edge apart (`node_layout.edge_matrices`' names: the producer's
+        partial sums reduced, the input gathered into the consumer's layout, the error's
+        reduce and gather back), each its own transfer kind, timed once."""
         key = ("edge", node_layout.geometry(producer), node_layout.geometry(consumer), index,
                producer_column, column, hierarchy)
         if key not in self._parts:
@@ -150,9 +157,8 @@ class TimedCosts(node_layout.Costs):
                 node_layout.layout(producer, self.batch, producer_column, hierarchy),
                 node_layout.layout(consumer, self.batch, column, hierarchy), index,
                 self.batch, self.word_bytes)
-            parts = [{s: m for s, m in matrices.items() if s in names} for names in (
-                ("forward reduce",), ("forward gather",), ("backward reduce", "backward gather"))]
-            self._parts[key] = tuple(self._total(part) for part in parts)
+            self._parts[key] = {stage: self._total({stage: matrix})
+                                for stage, matrix in matrices.items()}
         return self._parts[key]
 
     def _total(self, matrices: dict[str, Moved]) -> float:

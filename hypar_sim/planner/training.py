@@ -158,15 +158,20 @@ class Training:
                 "optimizer_state": sharded(1) * self.state_bytes(word_bytes) * training,
                 "activations": kept * float(word_bytes)}
 
-    def note(self) -> str:
-        """', optimizer adam, bf16, ZeRO 3, recompute full' where not the defaults."""
+    def parts(self) -> list[str]:
+        """['optimizer adam', 'bf16', 'ZeRO 3', 'recompute full', ...]: the options that are
+        not the defaults."""
         parts = [f"optimizer {self.optimizer}" if self.optimizer != DEFAULT_OPTIMIZER else "",
                  self.precision if self.precision != "fp32" else "",
                  f"ZeRO {self.zero}" if self.zero else "",
                  f"recompute {self.recompute}" if self.recompute != "none" else "",
                  f"pipeline {self.stages} stages x {self.microbatches} micro-batches "
                  f"({self.schedule})" if self.stages > 1 else ""]
-        return "".join(f", {part}" for part in parts if part)
+        return [part for part in parts if part]
+
+    def note(self) -> str:
+        """', optimizer adam, bf16, ZeRO 3, recompute full' where not the defaults."""
+        return "".join(f", {part}" for part in self.parts())
 
     def to_dict(self) -> dict[str, object]:
         return {"optimizer": self.optimizer, "precision": self.precision,
