@@ -16,6 +16,7 @@ from hypar_sim.hardware.transfer import rounds_cycles
 from hypar_sim.partition.collectives import COLLECTIVES, levels
 from hypar_sim.partition.hierarchy import Hierarchy
 from hypar_sim.partition.redistribute import Moved, member_products
+from hypar_sim.partition.steps import StepMessages, TransferKind
 from hypar_sim.planner.options import PlanOptions
 from hypar_sim.planner.plan import make_plan
 from hypar_sim.runner import SimOptions, simulate
@@ -33,8 +34,16 @@ def _all_to_all(members: int, block, size: float) -> Moved:
     return Moved.from_dense(matrix)
 
 
+def _rows(transfers) -> StepMessages:
+    """The transfers a message a row (a ring's rounds written out)."""
+    return StepMessages(0, TransferKind.GRADIENT, transfers.src, transfers.dst,
+                        transfers.bytes, np.zeros_like(transfers.src), transfers.round,
+                        repeats=transfers.repeats).expanded()
+
+
 def _sent(transfers) -> dict[int, float]:
     sent: dict[int, float] = defaultdict(float)
+    transfers = _rows(transfers)
     for src, size in zip(transfers.src.tolist(), transfers.bytes.tolist(), strict=True):
         sent[src] += size
     return dict(sent)
@@ -51,7 +60,7 @@ def test_every_collective_sends_each_member_k_minus_one_parts(sizes, reduce):
     for name, collective in COLLECTIVES.items():
         transfers = collective(matrix, hierarchy, reduce)
         assert _sent(transfers) == pytest.approx({m: (k - 1) * 6.0 for m in range(k)}), name
-        received = np.bincount(transfers.dst, transfers.bytes, minlength=k)
+        received = np.bincount(transfers.dst, transfers.sent_bytes, minlength=k)
         assert received == pytest.approx(np.full(k, (k - 1) * 6.0)), name
 
 
@@ -64,7 +73,7 @@ def test_levels_stage_bytes_and_order_on_2x3x2():
     matrix = _all_to_all(12, range(12), 1.0)
     expected = {2: 6.0, 1: 2.0, 0: 1.0}  # level -> bytes per message
     for reduce, order in ((True, (2, 1, 1, 0)), (False, (0, 1, 1, 2))):
-        transfers = levels(matrix, hierarchy, reduce)
+        transfers = _rows(levels(matrix, hierarchy, reduce))
         met = hierarchy.meeting_levels(transfers.src, transfers.dst)
         assert transfers.round.max() == len(order) - 1
         for round_, level in enumerate(order):
@@ -83,7 +92,7 @@ def test_levels_on_a_block_of_some_levels_and_a_block_of_none():
     two stages); a uniform block that spans no set of whole levels goes as a ring."""
     hierarchy = Hierarchy((2, 3, 2))
     block = [m for m in range(12) if hierarchy.coords(m)[1] == 1]
-    transfers = levels(_all_to_all(12, block, 3.0), hierarchy, True)
+    transfers = _rows(levels(_all_to_all(12, block, 3.0), hierarchy, True))
     assert set(transfers.src.tolist()) == set(block) and transfers.round.max() == 1
     assert _sent(transfers) == pytest.approx({m: 3 * 3.0 for m in block})
     odd = levels(_all_to_all(4, [0, 1, 2], 5.0), Hierarchy((2, 2)), True)

@@ -187,7 +187,7 @@ def test_a_tied_projection_in_another_stage_keeps_a_copy_and_sums_its_gradients(
     tied = [key for key in steps if key[1] is TransferKind.TIED_GRADIENT]
     assert len(tied) == 2  # one key each way
     embedding = 50257 * 768 * 4
-    assert sum(float(steps[key].bytes.sum()) for key in tied) == 2 * 2 * embedding
+    assert sum(float(steps[key].sent_bytes.sum()) for key in tied) == 2 * 2 * embedding
     lm_head = plan.node_names.index("lm_head")
     assert {key[0] for key in steps if key[1] is TransferKind.GRADIENT} >= {lm_head}
     run = simulate_request(req)

@@ -34,7 +34,7 @@ def bytes_by_kind(req) -> dict[TransferKind, float]:
     schedule = build_schedule(req.workload(), plan, req.hardware)
     kinds: dict[TransferKind, float] = defaultdict(float)
     for (_, kind), messages in schedule.steps.items():
-        kinds[kind] += float(messages.bytes.sum())
+        kinds[kind] += float(messages.sent_bytes.sum())
     assert sum(kinds.values()) == pytest.approx(plan.traffic_bytes, rel=1e-12)
     return kinds
 

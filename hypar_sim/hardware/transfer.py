@@ -117,48 +117,56 @@ def step_cycles(messages: StepMessages, topology: Topology, config: HardwareConf
     """Cycles for all messages of one communication step to arrive: its rounds one after
     another, each as long as its slowest message alone, its busiest link carrying all the
     round's bytes or its busiest cube's DRAM reading and writing them, whichever is longest
-    (a ring's k - 1 equal rounds: k - 1 times one). `routed`: the messages' routes in
-    their order, where the caller has them."""
+    (a ring's k - 1 equal rounds: k - 1 times one, timed once). `routed`: the messages'
+    routes in their order, where the caller has them."""
     if not len(messages):
         return 0.0
-    src, dst, sizes, rounds = messages.src, messages.dst, messages.bytes, messages.round
-    if np.any(rounds[1:] < rounds[:-1]):  # rounds in order: the routes are read in order
-        order = np.argsort(rounds, kind="stable")
-        src, dst, sizes, rounds = src[order], dst[order], sizes[order], rounds[order]
-        routed = None
+    src, dst, sizes, first = messages.src, messages.dst, messages.bytes, messages.round
+    last = first + messages.counts  # a row is sent in rounds first .. last - 1
     routed = routed or Routed.of(src, dst, topology)
     bandwidth = topology.link_bandwidths
     dram = config.vault_bandwidth_bytes_per_cycle * config.vaults_per_cube
     alone: dict[tuple[int, float], float] = {}  # many messages share a route shape and a size
     ends = np.stack([src, dst], axis=1).ravel()  # read at the source, written at the destination
-    per_round = {}
-    bounds = np.flatnonzero(np.diff(rounds)) + 1
-    for first, last in zip(np.concatenate(([0], bounds)).tolist(),
-                           np.concatenate((bounds, [len(rounds)])).tolist(), strict=True):
-        keys = list(zip(routed.shapes[first:last].tolist(), sizes[first:last].tolist(),
-                        strict=True))
-        for key in set(keys).difference(alone):
-            at = first + keys.index(key)
-            alone[key] = _alone_cycles(topology.route(int(src[at]), int(dst[at])), key[1], config,
-                                       chunk_bytes, max_chunks)
-        slowest = max(alone[key] for key in set(keys))
-        carried = routed.part(first, last).loads(sizes[first:last], len(bandwidth))
+    shapes, size_list = routed.shapes.tolist(), sizes.tolist()
+    bounds = np.unique(np.concatenate([first, last]))
+    runs = []
+    for low, high in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
+        active = (first <= low) & (last > low)  # the rows of rounds low .. high - 1
+        rows = np.flatnonzero(active).tolist()
+        if not rows:
+            continue
+        keys = {(shapes[i], size_list[i]): i for i in reversed(rows)}  # each key's first row
+        for key in keys.keys() - alone.keys():
+            at = keys[key]
+            alone[key] = _alone_cycles(topology.route(int(src[at]), int(dst[at])), key[1],
+                                       config, chunk_bytes, max_chunks)
+        slowest = max(alone[key] for key in keys)
+        round_sizes = np.where(active, sizes, 0.0)
+        carried = routed.loads(round_sizes, len(bandwidth))
         busiest = float((carried / bandwidth).max(initial=0.0)) if len(bandwidth) else 0.0
-        per_cube = np.bincount(ends[2 * first:2 * last], np.repeat(sizes[first:last], 2))
-        per_round[int(rounds[first])] = max(slowest, busiest, float(per_cube.max()) / dram)
-    return rounds_cycles(per_round)
+        per_cube = np.bincount(ends, np.repeat(round_sizes, 2))
+        runs.append((max(slowest, busiest, float(per_cube.max()) / dram), high - low))
+    return runs_cycles(runs)
+
+
+def runs_cycles(runs: Sequence[tuple[float, int]]) -> float:
+    """Rounds one after another, given as (cycles of a round, rounds) in order: the sum of
+    their cycles, equal rounds next to each other multiplied (a ring's k - 1 rounds are
+    exactly k - 1 times one)."""
+    total, run, count = 0.0, None, 0
+    for cycles, rounds in runs:
+        if cycles != run:
+            total += run * count if count else 0.0
+            run, count = cycles, 0
+        count += rounds
+    return total + (run * count if count else 0.0)
 
 
 def rounds_cycles(per_round: dict[int, float]) -> float:
     """Rounds one after another: the sum of their cycles (equal rounds multiplied, so a
     ring's k - 1 rounds are exactly k - 1 times one)."""
-    total, run, count = 0.0, None, 0
-    for round_ in sorted(per_round):
-        if per_round[round_] != run:
-            total += run * count if count else 0.0
-            run, count = per_round[round_], 0
-        count += 1
-    return total + (run * count if count else 0.0)
+    return runs_cycles([(per_round[round_], 1) for round_ in sorted(per_round)])
 
 
 @dataclass(frozen=True)

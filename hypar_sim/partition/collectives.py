@@ -42,30 +42,47 @@ from hypar_sim.partition.steps import StepMessages, TransferKind
 
 @dataclass(frozen=True)
 class Transfers:
-    """Messages of one step as arrays (sorted by round, then source, then destination)."""
+    """Messages of one step as arrays (sorted by round, then source, then destination). A
+    message of `repeats` n > 1 stands for n equal messages in rounds `round` .. `round` +
+    n - 1 (a ring's k - 1 rounds are one row per member, not k (k - 1) rows)."""
 
     src: np.ndarray
     dst: np.ndarray
     bytes: np.ndarray
     round: np.ndarray
+    repeats: np.ndarray
 
     def __len__(self) -> int:
         return len(self.src)
 
+    @property
+    def sent_bytes(self) -> np.ndarray:
+        """Bytes of each row, all its rounds."""
+        return self.bytes * self.repeats
+
     def messages(self, index: int, kind: TransferKind, hierarchy: Hierarchy) -> StepMessages:
         """The step's messages, each with the level at which its two members meet."""
         return StepMessages(index, kind, self.src, self.dst, self.bytes,
-                            hierarchy.meeting_levels(self.src, self.dst), self.round)
+                            hierarchy.meeting_levels(self.src, self.dst), self.round,
+                            repeats=self.repeats)
 
 
-def _sorted(src: np.ndarray, dst: np.ndarray, size: np.ndarray, round_: np.ndarray) -> Transfers:
+def _sorted(src: np.ndarray, dst: np.ndarray, size: np.ndarray, round_: np.ndarray,
+            repeats: np.ndarray) -> Transfers:
     order = np.lexsort((dst, src, round_))
-    return Transfers(src[order], dst[order], size[order].astype(np.float64), round_[order])
+    return Transfers(src[order], dst[order], size[order].astype(np.float64), round_[order],
+                     repeats[order].astype(np.int64))
+
+
+def _once(count: int) -> tuple[np.ndarray, np.ndarray]:
+    """Rounds and repeats of `count` messages sent once, in round 0."""
+    return np.zeros(count, dtype=np.int64), np.ones(count, dtype=np.int64)
 
 
 def direct(moved: Moved, hierarchy: Hierarchy | None = None, reduce: bool = True) -> Transfers:
     """Every nonzero entry one message, all in round 0."""
-    return _sorted(moved.src, moved.dst, moved.amount, np.zeros(len(moved.src), dtype=np.int64))
+    moved = moved.entries()
+    return _sorted(moved.src, moved.dst, moved.amount, *_once(len(moved.src)))
 
 
 def _blocks(moved: Moved) -> tuple[list[np.ndarray], np.ndarray]:
@@ -94,10 +111,11 @@ def _uniform(amounts: np.ndarray, block: np.ndarray) -> float:
 
 
 def _ring_part(block: np.ndarray, size: float) -> tuple[np.ndarray, ...]:
+    """k - 1 rounds in each of which every member sends `size` to its successor: one row
+    per member, repeated k - 1 times."""
     k = len(block)
-    src = np.tile(block, k - 1)
-    return (src, np.tile(np.roll(block, -1), k - 1), np.full(len(src), size),
-            np.repeat(np.arange(k - 1), k))
+    return (block, np.roll(block, -1), np.full(k, size), np.zeros(k, dtype=np.int64),
+            np.full(k, k - 1, dtype=np.int64))
 
 
 def _spanned_levels(block: np.ndarray, hierarchy: Hierarchy) -> tuple[int, ...] | None:
@@ -114,7 +132,7 @@ def _level_stages(block: np.ndarray, size: float, levels: tuple[int, ...], hiera
                   reduce: bool) -> tuple[np.ndarray, ...]:
     """A uniform block as one stage per level (bottom first to reduce, top first to
     gather), each a ring of the level's s members (s - 1 rounds, each member sending
-    size * k / P_l to its successor in the level group)."""
+    size * k / P_l to its successor in the level group: one row per member, repeated)."""
     k = len(block)
     below = {}  # P_l: the product of the block's level sizes at l and below
     product = 1
@@ -126,17 +144,33 @@ def _level_stages(block: np.ndarray, size: float, levels: tuple[int, ...], hiera
         stride, count = hierarchy.strides[level], hierarchy.sizes[level]
         own = (block // stride) % count
         successor = block + ((own + 1) % count - own) * stride
-        for round_ in range(first, first + count - 1):
-            parts.append((block, successor, np.full(k, size * k / below[level]),
-                          np.full(k, round_)))
+        parts.append((block, successor, np.full(k, size * k / below[level]),
+                      np.full(k, first), np.full(k, count - 1)))
         first += count - 1
-    return tuple(np.concatenate([part[i] for part in parts]) for i in range(4))
+    return tuple(np.concatenate([part[i] for part in parts]) for i in range(5))
 
 
 def _collective(moved: Moved, uniform_block) -> Transfers:
-    """Uniform blocks as `uniform_block(block, b)` sends them (None: directly); the rest
-    directly."""
-    parts = []
+    """Uniform blocks as `uniform_block(block, b)` sends them; the rest directly. A block
+    the matrix keeps as a group (`Moved.blocks`) is sent as one, by itself, where no entry
+    touches its members (blocks of several groups, as a fused gradient bucket holds: an
+    all-reduce per group, side by side); a block that shares members with entries is
+    written out with them, and the entries are searched for uniform blocks."""
+    kept, written = list(moved.blocks), []
+    touched = np.zeros(moved.members, dtype=bool)
+    touched[moved.src] = touched[moved.dst] = True
+    while True:  # entries reach a block: it is written out, and its entries reach others
+        reached = [block for block in kept if touched[block.members].any()]
+        if not reached:
+            break
+        for block in reached:
+            touched[block.members] = True
+        written += reached
+        kept = [block for block in kept if not any(block is r for r in reached)]
+    parts = [uniform_block(block.members, block.amount) for block in kept]
+    if written:
+        moved = Moved(moved.members, moved.src, moved.dst, moved.amount,
+                      tuple(written)).entries()
     blocks, label = _blocks(moved)
     kept = np.ones(len(moved.src), dtype=bool)
     by_block = label[moved.src]
@@ -148,8 +182,8 @@ def _collective(moved: Moved, uniform_block) -> Transfers:
             parts.append(sent)
             kept &= ~inside
     parts.append((moved.src[kept], moved.dst[kept], moved.amount[kept],
-                  np.zeros(int(kept.sum()), dtype=np.int64)))
-    return _sorted(*(np.concatenate([p[i] for p in parts]) for i in range(4)))
+                  *_once(int(kept.sum()))))
+    return _sorted(*(np.concatenate([p[i] for p in parts]) for i in range(5)))
 
 
 def ring(moved: Moved, hierarchy: Hierarchy | None = None, reduce: bool = True) -> Transfers:
@@ -179,5 +213,5 @@ def level_bytes(transfers: Transfers, hierarchy: Hierarchy) -> np.ndarray:
     """Bytes the transfers carry between members that meet at each level."""
     if not len(transfers):
         return np.zeros(hierarchy.levels)
-    return np.bincount(hierarchy.meeting_levels(transfers.src, transfers.dst), transfers.bytes,
-                       minlength=hierarchy.levels)
+    return np.bincount(hierarchy.meeting_levels(transfers.src, transfers.dst),
+                       transfers.sent_bytes, minlength=hierarchy.levels)

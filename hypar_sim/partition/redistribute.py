@@ -74,16 +74,52 @@ def make_grid(extents: Sequence[int], regions: Sequence[Sequence[Region]]) -> Gr
 _DENSE_SUMS = 4096 * 4096
 
 
+@dataclass(frozen=True, eq=False)
+class Block:
+    """A uniform all-to-all among a group: every member sends `amount` to every other
+    (k (k - 1) entries of a matrix, kept as the group: what a reduce-scatter or an
+    all-gather among k members is, whatever k)."""
+
+    members: np.ndarray  # int64, sorted
+    amount: float
+
+    @property
+    def entries(self) -> int:
+        k = len(self.members)
+        return k * (k - 1)
+
+    def pairs(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(src, dst, amount) of its k (k - 1) entries, sorted by src, then dst."""
+        k = len(self.members)
+        src = np.repeat(self.members, k)
+        dst = np.tile(self.members, k)
+        off = src != dst
+        return src[off], dst[off], np.full(int(off.sum()), self.amount)
+
+
+def merge_blocks(blocks: Sequence[Block]) -> tuple[Block, ...]:
+    """Blocks of the same members as one (amounts added in their order), first seen first."""
+    merged: dict[bytes, Block] = {}
+    for block in blocks:
+        key = block.members.tobytes()
+        seen = merged.get(key)
+        merged[key] = block if seen is None else Block(seen.members, seen.amount + block.amount)
+    return tuple(merged.values())
+
+
 @dataclass(frozen=True)
 class Moved:
     """What members send each other: the nonzero (src, dst) entries of a [src, dst] matrix
     of elements or bytes, sorted by src, then dst (a matrix of thousands of members is
-    mostly zeros: a relayout pairs each member with a few others)."""
+    mostly zeros: a relayout pairs each member with a few others), plus `blocks`: uniform
+    all-to-alls kept as their groups (never k (k - 1) entries). The matrix is the sum of
+    both; `entries()` gives it as entries alone."""
 
     members: int
     src: np.ndarray  # int64
     dst: np.ndarray  # int64
     amount: np.ndarray  # float64
+    blocks: tuple[Block, ...] = ()
 
     @classmethod
     def from_dense(cls, matrix: np.ndarray) -> Moved:
@@ -96,17 +132,42 @@ class Moved:
         empty = np.zeros(0, dtype=np.int64)
         return cls(members, empty, empty, np.zeros(0))
 
+    def entries(self) -> Moved:
+        """The same matrix with its blocks as entries (summed with the others)."""
+        if not self.blocks:
+            return self
+        parts = [block.pairs() for block in self.blocks]
+        return Moved.summed(self.members, np.concatenate([self.src, *(p[0] for p in parts)]),
+                            np.concatenate([self.dst, *(p[1] for p in parts)]),
+                            np.concatenate([self.amount, *(p[2] for p in parts)]))
+
+    @property
+    def entry_count(self) -> int:
+        """Nonzero entries the matrix would have written out (blocks' included)."""
+        return len(self.src) + sum(block.entries for block in self.blocks)
+
     def dense(self) -> np.ndarray:
         """The [src, dst] matrix."""
         out = np.zeros((self.members, self.members))
         out[self.src, self.dst] = self.amount
+        for block in self.blocks:
+            src, dst, amount = block.pairs()
+            out[src, dst] += amount
         return out
 
     def sum(self) -> float:
-        return float(self.amount.sum())
+        return float(self.amount.sum()) + sum(block.amount * block.entries
+                                               for block in self.blocks)
+
+    def relabelled(self, members: int, place) -> Moved:
+        """The matrix among `members` members, member m becoming `place(m)` (an increasing
+        map of arrays of members, so the order is kept)."""
+        return Moved(members, place(self.src), place(self.dst), self.amount,
+                     tuple(Block(place(block.members), block.amount) for block in self.blocks))
 
     def __mul__(self, scale: float) -> Moved:
-        return Moved(self.members, self.src, self.dst, self.amount * scale)
+        return Moved(self.members, self.src, self.dst, self.amount * scale,
+                     tuple(Block(block.members, block.amount * scale) for block in self.blocks))
 
     __rmul__ = __mul__
 
@@ -126,10 +187,13 @@ class Moved:
         return cls(members, keys // members, keys % members, total)
 
     def __add__(self, other: Moved) -> Moved:
-        """Entry by entry (entries of both added)."""
-        return Moved.summed(self.members, np.concatenate([self.src, other.src]),
-                            np.concatenate([self.dst, other.dst]),
-                            np.concatenate([self.amount, other.amount]))
+        """Entry by entry (entries of both added; blocks of the same members merged)."""
+        pairs = Moved.summed(self.members, np.concatenate([self.src, other.src]),
+                             np.concatenate([self.dst, other.dst]),
+                             np.concatenate([self.amount, other.amount]))
+        blocks = merge_blocks(self.blocks + other.blocks)
+        return pairs if not blocks else Moved(pairs.members, pairs.src, pairs.dst,
+                                              pairs.amount, blocks)
 
 
 @dataclass(frozen=True)
@@ -236,6 +300,46 @@ def _found(values: np.ndarray, pool: np.ndarray) -> np.ndarray:
     return pool[np.searchsorted(pool, values).clip(max=len(pool) - 1)] == values
 
 
+def _uniform_cells(left: Cover, right: Cover) -> tuple[tuple[Block, ...], Cover, Cover]:
+    """Cells that `left` and `right` cover with the same k > 2 members and `left` with one
+    positive weight: each an all-to-all among them, kept as a block (cells of the same
+    members merged, in cell order); (blocks, left and right without those cells)."""
+    cells = left.cells
+    count = np.bincount(left.cell, minlength=cells)
+    candidate = (count == np.bincount(right.cell, minlength=cells)) & (count > 2)
+    if not candidate.any():
+        return (), left, right
+    inside_left, inside_right = candidate[left.cell], candidate[right.cell]
+    order = np.lexsort((left.member[inside_left], left.cell[inside_left]))
+    member = left.member[inside_left][order]
+    weight = left.weight[inside_left][order]
+    other = np.lexsort((right.member[inside_right], right.cell[inside_right]))
+    same = member == right.member[inside_right][other]
+    cells_in = np.flatnonzero(candidate)
+    starts = np.cumsum(count[cells_in]) - count[cells_in]
+    first = np.repeat(weight[starts], count[cells_in])
+    block = (np.logical_and.reduceat(same & (weight == first), starts)
+             & (weight[starts] > 0))
+    if not block.any():
+        return (), left, right
+    blocks = merge_blocks([Block(member[start:start + count[c]], float(weight[start]))
+                           for c, start in zip(cells_in[block].tolist(),
+                                               starts[block].tolist(), strict=True)])
+    kept = np.ones(cells, dtype=bool)
+    kept[cells_in[block]] = False
+    return blocks, left.where(kept[left.cell]), right.where(kept[right.cell])
+
+
+def _exchanged(left: Cover, right: Cover) -> Moved:
+    """What members send each other (`member_products` without what a member keeps), with
+    the cells where the same k > 2 members give and take alike as blocks: a gradient's
+    all-reduce among thousands of members is a group, not millions of pairs."""
+    blocks, left, right = _uniform_cells(left, right)
+    moved = _without_diagonal(member_products(left, right))
+    return Moved(moved.members, moved.src, moved.dst, moved.amount, blocks) if blocks \
+        else moved
+
+
 def reduce_stage(contrib: Cover, need: Cover, volume: np.ndarray) -> tuple[Moved, Cover]:
     """(elements [src, dst] of the reduce-scatter, holders: each owner's fraction of each
     cell). A cell's owners are its contributors that need it, or all its contributors if
@@ -251,7 +355,7 @@ def reduce_stage(contrib: Cover, need: Cover, volume: np.ndarray) -> tuple[Moved
                    np.ones(len(owner_cell)))
     weighted = Cover(contrib.members, contrib.cells, contrib.member, contrib.cell,
                      share[contrib.cell])
-    moved = _without_diagonal(member_products(weighted, owners))
+    moved = _exchanged(weighted, owners)
     return moved, Cover(contrib.members, contrib.cells, owner_member, owner_cell,
                         1.0 / count[owner_cell])
 
@@ -260,7 +364,7 @@ def gather_stage(holders: Cover, need: Cover, volume: np.ndarray) -> Moved:
     """Elements [src, dst] that needers receive from the holders of what they lack."""
     weighted = Cover(holders.members, holders.cells, holders.member, holders.cell,
                      holders.weight * volume[holders.cell])
-    return _without_diagonal(member_products(weighted, need))
+    return _exchanged(weighted, need)
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from hypar_sim.partition.node_layout import NodeLayout
-from hypar_sim.partition.redistribute import Moved, redistribute
+from hypar_sim.partition.redistribute import Block, Moved, redistribute
 
 
 def _side_by_side(first: NodeLayout, second: NodeLayout) -> np.ndarray | None:
@@ -41,7 +41,8 @@ def placed(moved: Moved, producer_stage: int, consumer_stage: int, members: int,
 
     src, dst = place(moved.src), place(moved.dst)
     order = np.lexsort((dst, src))
-    return Moved(total, src[order], dst[order], moved.amount[order])
+    return Moved(total, src[order], dst[order], moved.amount[order],
+                 tuple(Block(np.sort(place(block.members)), block.amount) for block in moved.blocks))
 
 
 def stage_edge_matrices(producer: NodeLayout, consumer: NodeLayout, index: int, batch: int,

@@ -114,7 +114,9 @@ class Message(NamedTuple):
 @dataclass(frozen=True, eq=False)
 class StepMessages:
     """The messages of one step (one layer, one kind) as arrays, in their order: what the
-    engines and the accounting read at once; iterating gives each as a `Message`."""
+    engines and the accounting read at once; iterating gives each as a `Message`. A row of
+    `repeats` n stands for n equal messages in rounds `round` .. `round` + n - 1 (a ring's
+    rounds; None: every row once)."""
 
     layer: int
     kind: TransferKind
@@ -124,15 +126,44 @@ class StepMessages:
     level: np.ndarray
     round: np.ndarray
     micro: int = 0  # a pipeline's micro-batch
+    repeats: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.src)
 
+    @property
+    def counts(self) -> np.ndarray:
+        """How many messages each row stands for."""
+        return np.ones(len(self.src), dtype=np.int64) if self.repeats is None else self.repeats
+
+    @property
+    def sent_bytes(self) -> np.ndarray:
+        """Bytes of each row, all its rounds."""
+        return self.bytes if self.repeats is None else self.bytes * self.repeats
+
+    @property
+    def messages(self) -> int:
+        """Messages the step sends (rows' repeats added up)."""
+        return len(self.src) if self.repeats is None else int(self.repeats.sum())
+
+    def expanded(self) -> StepMessages:
+        """The same messages a row each, sorted by round, then source, then destination."""
+        if self.repeats is None or np.all(self.repeats == 1):
+            return self
+        rows = np.repeat(np.arange(len(self.src)), self.repeats)
+        starts = np.cumsum(self.repeats) - self.repeats
+        rounds = self.round[rows] + np.arange(len(rows)) - np.repeat(starts, self.repeats)
+        order = np.lexsort((self.dst[rows], self.src[rows], rounds))
+        rows = rows[order]
+        return StepMessages(self.layer, self.kind, self.src[rows], self.dst[rows],
+                            self.bytes[rows], self.level[rows], rounds[order], self.micro)
+
     def __iter__(self) -> Iterator[Message]:
         layer, kind, micro = self.layer, self.kind, self.micro
-        for src, dst, size, level, round_ in zip(self.src.tolist(), self.dst.tolist(),
-                                                 self.bytes.tolist(), self.level.tolist(),
-                                                 self.round.tolist(), strict=True):
+        step = self.expanded()
+        for src, dst, size, level, round_ in zip(step.src.tolist(), step.dst.tolist(),
+                                                 step.bytes.tolist(), step.level.tolist(),
+                                                 step.round.tolist(), strict=True):
             yield Message(src, dst, size, layer, level, kind, round_, micro)
 
     @property
@@ -143,5 +174,5 @@ class StepMessages:
 def largest_receive(steps: Mapping[tuple[int, TransferKind], StepMessages]) -> float:
     """The most bytes one member receives in one step: the communication buffer a cube
     must hold."""
-    return max((float(np.bincount(messages.dst, messages.bytes).max())
+    return max((float(np.bincount(messages.dst, messages.sent_bytes).max())
                 for messages in steps.values() if len(messages)), default=0.0)

@@ -207,8 +207,8 @@ def pipeline_plan(graph: Graph, strategy: str, hierarchy: Hierarchy, batch: int,
     per_node = [0.0] * len(graph.nodes)
     per_level = np.zeros(hierarchy.levels)
     for key, step in messages.steps.items():
-        per_node[key[0]] += float(step.bytes.sum())
-        per_level += np.bincount(step.level, step.bytes, minlength=hierarchy.levels)
+        per_node[key[0]] += float(step.sent_bytes.sum())
+        per_level += np.bincount(step.level, step.sent_bytes, minlength=hierarchy.levels)
     parts = pipeline_footprint(graph, layouts, stages, word_bytes,
                                largest_receive(messages.steps), training)
     plan = Plan(graph.name, inner.strategy, inner.search, batch, hierarchy,

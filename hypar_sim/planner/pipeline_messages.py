@@ -173,4 +173,4 @@ def tied_apart(graph: Graph, stages: Sequence[int]) -> dict[int, int]:
 
 def _offset(moved: Moved, stage: int, members: int, total: int) -> Moved:
     """A stage's matrix (its m members) as the array's members."""
-    return Moved(total, moved.src + stage * members, moved.dst + stage * members, moved.amount)
+    return moved.relabelled(total, lambda local: local + stage * members)

@@ -370,9 +370,10 @@ def evaluate_plan(workload: Graph | Network, strategy: str, search: str, batch: 
     per_level = np.zeros(hierarchy.levels)
     receive = 0.0
     for (index, _), messages in steps.items():
-        per_node[index] += float(messages.bytes.sum())
-        per_level += np.bincount(messages.level, messages.bytes, minlength=hierarchy.levels)
-        receive = max(receive, float(np.bincount(messages.dst, messages.bytes).max()))
+        sent_bytes = messages.sent_bytes
+        per_node[index] += float(sent_bytes.sum())
+        per_level += np.bincount(messages.level, sent_bytes, minlength=hierarchy.levels)
+        receive = max(receive, float(np.bincount(messages.dst, sent_bytes).max()))
     return Plan(graph.name, strategy, search, batch, hierarchy,
                 tuple(n.name for n in graph.nodes), tuple(columns), tuple(per_node),
                 tuple(float(b) for b in per_level), word_bytes, phases, training,

@@ -178,7 +178,8 @@ class TimedCosts(node_layout.Costs):
         (remembered by the matrix: a transformer's edges repeat theirs; the kind only names
         the step)."""
         key = (matrix.members, matrix.src.tobytes(), matrix.dst.tobytes(),
-               matrix.amount.tobytes())
+               matrix.amount.tobytes(),
+               tuple((block.members.tobytes(), block.amount) for block in matrix.blocks))
         if key not in self._steps:
             self._steps[key] = self._sent(kind, matrix)
         return self._steps[key]
@@ -186,12 +187,15 @@ class TimedCosts(node_layout.Costs):
     def _sent(self, kind: TransferKind, matrix: Moved) -> float:
         sent = COLLECTIVES["ring"](matrix)
         src, dst, sizes, rounds = sent.src, sent.dst, sent.bytes, sent.round
+        repeats = sent.repeats
         sub = self.topology.hierarchy.members // matrix.members
         if sub > 1:  # a group's messages go between its members and the other group's
             offsets = np.tile(np.arange(sub), len(src))
             src, dst = np.repeat(src * sub, sub) + offsets, np.repeat(dst * sub, sub) + offsets
             sizes, rounds = np.repeat(sizes / sub, sub), np.repeat(rounds, sub)
-        spread = StepMessages(0, kind, src, dst, sizes, np.zeros_like(src), rounds)
+            repeats = np.repeat(repeats, sub)
+        spread = StepMessages(0, kind, src, dst, sizes, np.zeros_like(src), rounds,
+                              repeats=repeats)
         routed = Routed.of(src, dst, self.topology)
         cycles = step_cycles(spread, self.topology, self.config, DEFAULT_CHUNK_BYTES,
                              DEFAULT_MAX_CHUNKS, routed)
@@ -200,4 +204,4 @@ class TimedCosts(node_layout.Costs):
         pj = self._pj.pj_per_action
         per_byte = self._dram_pj_per_byte + self._bits * (
             routed.energy_links * pj[Action.LINK_BIT] + routed.switches * pj[Action.SWITCH_BIT])
-        return self._value(cycles, float(np.dot(sizes, per_byte)))
+        return self._value(cycles, float(np.dot(spread.sent_bytes, per_byte)))

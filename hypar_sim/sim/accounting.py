@@ -31,8 +31,9 @@ def communication_counts(schedule: Schedule, topology: Topology, config: Hardwar
     the messages' routes, if already known."""
     flat = schedule.flat
     routed = routed or Routed.of(flat.src, flat.dst, topology)
-    bits = flat.bytes * (8 / config.packet_efficiency)  # packet headers ride along
-    return {Action.DRAM: _running_total(2 * flat.bytes / config.word_bytes),
+    sent_bytes = flat.sent_bytes
+    bits = sent_bytes * (8 / config.packet_efficiency)  # packet headers ride along
+    return {Action.DRAM: _running_total(2 * sent_bytes / config.word_bytes),
             Action.LINK_BIT: _running_total(bits * routed.energy_links),
             Action.SWITCH_BIT: _running_total(bits * routed.switches)}
 
@@ -98,8 +99,8 @@ def per_accelerator(schedule: Schedule, config: HardwareConfig) -> tuple[Acceler
             alike[key] = busy, add_counts(*(task.costs[member].counts for task in computes))
         own.append(alike[key])
     flat = schedule.flat
-    sent = np.bincount(flat.src, flat.bytes, minlength=members).tolist()
-    received = np.bincount(flat.dst, flat.bytes, minlength=members).tolist()
+    sent = np.bincount(flat.src, flat.sent_bytes, minlength=members).tolist()
+    received = np.bincount(flat.dst, flat.sent_bytes, minlength=members).tolist()
     table = EnergyTable.from_config(config)
     return tuple(
         AcceleratorResult(member, busy, sent[member], received[member],
@@ -130,7 +131,8 @@ def assemble_result(
     units = schedule.units
     flat = schedule.flat
     routed = routed or Routed.of(flat.src, flat.dst, topology)
-    loads = routed.loads(flat.bytes, len(topology.links))
+    sent_bytes = flat.sent_bytes
+    loads = routed.loads(sent_bytes, len(topology.links))
     carried = loads.tolist()
     if link_busy_cycles is None:
         link_busy_cycles = (loads / topology.link_bandwidths).tolist()
@@ -141,11 +143,11 @@ def assemble_result(
 
     cycles = phase_cycles(schedule)
     busy = _compute_and_stall(schedule)
-    by_layer = np.bincount(flat.layer, flat.bytes, minlength=len(units.names))
+    by_layer = np.bincount(flat.layer, sent_bytes, minlength=len(units.names))
     _, first = np.unique(flat.layer, return_index=True)
     traffic = {int(flat.layer[i]): float(by_layer[flat.layer[i]]) for i in sorted(first)}
     traffic = defaultdict(float, traffic)  # layers in the order their first message comes
-    per_level = np.bincount(flat.level, flat.bytes, minlength=units.hierarchy.levels).tolist()
+    per_level = np.bincount(flat.level, sent_bytes, minlength=units.hierarchy.levels).tolist()
     layers = tuple(
         LayerResult(
             name=name,

@@ -52,6 +52,7 @@ from hypar_sim.hardware.config import HardwareConfig
 from hypar_sim.hardware.topology import Topology
 from hypar_sim.hardware.transfer import Routed, chunk_sizes, route_latency_cycles
 from hypar_sim.partition.steps import TransferKind
+from hypar_sim.planner.plan_messages import MESSAGE_BYTES, MESSAGES_ADVICE
 from hypar_sim.resources import check_memory
 from hypar_sim.results import SimResult
 from hypar_sim.sim.accounting import assemble_result, is_update
@@ -334,9 +335,12 @@ def simulate_des(schedule: Schedule, topology: Topology,
     carries its trace events (`sim.trace`); with `progress`, a bar on stderr for runs
     over 2 s."""
     started = time.perf_counter()
-    flat = schedule.flat
-    routed = Routed.of(flat.src, flat.dst, topology)  # for the classes and the result
-    classes = classify(schedule, topology, symmetry and not trace, routed)
+    check_memory(schedule.flat.messages * MESSAGE_BYTES,
+                 f"the event-driven engine's {schedule.flat.messages:,} messages written out "
+                 "one by one", MESSAGES_ADVICE.replace("use ", "use --engine analytic, ", 1))
+    flat = schedule.expanded_flat()  # a ring's rounds one by one
+    routed = Routed.of(flat.src, flat.dst, topology)  # for the classes
+    classes = classify(schedule, topology, symmetry and not trace, routed, flat)
     simulated = sum(len(sends) for sends in classes.outbox.values())
     check_memory(simulated * SIMULATED_MESSAGE_BYTES,
                  f"the event-driven engine's {simulated:,} messages",
@@ -360,7 +364,7 @@ def simulate_des(schedule: Schedule, topology: Topology,
     grants = sum(lanes.grants * size for lanes, size in (*zip(state.links, link_sizes, strict=True),
                                                          *zip(state.vaults, sizes, strict=True)))
     result = assemble_result(schedule, topology, "des", latency, waits, busy, events,
-                             time.perf_counter() - started, config_dict, routed,
+                             time.perf_counter() - started, config_dict, None,
                              max(state.passes_end, default=0.0))
     stage_wait = math.fsum(wait * size for wait, size in zip(state.stage_waits, sizes,
                                                              strict=True))

@@ -125,8 +125,14 @@ class Schedule:
 
     @cached_property
     def flat(self) -> FlatMessages:
-        """Every message of the step in one set of arrays, steps in order."""
+        """Every message of the step in one set of arrays, steps in order (a ring's rounds
+        one row per member, `FlatMessages.repeats`)."""
         return FlatMessages.of(self.steps.values())
+
+    def expanded_flat(self) -> FlatMessages:
+        """The same messages a row each (what the event-driven engine sends one by one),
+        steps in order, each step's sorted by round, then source, then destination."""
+        return FlatMessages.of(step.expanded() for step in self.steps.values())
 
     @property
     def messages(self) -> tuple[Message, ...]:
@@ -135,7 +141,8 @@ class Schedule:
 
 @dataclass(frozen=True)
 class FlatMessages:
-    """Messages of many steps as arrays (each step's in order, steps one after another)."""
+    """Messages of many steps as arrays (each step's in order, steps one after another); a
+    row of `repeats` n stands for n equal messages in consecutive rounds."""
 
     src: np.ndarray
     dst: np.ndarray
@@ -144,18 +151,30 @@ class FlatMessages:
     layer: np.ndarray
     round: np.ndarray
     step: np.ndarray  # the position of the message's step among `steps`
+    repeats: np.ndarray
 
     @classmethod
     def of(cls, steps: Iterable[StepMessages]) -> FlatMessages:
         steps = list(steps)
         if not steps:
             empty = np.zeros(0, dtype=np.int64)
-            return cls(empty, empty, np.zeros(0), empty, empty, empty, empty)
+            return cls(empty, empty, np.zeros(0), empty, empty, empty, empty, empty)
         return cls(*(np.concatenate([getattr(step, name) for step in steps])
                      for name in ("src", "dst", "bytes", "level")),
                    np.concatenate([np.full(len(step), step.layer) for step in steps]),
                    np.concatenate([step.round for step in steps]),
-                   np.repeat(np.arange(len(steps)), [len(step) for step in steps]))
+                   np.repeat(np.arange(len(steps)), [len(step) for step in steps]),
+                   np.concatenate([step.counts for step in steps]))
+
+    @property
+    def sent_bytes(self) -> np.ndarray:
+        """Bytes of each row, all its rounds."""
+        return self.bytes * self.repeats
+
+    @property
+    def messages(self) -> int:
+        """Messages the rows stand for."""
+        return int(self.repeats.sum())
 
 
 

@@ -82,13 +82,20 @@ def _encode(flat: FlatMessages, src: np.ndarray, dst: np.ndarray, members: int) 
 def _message_images(flat: FlatMessages, members: np.ndarray,
                     count: int) -> np.ndarray | None:
     """Each message's image under the member permutation, or None if some message has no
-    image of the same bytes (or two messages share a step, ends and round)."""
+    image of the same bytes. Messages of one step, ends and round (two groups' collectives
+    side by side) are told apart by their rank in bytes among them."""
     keys = _encode(flat, flat.src, flat.dst, count)
+    by_bytes = np.lexsort((flat.bytes, keys))
+    sorted_keys = keys[by_bytes]
+    starts = np.flatnonzero(np.r_[True, sorted_keys[1:] != sorted_keys[:-1]]) \
+        if len(keys) else np.zeros(0, dtype=np.int64)
+    rank = np.empty(len(keys), dtype=np.int64)
+    rank[by_bytes] = np.arange(len(keys)) - np.repeat(starts, np.diff(np.r_[starts, len(keys)]))
+    ranks = int(rank.max()) + 1 if len(rank) else 1
+    keys = keys * ranks + rank
     order = np.argsort(keys, kind="stable")
     ranked = keys[order]
-    if len(ranked) > 1 and not np.all(np.diff(ranked) > 0):
-        return None
-    wanted = _encode(flat, members[flat.src], members[flat.dst], count)
+    wanted = _encode(flat, members[flat.src], members[flat.dst], count) * ranks + rank
     at = np.minimum(np.searchsorted(ranked, wanted), max(len(ranked) - 1, 0))
     if len(ranked) and not np.array_equal(ranked[at], wanted):
         return None
@@ -125,12 +132,13 @@ class _Routes:
 
 
 def classify(schedule: Schedule, topology: Topology, symmetric: bool = True,
-             routed: Routed | None = None) -> Classes:
+             routed: Routed | None = None, flat: FlatMessages | None = None) -> Classes:
     """The classes of `schedule` on `topology` under the symmetries that keep both (with
     `symmetric` False, or none found: every accelerator, link and message its own);
-    `routed`: the routes of `schedule.flat`'s messages, if already known."""
+    `flat`: the schedule's messages a row each (`Schedule.expanded_flat`), and `routed`
+    their routes, if already known."""
     count = schedule.accelerators
-    flat = schedule.flat
+    flat = flat if flat is not None else schedule.expanded_flat()
     routed = routed or Routed.of(flat.src, flat.dst, topology)
     keys = list(schedule.steps)
     member_maps, link_maps, message_maps = [], [], []
