@@ -141,11 +141,6 @@ class Moved:
                             np.concatenate([self.dst, *(p[1] for p in parts)]),
                             np.concatenate([self.amount, *(p[2] for p in parts)]))
 
-    @property
-    def entry_count(self) -> int:
-        """Nonzero entries the matrix would have written out (blocks' included)."""
-        return len(self.src) + sum(block.entries for block in self.blocks)
-
     def dense(self) -> np.ndarray:
         """The [src, dst] matrix."""
         out = np.zeros((self.members, self.members))

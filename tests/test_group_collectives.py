@@ -1,0 +1,127 @@
+"""Collectives by group (issue "Scale", item 1): a uniform all-to-all among k members is kept
+as its group from the redistribution to the engines (`redistribute.Block`, rows with
+`repeats`), never k (k - 1) pairs, and means exactly what its pairs meant."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hypar_sim.hardware.config import load_hardware
+from hypar_sim.hardware.topology import make_topology
+from hypar_sim.hardware.transfer import step_cycles
+from hypar_sim.partition import redistribute as redistribute_module
+from hypar_sim.partition.collectives import COLLECTIVES
+from hypar_sim.partition.hierarchy import Hierarchy
+from hypar_sim.partition.redistribute import Cover, gather_stage, redistribute
+from hypar_sim.partition.steps import TransferKind
+from hypar_sim.planner.plan_messages import sent
+
+
+def _regions(rng: np.random.Generator, members: int, extent: int) -> list[tuple]:
+    """Each member a random interval of a 1-d tensor, some the whole of it."""
+    regions = []
+    for _ in range(members):
+        if rng.random() < 0.5:
+            regions.append((((0, extent),),))
+        else:
+            low = int(rng.integers(0, extent))
+            regions.append((((low, int(rng.integers(low + 1, extent + 1))),),))
+    return regions
+
+
+@settings(max_examples=60, deadline=None)
+@given(members=st.integers(3, 9), extent=st.integers(1, 12), seed=st.integers(0, 2**32 - 1))
+def test_blocks_mean_what_their_pairs_meant(members, extent, seed):
+    """Both stages of a redistribution with blocks, written out, equal the same stages
+    computed pair by pair (no cell kept as a block), for random regions."""
+    rng = np.random.default_rng(seed)
+    contributions, needs = _regions(rng, members, extent), _regions(rng, members, extent)
+    grouped = redistribute((extent,), contributions, needs)
+    original = redistribute_module._uniform_cells
+    try:
+        redistribute_module._uniform_cells = lambda left, right: ((), left, right)
+        paired = redistribute((extent,), contributions, needs)
+    finally:
+        redistribute_module._uniform_cells = original
+    for stage in ("reduce", "gather"):
+        mine, theirs = getattr(grouped, stage), getattr(paired, stage)
+        assert not theirs.blocks
+        assert mine.entries().dense() == pytest.approx(theirs.dense(), rel=1e-12, abs=1e-12)
+        assert len(mine.entries().src) == len(theirs.src)
+        assert mine.sum() == pytest.approx(theirs.sum(), rel=1e-12)
+
+
+def test_a_gradient_all_reduce_among_1024_members_is_one_block():
+    """Every member holds the whole gradient: the reduce-scatter and the all-gather are each
+    one block of 1,024 members (1,047,552 entries written out, none kept), and the ring
+    sends it as 1,024 rows of 1,023 rounds."""
+    whole = [(((0, 4096),),)] * 1024
+    stages = redistribute((4096,), whole, whole)
+    for moved in (stages.reduce, stages.gather):
+        assert len(moved.src) == 0 and len(moved.blocks) == 1
+        assert len(moved.blocks[0].members) == 1024 and moved.blocks[0].amount == 4.0
+        assert moved.blocks[0].entries == 1024 * 1023 and moved.sum() == 4.0 * 1024 * 1023
+    ring = COLLECTIVES["ring"](stages.reduce, Hierarchy.binary(10), True)
+    assert len(ring) == 1024 and set(ring.repeats.tolist()) == {1023}
+    assert ring.dst.tolist() == [*range(1, 1024), 0]
+    assert float(ring.sent_bytes.sum()) == 4.0 * 1024 * 1023
+
+
+@pytest.mark.parametrize("collective", ["ring", "levels"])
+@pytest.mark.parametrize(("sizes", "topology"), [((2, 2, 2, 2), "htree"), ((2, 3, 2), "torus"),
+                                                 ((4, 4), "htree")])
+def test_rows_with_repeats_time_as_their_rounds_written_out(collective, sizes, topology):
+    """The analytic step time of a ring (or level stages) from its rows with repeats equals
+    the time of the same messages a row each, round by round (blocks of the whole array and
+    of a half of it side by side, and a direct entry)."""
+    hierarchy = Hierarchy(sizes)
+    k = hierarchy.members
+    whole = [(((0, 4 * k),),)] * k
+    half = [(((0, 2 * k),),) if m < k // 2 else () for m in range(k)]
+    moved = (redistribute((4 * k,), whole, whole).reduce * 3.0
+             + redistribute((2 * k,), half, half).reduce * 5.0)
+    assert len(moved.blocks) == 2
+    config = load_hardware()
+    network = make_topology(topology, config, hierarchy)
+    steps = sent({(0, TransferKind.GRADIENT): moved}, (), collective, hierarchy)
+    messages = steps[(0, TransferKind.GRADIENT)].messages(0, TransferKind.GRADIENT, hierarchy)
+    written = messages.expanded()
+    assert messages.messages == len(written)
+    assert len(messages) < len(written) or collective == "levels"
+    assert step_cycles(messages, network, config, 4096, 64) == \
+        step_cycles(written, network, config, 4096, 64)
+    sent_by = np.bincount(written.src, written.bytes, minlength=k)
+    assert sent_by == pytest.approx(np.bincount(messages.src, messages.sent_bytes, minlength=k))
+    half_members = k // 2
+    expected = np.full(k, (k - 1) * 12.0)
+    expected[:half_members] += (half_members - 1) * 20.0
+    assert sent_by == pytest.approx(expected)
+
+
+def test_a_block_that_shares_members_with_pairs_is_written_out_with_them():
+    """Where other entries touch a block's members, the block and those entries are sent as
+    the pairs were before groups were kept: searched for uniform blocks among themselves."""
+    k = 6
+    whole = [(((0, 6 * k),),)] * k
+    moved = redistribute((6 * k,), whole, whole).reduce
+    shifted = redistribute((6,), [(((0, 6),),), (((0, 6),),)] + [()] * (k - 2),
+                           [()] * k)  # members 0 and 1 hold partial sums of another tensor
+    extra = shifted.reduce
+    assert len(extra.src) > 0 and not extra.blocks
+    both = moved + extra
+    transfers = COLLECTIVES["ring"](both, Hierarchy((k,)), True)
+    assert set(transfers.repeats.tolist()) == {1}  # one direct exchange, as before
+    assert float(transfers.sent_bytes.sum()) == pytest.approx(both.sum())
+
+
+def test_gather_stage_keeps_uniform_cells_as_blocks():
+    """`gather_stage` of a value every member holds a 1/k part of and every member needs."""
+    k = 5
+    holders = Cover.of(k, 1, np.arange(k), np.zeros(k, dtype=np.int64), np.full(k, 1 / k))
+    need = Cover.of(k, 1, np.arange(k), np.zeros(k, dtype=np.int64))
+    gathered = gather_stage(holders, need, np.array([10.0]))
+    assert len(gathered.src) == 0 and len(gathered.blocks) == 1
+    assert gathered.blocks[0].amount == pytest.approx(2.0)
