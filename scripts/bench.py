@@ -5,7 +5,8 @@ Sections: the cost models (layer pieces costed per second); bare SimPy
 networks x {data, model, hypar} x {htree, torus} at 16 accelerators (wall
 time, events, events per second), the 60 runs spread over all cores; graph
 networks (ResNet-50 on 64 cubes, BERT-base on 16: plan and simulation times); scale (VGG-A
-from 16 to 1,024 or 4,096 accelerators, both engines); startup (whole processes: `--help`,
+from 16 to 1,024 or 4,096 accelerators, both engines); large (issue "Scale"'s must-shows, whole
+processes: seconds and peak GB beside their targets); startup (whole processes: `--help`,
 `networks`, `plan vgg_a`, `run vgg_a`, beside bare Python and `import numpy, yaml`); sweep (the
 60-run paper set through `python -m hypar_sim sweep`, a whole process).
 """
@@ -190,6 +191,70 @@ def bench_scale(largest: int) -> None:
     print("targets (issue 14): DES 1,024 < 2 s, 4,096 < 10 s; analytic 1,024 < 0.2 s")
 
 
+#: Issue "Scale"'s must-shows: (what, `python -m hypar_sim` arguments, target seconds, target
+#: GB of the whole process's peak memory).
+_GPT3 = ("gpt3_2_7b", "--dim", "layers=96", "--dim", "hidden=12288", "--dim", "heads=96",
+         "--dim", "kv_heads=96", "--dim", "ffn=49152", "--seq", "2048")
+LARGE = (
+    ("vgg_a b4096 on 1,024, des", ("run", "vgg_a", "--batch", "4096", "--accelerators", "1024"),
+     2.0, 1.0),
+    ("vgg_a b4096 on 4,096, des", ("run", "vgg_a", "--batch", "4096", "--accelerators", "4096"),
+     10.0, 4.0),
+    ("vgg_a b4096 on 1,024, analytic", ("run", "vgg_a", "--batch", "4096", "--accelerators",
+                                        "1024", "--engine", "analytic"), None, None),
+    ("vgg_a b4096 on 4,096, analytic", ("run", "vgg_a", "--batch", "4096", "--accelerators",
+                                        "4096", "--engine", "analytic"), None, None),
+    ("resnet50 b256 on 64, des", ("run", "resnet50", "--batch", "256", "--accelerators", "64"),
+     2.0, None),
+    ("resnet50 b1024 on 256, des", ("run", "resnet50", "--batch", "1024", "--accelerators",
+                                    "256"), 5.0, None),
+    ("gpt2_xl b256 on 256, des", ("run", "gpt2_xl", "--batch", "256", "--accelerators", "256",
+                                  "--set", "cube_capacity_gib=1024"), 10.0, None),
+    ("GPT-3 shape b64 on 1,024, des", ("run", *_GPT3, "--batch", "64", "--accelerators", "1024",
+                                       "--kinds", "batch,in,out,heads", "--set",
+                                       "cube_capacity_gib=1024"), 60.0, 8.0),
+)
+
+
+def _measured(args: list[str], timeout_s: float) -> tuple[float, float, str]:
+    """A whole process: (wall seconds, its peak resident GB, its outcome: ok, the last line
+    of its refusal, or killed at `timeout_s`)."""
+    with tempfile.TemporaryFile("w+") as errors:
+        start = time.perf_counter()
+        process = subprocess.Popen([sys.executable, "-m", "hypar_sim", *args, "--no-progress"],
+                                   stdout=subprocess.DEVNULL, stderr=errors)
+        killed = False
+        while True:  # reaped here, not by Popen, for this child's own peak memory
+            pid, status, usage = os.wait4(process.pid, os.WNOHANG)
+            if pid:
+                break
+            if time.perf_counter() - start > timeout_s and not killed:
+                process.kill()
+                killed = True
+            time.sleep(0.02)
+        took = time.perf_counter() - start
+        errors.seek(0)
+        lines = errors.read().strip().splitlines()
+    code = os.waitstatus_to_exitcode(status)
+    outcome = f"killed at {timeout_s:g} s" if killed else "ok" if code == 0 else \
+        f"exit {code}: {(lines or [''])[-1][:100]}"
+    return took, usage.ru_maxrss * 1024 / 1e9, outcome  # ru_maxrss: KiB
+
+
+def bench_large(timeout_s: float) -> None:
+    """Issue "Scale"'s must-shows, each a whole process beside its target (seconds, peak GB
+    of memory), cut off at `timeout_s`."""
+    print(f"\n{'large case (whole process)':32} {'s':>7} {'GB':>6}  target  outcome")
+    for name, args, seconds, gigabytes in LARGE:
+        took, peak, outcome = _measured(list(args), timeout_s)
+        met = outcome == "ok" and (seconds is None or took < seconds) and \
+            (gigabytes is None or peak < gigabytes)
+        target = "-" if seconds is None else f"< {seconds:g} s" + (
+            f", {gigabytes:g} GB" if gigabytes else "")
+        verdict = "" if seconds is None else (" met" if met else " MISSED")
+        print(f"{name:32} {took:7.1f} {peak:6.2f}  {target}{verdict}  {outcome}")
+
+
 #: Whole-process commands of the startup section, with their targets in seconds (issue 14).
 STARTUP = (
     ("python -c pass", ["-c", "pass"], None),
@@ -287,12 +352,14 @@ def main(argv=None) -> None:
     parser.add_argument("--workers", type=positive_int, default=os.cpu_count() or 1,
                         help="processes for the 60 simulations and the sweep (default: all "
                              "cores)")
-    parser.add_argument("--only", choices=("costs", "simulator", "graphs", "scale", "startup",
-                                           "sweep", "parse"),
+    parser.add_argument("--only", choices=("costs", "simulator", "graphs", "scale", "large",
+                                           "startup", "sweep", "parse"),
                         default=None, help="run one section only")
     parser.add_argument("--scale-to", type=int, default=1024, metavar="N",
                         help="largest array of the scale section (default 1024; 4096 adds "
                              "about a minute)")
+    parser.add_argument("--timeout", type=positive_int, default=120, metavar="S",
+                        help="cut a large case off after S seconds (default 120)")
     parser.add_argument("--repeats", type=positive_int, default=11,
                         help="runs of each command in the startup section (default 11)")
     args = parser.parse_args(argv)
@@ -304,6 +371,8 @@ def main(argv=None) -> None:
         bench_graphs()
     if args.only in (None, "scale"):
         bench_scale(args.scale_to)
+    if args.only in (None, "large"):
+        bench_large(args.timeout)
     if args.only in (None, "startup"):
         bench_startup(args.repeats)
     if args.only in (None, "sweep"):

@@ -50,7 +50,7 @@ def test_data_parallelism_agrees_within_a_tenth_of_a_percent(network, accelerato
 
 @pytest.mark.parametrize(("network", "accelerators", "batch", "topology"), [
     ("vgg_a", 16, 256, "htree"), ("vgg_a", 16, 256, "torus"),
-    ("alexnet_half", 16, 256, "torus"),
+    ("alexnet_half", 16, 256, "torus"), ("resnet18", 16, 256, "htree"),
     pytest.param("resnet18", 16, 256, "torus", marks=pytest.mark.slow),
     pytest.param("bert_base", 16, 64, "torus", marks=pytest.mark.slow), ("sfc", 64, 1024, "htree"),
     ("sfc", 64, 1024, "torus")])
@@ -61,17 +61,6 @@ def test_hypar_plans_agree_within_three_percent(network, accelerators, batch, to
     the torus's links in ways a per-step bound does not see.)"""
     des, analytic = latencies(network, accelerators, batch, "hypar", topology)
     assert des == pytest.approx(analytic, rel=0.03)
-
-
-def test_side_by_side_group_rings_run_faster_in_the_des_than_the_analytic_estimate():
-    """resnet18 on 16 (H-tree): a fused gradient bucket holds a ring over all 16 members and
-    rings over groups of 8 (nodes split by batch at every level and nodes split by input
-    channels at one), sent side by side. Sent as one direct all-to-all (before groups were
-    kept) the engines were 2.6% apart (156.0 M and 160.1 M cycles); with the rings the DES
-    step is 145.5 M cycles, 6.8% faster, while the analytic engine, which lets a member's
-    steps leave one after another, stays at 160.1 M: 9-10% apart, the DES below."""
-    des, analytic = latencies("resnet18", 16, 256, "hypar", "htree")
-    assert 0.88 < des / analytic < 0.94
 
 
 @pytest.mark.slow

@@ -75,14 +75,14 @@ def test_a_gradient_all_reduce_among_1024_members_is_one_block():
                                                  ((4, 4), "htree")])
 def test_rows_with_repeats_time_as_their_rounds_written_out(collective, sizes, topology):
     """The analytic step time of a ring (or level stages) from its rows with repeats equals
-    the time of the same messages a row each, round by round (blocks of the whole array and
-    of a half of it side by side, and a direct entry)."""
+    the time of the same messages a row each, round by round (blocks of the two halves of
+    the array side by side, of other bytes)."""
     hierarchy = Hierarchy(sizes)
     k = hierarchy.members
-    whole = [(((0, 4 * k),),)] * k
-    half = [(((0, 2 * k),),) if m < k // 2 else () for m in range(k)]
-    moved = (redistribute((4 * k,), whole, whole).reduce * 3.0
-             + redistribute((2 * k,), half, half).reduce * 5.0)
+    first = [(((0, 2 * k),),) if m < k // 2 else () for m in range(k)]
+    second = [(((0, 2 * k),),) if m >= k // 2 else () for m in range(k)]
+    moved = (redistribute((2 * k,), first, first).reduce * 3.0
+             + redistribute((2 * k,), second, second).reduce * 5.0)
     assert len(moved.blocks) == 2
     config = load_hardware()
     network = make_topology(topology, config, hierarchy)
@@ -95,10 +95,23 @@ def test_rows_with_repeats_time_as_their_rounds_written_out(collective, sizes, t
         step_cycles(written, network, config, 4096, 64)
     sent_by = np.bincount(written.src, written.bytes, minlength=k)
     assert sent_by == pytest.approx(np.bincount(messages.src, messages.sent_bytes, minlength=k))
-    half_members = k // 2
-    expected = np.full(k, (k - 1) * 12.0)
-    expected[:half_members] += (half_members - 1) * 20.0
+    half = k // 2
+    expected = np.full(k, (half - 1) * 20.0)  # 2k elements over k/2 members: 4 a pair
+    expected[:half] = (half - 1) * 12.0
     assert sent_by == pytest.approx(expected)
+
+
+def test_overlapping_groups_are_written_out_together():
+    """A fused bucket of a gradient reduced over all members and one reduced over half of
+    them: sent together, directly, as their pairs were before groups were kept."""
+    k = 8
+    whole = [(((0, 8),),)] * k
+    half = [(((0, 4),),) if m < 4 else () for m in range(k)]
+    both = redistribute((8,), whole, whole).reduce + redistribute((4,), half, half).reduce
+    assert len(both.blocks) == 2
+    transfers = COLLECTIVES["ring"](both, Hierarchy((2, 2, 2)), True)
+    assert len(transfers) == k * (k - 1) and set(transfers.repeats.tolist()) == {1}
+    assert float(transfers.sent_bytes.sum()) == pytest.approx(both.sum())
 
 
 def test_a_block_that_shares_members_with_pairs_is_written_out_with_them():

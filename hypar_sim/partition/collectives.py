@@ -152,25 +152,19 @@ def _level_stages(block: np.ndarray, size: float, levels: tuple[int, ...], hiera
 
 def _collective(moved: Moved, uniform_block) -> Transfers:
     """Uniform blocks as `uniform_block(block, b)` sends them; the rest directly. A block
-    the matrix keeps as a group (`Moved.blocks`) is sent as one, by itself, where no entry
-    touches its members (blocks of several groups, as a fused gradient bucket holds: an
-    all-reduce per group, side by side); a block that shares members with entries is
-    written out with them, and the entries are searched for uniform blocks."""
-    kept, written = list(moved.blocks), []
-    touched = np.zeros(moved.members, dtype=bool)
-    touched[moved.src] = touched[moved.dst] = True
-    while True:  # entries reach a block: it is written out, and its entries reach others
-        reached = [block for block in kept if touched[block.members].any()]
-        if not reached:
-            break
-        for block in reached:
-            touched[block.members] = True
-        written += reached
-        kept = [block for block in kept if not any(block is r for r in reached)]
-    parts = [uniform_block(block.members, block.amount) for block in kept]
-    if written:
-        moved = Moved(moved.members, moved.src, moved.dst, moved.amount,
-                      tuple(written)).entries()
+    the matrix keeps as a group (`Moved.blocks`) is sent as one where nothing else in the
+    matrix touches its members; a block that shares members with entries or with another
+    block (a fused gradient bucket of nodes reduced over different groups) is written out
+    with them, and the entries are searched for uniform blocks, as pairs always were."""
+    touched = np.zeros(moved.members, dtype=np.int64)
+    touched[np.unique(np.concatenate([moved.src, moved.dst]))] = 1
+    for block in moved.blocks:
+        touched[block.members] += 1
+    alone = [block for block in moved.blocks if np.all(touched[block.members] == 1)]
+    parts = [uniform_block(block.members, block.amount) for block in alone]
+    if len(alone) < len(moved.blocks):
+        written = tuple(block for block in moved.blocks if not any(block is a for a in alone))
+        moved = Moved(moved.members, moved.src, moved.dst, moved.amount, written).entries()
     blocks, label = _blocks(moved)
     kept = np.ones(len(moved.src), dtype=bool)
     by_block = label[moved.src]

@@ -82,20 +82,13 @@ def _encode(flat: FlatMessages, src: np.ndarray, dst: np.ndarray, members: int) 
 def _message_images(flat: FlatMessages, members: np.ndarray,
                     count: int) -> np.ndarray | None:
     """Each message's image under the member permutation, or None if some message has no
-    image of the same bytes. Messages of one step, ends and round (two groups' collectives
-    side by side) are told apart by their rank in bytes among them."""
+    image of the same bytes (or two messages share a step, ends and round)."""
     keys = _encode(flat, flat.src, flat.dst, count)
-    by_bytes = np.lexsort((flat.bytes, keys))
-    sorted_keys = keys[by_bytes]
-    starts = np.flatnonzero(np.r_[True, sorted_keys[1:] != sorted_keys[:-1]]) \
-        if len(keys) else np.zeros(0, dtype=np.int64)
-    rank = np.empty(len(keys), dtype=np.int64)
-    rank[by_bytes] = np.arange(len(keys)) - np.repeat(starts, np.diff(np.r_[starts, len(keys)]))
-    ranks = int(rank.max()) + 1 if len(rank) else 1
-    keys = keys * ranks + rank
     order = np.argsort(keys, kind="stable")
     ranked = keys[order]
-    wanted = _encode(flat, members[flat.src], members[flat.dst], count) * ranks + rank
+    if len(ranked) > 1 and not np.all(np.diff(ranked) > 0):
+        return None
+    wanted = _encode(flat, members[flat.src], members[flat.dst], count)
     at = np.minimum(np.searchsorted(ranked, wanted), max(len(ranked) - 1, 0))
     if len(ranked) and not np.array_equal(ranked[at], wanted):
         return None
