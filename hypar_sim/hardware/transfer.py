@@ -128,19 +128,24 @@ def step_cycles(messages: StepMessages, topology: Topology, config: HardwareConf
     dram = config.vault_bandwidth_bytes_per_cycle * config.vaults_per_cube
     alone: dict[tuple[int, float], float] = {}  # many messages share a route shape and a size
     ends = np.stack([src, dst], axis=1).ravel()  # read at the source, written at the destination
-    shapes, size_list = routed.shapes.tolist(), sizes.tolist()
     bounds = np.unique(np.concatenate([first, last]))
     runs = []
     for low, high in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
         active = (first <= low) & (last > low)  # the rows of rounds low .. high - 1
-        rows = np.flatnonzero(active).tolist()
-        if not rows:
+        rows = np.flatnonzero(active)
+        if not len(rows):
             continue
-        keys = {(shapes[i], size_list[i]): i for i in reversed(rows)}  # each key's first row
-        for key in keys.keys() - alone.keys():
-            at = keys[key]
-            alone[key] = _alone_cycles(topology.route(int(src[at]), int(dst[at])), key[1],
-                                       config, chunk_bytes, max_chunks)
+        # one row of each distinct (route shape, size): sorted, the first of each run
+        order = rows[np.lexsort((sizes[rows], routed.shapes[rows]))]
+        changed = np.r_[True, (np.diff(routed.shapes[order]) != 0)
+                        | (np.diff(sizes[order]) != 0)]
+        keys = set()
+        for at in order[changed].tolist():
+            key = (int(routed.shapes[at]), float(sizes[at]))
+            keys.add(key)
+            if key not in alone:
+                alone[key] = _alone_cycles(topology.route(int(src[at]), int(dst[at])), key[1],
+                                           config, chunk_bytes, max_chunks)
         slowest = max(alone[key] for key in keys)
         round_sizes = np.where(active, sizes, 0.0)
         carried = routed.loads(round_sizes, len(bandwidth))
