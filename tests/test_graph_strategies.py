@@ -19,7 +19,8 @@ def _offered(graph, batch, hierarchy, columns) -> bool:
                for site, column in zip(graph_sites(graph), columns, strict=True))
 
 
-@pytest.mark.parametrize("strategy", ["tofu", "accpar", "grid"])
+@pytest.mark.parametrize("strategy", ["tofu", "accpar",
+                                      pytest.param("grid", marks=pytest.mark.slow)])
 def test_resnet18_plans_and_runs(strategy):
     """16 accelerators, batch 64, each strategy's own kinds: offered columns, and the analytic
     engine moves exactly the plan's bytes."""

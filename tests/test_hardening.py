@@ -128,6 +128,7 @@ def assert_clean_failure(result: subprocess.CompletedProcess, fragment: str) -> 
     assert fragment in lines[0], lines[0]
 
 
+@pytest.mark.slow  # 19 processes, 10 s: with the slow ones (test_hardening_limits covers files)
 @pytest.mark.parametrize("case", sorted(BAD_NETWORKS))
 def test_bad_network_files(cli, tmp_path, case):
     body, fragment = BAD_NETWORKS[case]
@@ -152,6 +153,7 @@ def test_bad_hardware_configs(cli, tmp_path, case):
     assert not out.exists()
 
 
+@pytest.mark.slow  # 22 processes, 12 s: with the slow ones (test_cli_plan covers bad flags)
 @pytest.mark.parametrize("case", sorted(BAD_RUNS))
 def test_bad_run_parameters(cli, tmp_path, case):
     args, fragment = BAD_RUNS[case]

@@ -126,6 +126,7 @@ def test_only_optimal_chooses_and_only_for_time():
         _request(hierarchy="4")
 
 
+@pytest.mark.slow  # five processes, 9 s: the search itself is tested in process above
 def test_the_command_line_takes_auto(cli):
     found = cli("plan", "lenet_c", "--accelerators", "4", "--strategy", "optimal",
                 "--objective", "time",
