@@ -42,7 +42,8 @@ def request_from_args(args: argparse.Namespace) -> RunRequest:
                          chunk_bytes=args.chunk_kib * 1024, max_chunks=args.max_chunks,
                          overlap_gradients=not args.no_overlap, bucket_mb=args.bucket_mb,
                          symmetry=not args.no_symmetry, progress=_progress(args),
-                         trace=bool(getattr(args, "trace", None)))
+                         trace=bool(getattr(args, "trace", None)),
+                         trace_links=getattr(args, "trace_links", "messages"))
     elif getattr(args, "topology", None):  # plan: the estimate's topology
         from hypar_sim.sim.options import SimOptions
 

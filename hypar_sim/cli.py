@@ -203,6 +203,11 @@ def _run_arguments(run: argparse.ArgumentParser) -> None:
     run.add_argument("--trace", default=None, metavar="FILE",
                      help="write the step as a Chrome/Perfetto trace (JSON; open it in "
                           "ui.perfetto.dev): a track per accelerator and per link")
+    run.add_argument("--trace-links", default="messages", choices=("messages", "summary"),
+                     help="with --trace: every message on every link (default; every "
+                          "accelerator simulated), or summary: a GB/s counter per class of "
+                          "alike links and a track per class of accelerators (symmetry kept: "
+                          "bounded, for large arrays)")
 
 
 def _compare_arguments(compare: argparse.ArgumentParser) -> None:

@@ -66,7 +66,8 @@ def _run(schedule: Schedule, hierarchy: Hierarchy, config: HardwareConfig, optio
         "hierarchy": str(hierarchy), "traffic_model": schedule.units.traffic_model} | recorded
     if options.engine == "des":
         return simulate_des(schedule, topology, options.chunk_bytes, options.max_chunks,
-                            config_dict, options.trace, options.progress, options.symmetry)
+                            config_dict, options.trace, options.progress, options.symmetry,
+                            options.trace_links)
     if options.trace:
         raise InputError("--trace: needs --engine des (the analytic engine has no events)")
     if schedule.stage_tasks:

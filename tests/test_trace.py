@@ -53,3 +53,45 @@ def test_cli_writes_a_trace_perfetto_can_load(tmp_path):
                               "analytic", "--trace", str(tmp_path / "no.json")],
                              capture_output=True, text=True)
     assert refused.returncode == 2 and not (tmp_path / "no.json").exists()
+
+
+def test_a_summary_trace_keeps_the_classes_and_adds_up_to_every_links_bytes():
+    """`--trace-links summary` on 64 accelerators: the symmetry classes stay (the step and
+    its events as without a trace), one track per class of accelerators, one GB/s counter
+    per class of links whose bins add up to the bytes of each of its links; the trace is
+    bounded by the classes (at most 257 counter values a class), not the messages."""
+    from hypar_sim.request import make_request
+    from hypar_sim.runner import SimOptions, simulate_request
+
+    def run(**sim):
+        return simulate_request(make_request(
+            "vgg_a", accelerators=64, batch=1024, sim=SimOptions(**sim),
+            traffic_model="layout_levels"))
+
+    plain, traced = run(), run(trace=True, trace_links="summary")
+    assert traced.latency_cycles == plain.latency_cycles and traced.events == plain.events
+    tracks = [e for e in traced.trace_events if e["ph"] == "M" and e["pid"] == 1
+              and e["name"] == "thread_name"]
+    alike = sum(1 + int(e["args"]["name"].split(" and ")[1].split()[0])
+                if " and " in e["args"]["name"] else 1 for e in tracks)
+    assert 1 < len(tracks) < 64 and alike == 64  # every accelerator in one class's track
+    counters = defaultdict(list)
+    for event in traced.trace_events:
+        if event["ph"] == "C":
+            counters[event["name"]].append((event["ts"], event["args"]["GB/s"]))
+    by_name = {link.link: link.bytes for link in traced.per_link}
+    total = 0.0
+    for name, values in counters.items():
+        assert len(values) <= 257
+        width_s = (values[1][0] - values[0][0]) / 1e6
+        carried = sum(rate for _, rate in values) * width_s * 1e9
+        link, _, rest = name.partition(" and ")
+        assert carried == pytest.approx(by_name[link], rel=1e-9)
+        total += carried * (1 + (int(rest.split()[0]) if rest else 0))
+    assert total == pytest.approx(sum(by_name.values()), rel=1e-9)
+
+
+def test_trace_links_summary_needs_a_trace(cli):
+    refused = cli("run", "lenet_c", "--trace-links", "summary")
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1
+    assert "--trace-links summary: needs --trace FILE" in refused.stderr

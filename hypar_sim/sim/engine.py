@@ -68,7 +68,7 @@ from hypar_sim.sim.schedule import (
     task_cycles,
 )
 from hypar_sim.sim.symmetry import Classes, Sent, classify
-from hypar_sim.sim.trace import trace_events
+from hypar_sim.sim.trace import LinkCounters, summary_events, trace_events
 
 #: SimPy priority of the event that grants a cycle's requests: after every other event of
 #: the cycle (SimPy's own are URGENT = 0 and NORMAL = 1).
@@ -100,7 +100,7 @@ class _Step:
 
     def __init__(self, schedule: Schedule, topology: Topology, classes: Classes,
                  chunk_bytes: float, max_chunks: int, trace: bool = False,
-                 progress: bool = False) -> None:
+                 progress: bool = False, summary: bool = False) -> None:
         config: HardwareConfig = schedule.config
         self.progress = progress
         self.schedule = schedule
@@ -131,7 +131,10 @@ class _Step:
         # span on every link ((message id, link) -> [start, finish, bytes])
         self.computations: list[tuple[int, float, float, Compute | Parallel]] | None = \
             [] if trace else None
-        self.spans: dict[tuple[int, int], list] | None = {} if trace else None
+        self.spans: dict[tuple[int, int], list] | None = {} if trace and not summary \
+            else None
+        # with a summary trace: bytes on one link of each link class over time
+        self.counters = LinkCounters(len(classes.links)) if trace and summary else None
         self.started: set[tuple[int, StepKey]] = set()  # (class, step) whose Send has run
         self.next_round: dict[tuple[int, StepKey], int] = defaultdict(int)
         # messages of (class, step, round) not yet wholly on their first link
@@ -167,6 +170,11 @@ class _Step:
                     continue
                 if stage and self.spans is not None:
                     self._span(state, stage - 1, start, finish, request[4])
+                elif stage and self.counters is not None:
+                    link, count = state.sent.hops[stage - 1]
+                    lanes = len(self.links[link].free)
+                    self.counters.add(link, start, start + request[0] * max(count / lanes, 1.0),
+                                      request[4] * count)
                 if start > now:
                     self.env.timeout(start - now).callbacks.append(
                         lambda _, state=state, size=request[4], stage=stage, finish=finish:
@@ -328,25 +336,28 @@ class _Step:
 def simulate_des(schedule: Schedule, topology: Topology,
                  chunk_bytes: float = DEFAULT_CHUNK_BYTES, max_chunks: int = DEFAULT_MAX_CHUNKS,
                  config_dict=None, trace: bool = False, progress: bool = False,
-                 symmetry: bool = True) -> SimResult:
+                 symmetry: bool = True, trace_links: str = "messages") -> SimResult:
     """Simulate one training step event by event, one accelerator of each symmetry class
-    (`sim.symmetry`; every one with `symmetry` False or a `trace`); the result reports
-    every accelerator and link, expanded from the classes. With `trace`, the result
-    carries its trace events (`sim.trace`); with `progress`, a bar on stderr for runs
-    over 2 s."""
+    (`sim.symmetry`; every one with `symmetry` False or a trace of every message); the
+    result reports every accelerator and link, expanded from the classes. With `trace`,
+    the result carries its trace events (`sim.trace`): every message on every link, or
+    with `trace_links` "summary" a counter per class of links (symmetry kept); with
+    `progress`, a bar on stderr for runs over 2 s."""
+    summary = trace_links == "summary"
     started = time.perf_counter()
     check_memory(schedule.flat.messages * MESSAGE_BYTES,
                  f"the event-driven engine's {schedule.flat.messages:,} messages written out "
                  "one by one", MESSAGES_ADVICE.replace("use ", "use --engine analytic, ", 1))
     flat = schedule.expanded_flat()  # a ring's rounds one by one
     routed = Routed.of(flat.src, flat.dst, topology)  # for the classes
-    classes = classify(schedule, topology, symmetry and not trace, routed, flat)
+    classes = classify(schedule, topology, symmetry and not (trace and not summary), routed,
+                       flat)
     simulated = sum(len(sends) for sends in classes.outbox.values())
     check_memory(simulated * SIMULATED_MESSAGE_BYTES,
                  f"the event-driven engine's {simulated:,} messages",
                  "use --engine analytic, --traffic-model layout_levels (far fewer messages, "
                  "and symmetry that pays) or fewer accelerators")
-    state = _Step(schedule, topology, classes, chunk_bytes, max_chunks, trace, progress)
+    state = _Step(schedule, topology, classes, chunk_bytes, max_chunks, trace, progress, summary)
     latency, events = state.run()
     unfinished = [key for key, count in state.pending.items() if count]
     if unfinished:
@@ -368,7 +379,12 @@ def simulate_des(schedule: Schedule, topology: Topology,
                              max(state.passes_end, default=0.0))
     stage_wait = math.fsum(wait * size for wait, size in zip(state.stage_waits, sizes,
                                                              strict=True))
-    traced = tuple(trace_events(schedule, topology, state.computations, state.spans,
-                                schedule.config.clock_hz)) if trace else ()
+    if state.counters is not None:
+        traced = tuple(summary_events(schedule, topology, classes.link_class, classes.links,
+                                      classes.member_class, state.computations, state.counters,
+                                      schedule.config.clock_hz))
+    else:
+        traced = tuple(trace_events(schedule, topology, state.computations, state.spans,
+                                    schedule.config.clock_hz)) if trace else ()
     return dataclasses.replace(result, lane_grants=grants, trace_events=traced,
                                stage_wait_cycles=stage_wait / schedule.accelerators)

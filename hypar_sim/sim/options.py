@@ -15,6 +15,10 @@ from hypar_sim.sim.defaults import (
     ENGINES,
 )
 
+#: What a trace keeps of the links: every message's span, or per class of alike links a
+#: counter of GB/s (bounded by the classes: `sim.trace.summary_events`).
+TRACE_LINKS = ("messages", "summary")
+
 
 @dataclass(frozen=True)
 class SimOptions:
@@ -27,6 +31,7 @@ class SimOptions:
     overlap_gradients: bool = True  # gradient exchange overlaps the rest of the backward pass
     bucket_mb: float = DEFAULT_BUCKET_MB  # graph networks: gradients fused in buckets (0: off)
     trace: bool = False  # the result carries a Chrome/Perfetto trace of the step (des only)
+    trace_links: str = "messages"  # every message on every link, or "summary": counters
     symmetry: bool = True  # des: one accelerator per symmetry class (the same result, faster)
     progress: bool = False  # a bar on stderr for a simulation longer than 2 s (des)
 
@@ -34,6 +39,11 @@ class SimOptions:
         if self.topology not in TOPOLOGIES and not is_topology_file(self.topology):
             raise InputError(f"topology: unknown '{self.topology}'{closest(self.topology, TOPOLOGIES)}"
                              f"; allowed: {', '.join(TOPOLOGIES)} or a topology file (.yaml)")
+        if self.trace_links not in TRACE_LINKS:
+            raise InputError(f"--trace-links: unknown {clip_value(self.trace_links)}; allowed: "
+                             f"{', '.join(TRACE_LINKS)}")
+        if self.trace_links != "messages" and not self.trace:
+            raise InputError(f"--trace-links {self.trace_links}: needs --trace FILE")
         if self.engine not in ENGINES:
             raise InputError(f"engine: unknown '{self.engine}'; allowed: {', '.join(ENGINES)}")
         if isinstance(self.chunk_bytes, bool) or not isinstance(self.chunk_bytes, int) \
