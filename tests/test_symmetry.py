@@ -93,18 +93,18 @@ def test_bytes_sent_equal_received_equal_planner_traffic_in_a_reduced_run(
 
 def test_equal_requests_of_a_cycle_share_the_lanes_and_finish_together():
     one = Lanes(1)
-    assert one.serve(0.0, 2.0, 0.0, 3) == (0.0, 6.0)  # three equal requests, one lane
-    assert one.serve(1.0, 1.0, 0.0) == (6.0, 7.0)  # the next waits for them
+    assert one.serve(0.0, 2.0, 0.0, 3) == (0.0, 6.0, 6.0)  # three equal requests, one lane
+    assert one.serve(1.0, 1.0, 0.0) == (6.0, 7.0, 7.0)  # the next waits for them
     assert one.grants == 4 and one.busy_cycles == 7.0
     four = Lanes(4)
     four.free = [0.0, 0.0, 5.0, 5.0]
-    assert four.serve(0.0, 2.0, 0.0, 2) == (0.0, 2.0)  # the two free lanes
-    assert four.serve(0.0, 2.0, 0.0, 2) == (2.0, 4.0)  # the same two, once free again
+    assert four.serve(0.0, 2.0, 0.0, 2) == (0.0, 2.0, 2.0)  # the two free lanes
+    assert four.serve(0.0, 2.0, 0.0, 2) == (2.0, 4.0, 4.0)  # the same two, once free again
     assert sorted(four.free) == [4.0, 4.0, 5.0, 5.0]
-    assert four.serve(8.0, 2.0, 0.0, 8) == (8.0, 12.0)  # eight on four lanes: twice as long
+    assert four.serve(8.0, 2.0, 0.0, 8) == (8.0, 12.0, 12.0)  # eight on four lanes: twice as long
     # a chunk cannot finish before it has arrived from upstream (20), but its lane is free
     # again once it has been sent (13): the wait for upstream holds no lane
-    assert four.serve(12.0, 1.0, 20.0) == (12.0, 20.0)
+    assert four.serve(12.0, 1.0, 20.0) == (12.0, 20.0, 13.0)
     assert sorted(four.free) == [12.0, 12.0, 12.0, 13.0]
 
 
@@ -114,7 +114,7 @@ def test_a_cycles_requests_go_smaller_first_whatever_their_order():
         lanes = Lanes(1)
         for service in order:
             lanes.requests.append((service, 0.0, 1, None, service, 0))
-        finishes.append(sorted((r[0], f) for r, _, f in lanes.grant(0.0)))
+        finishes.append(sorted((r[0], f) for r, _, f, _ in lanes.grant(0.0)))
     assert finishes[0] == finishes[1] == [(1.0, 1.0), (3.0, 4.0)]
 
 

@@ -95,3 +95,35 @@ def test_trace_links_summary_needs_a_trace(cli):
     refused = cli("run", "lenet_c", "--trace-links", "summary")
     assert refused.returncode == 2 and refused.stderr.count("\n") == 1
     assert "--trace-links summary: needs --trace FILE" in refused.stderr
+
+
+def test_summary_counters_never_exceed_a_links_bandwidth_and_reach_the_last_bin(cli, tmp_path):
+    """Equal chunks granted together share a link's lanes over their common holding time:
+    no bin of a counter is above the link's bandwidth (they were, up to 2x, when each
+    chunk's bytes were spread over its own service). A step whose last bytes fall in the
+    last of the 256 bins is written (it was an IndexError)."""
+    from hypar_sim.hardware.config import load_hardware
+    from hypar_sim.hardware.topology import make_topology
+    from hypar_sim.partition.hierarchy import Hierarchy
+    from hypar_sim.request import make_request
+    from hypar_sim.runner import SimOptions, simulate_request
+
+    result = simulate_request(make_request("vgg_a", accelerators=16, batch=128,
+                                           sim=SimOptions(trace=True, trace_links="summary")))
+    topology = make_topology("htree", load_hardware(), Hierarchy(result.hierarchy))
+    capacity = {link.name: link.bandwidth_bytes_per_cycle * result.clock_hz / 1e9
+                for link in topology.links}  # GB/s
+    peaks = defaultdict(float)
+    for event in result.trace_events:
+        if event["ph"] == "C":
+            link = event["name"].partition(" and ")[0]
+            peaks[link] = max(peaks[link], event["args"]["GB/s"])
+    assert max(peaks.values()) > 0
+    assert all(peak <= capacity[link] * (1 + 1e-9) for link, peak in peaks.items()), \
+        {link: (peak, capacity[link]) for link, peak in peaks.items()}
+    out = tmp_path / "t.json"
+    run = cli("run", "lenet_c", "--accelerators", "4", "--set",
+              "link_bandwidth_gbps=11.94915254237288", "--trace", str(out), "--trace-links",
+              "summary")
+    assert run.returncode == 0, run.stderr
+    assert out.stat().st_size > 0

@@ -136,6 +136,10 @@ class Moved:
         """The same matrix with its blocks as entries (summed with the others)."""
         if not self.blocks:
             return self
+        check_memory(40.0 * (len(self.src) + sum(block.entries for block in self.blocks)),
+                     f"a redistribution among {self.members:,} members (groups written out "
+                     "as pairs of members)", "use --traffic-model layout_levels (level by level) "
+                     "or paper, or fewer accelerators")
         parts = [block.pairs() for block in self.blocks]
         return Moved.summed(self.members, np.concatenate([self.src, *(p[0] for p in parts)]),
                             np.concatenate([self.dst, *(p[1] for p in parts)]),
@@ -313,7 +317,9 @@ def _uniform_cells(left: Cover, right: Cover) -> tuple[tuple[Block, ...], Cover,
     cells_in = np.flatnonzero(candidate)
     starts = np.cumsum(count[cells_in]) - count[cells_in]
     first = np.repeat(weight[starts], count[cells_in])
-    block = (np.logical_and.reduceat(same & (weight == first), starts)
+    repeated = np.r_[False, member[1:] == member[:-1]]  # a member twice in a cell: no block
+    repeated[starts] = False
+    block = (np.logical_and.reduceat(same & (weight == first) & ~repeated, starts)
              & (weight[starts] > 0))
     if not block.any():
         return (), left, right

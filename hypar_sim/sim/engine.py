@@ -163,18 +163,16 @@ class _Step:
             batch, self.asking = self.asking, []
             granted = batch[0].grant(now) if len(batch) == 1 else \
                 [item for lanes in batch for item in lanes.grant(now)]
-            for request, start, finish in granted:
+            for request, start, finish, done in granted:
                 state, stage = request[3], request[5]
                 if stage > state.hops:  # written at the destination
                     self.written(state, finish)
                     continue
                 if stage and self.spans is not None:
                     self._span(state, stage - 1, start, finish, request[4])
-                elif stage and self.counters is not None:
+                elif stage and self.counters is not None:  # over the lanes' holding time
                     link, count = state.sent.hops[stage - 1]
-                    lanes = len(self.links[link].free)
-                    self.counters.add(link, start, start + request[0] * max(count / lanes, 1.0),
-                                      request[4] * count)
+                    self.counters.add(link, start, done, request[4] * count)
                 if start > now:
                     self.env.timeout(start - now).callbacks.append(
                         lambda _, state=state, size=request[4], stage=stage, finish=finish:

@@ -22,10 +22,11 @@ class Lanes:
         self.requests: list[tuple] = []  # this cycle's: (service, not_before, count, then)
 
     def serve(self, now: float, service: float, not_before: float,
-              count: int = 1) -> tuple[float, float]:
+              count: int = 1) -> tuple[float, float, float]:
         """`count` equal requests of `service` cycles each, asked at `now`, ending no earlier
         than `not_before`: they take the lanes that free first (all of them, sharing, when
-        there are more requests than lanes) and start and finish together; (start, finish)."""
+        there are more requests than lanes) and start and finish together; (start, finish,
+        when the lanes they hold are free again)."""
         free = self.free
         lanes = len(free)
         if count == 1:  # the common case: one lane, the first free
@@ -37,7 +38,7 @@ class Lanes:
                 heapq.heapreplace(free, done)
             self.busy_cycles += service
             self.grants += 1
-            return start, not_before if not_before > done else done
+            return start, not_before if not_before > done else done, done
         if count >= lanes:
             start = free[0] if lanes == 1 else max(free)
             used = lanes
@@ -55,11 +56,12 @@ class Lanes:
                 heapq.heappush(free, done)
         self.busy_cycles += used * duration
         self.grants += count
-        return start, not_before if not_before > done else done
+        return start, not_before if not_before > done else done, done
 
     def grant(self, now: float) -> list[tuple]:
         """Serve this cycle's requests, smaller first and equal ones together; returns
-        (request, start, finish) for each, nothing done with the grants yet."""
+        (request, start, finish, when its lanes are free again) for each, nothing done with
+        the grants yet."""
         requests, self.requests = self.requests, []
         if len(requests) == 1:
             request = requests[0]
@@ -73,7 +75,7 @@ class Lanes:
                                                                                 not_before):
                 count += requests[last][2]
                 last += 1
-            start, finish = self.serve(now, service, not_before, count)
-            granted += [(request, start, finish) for request in requests[first:last]]
+            served = self.serve(now, service, not_before, count)
+            granted += [(request, *served) for request in requests[first:last]]
             first = last
         return granted

@@ -119,7 +119,7 @@ def summary_events(schedule: Schedule, topology: Topology, link_class: np.ndarra
         name = topology.links[link].name + (f" and {alike[index] - 1} alike"
                                              if alike[index] > 1 else "")
         used = np.flatnonzero(counters.bytes[index])
-        for at in range(int(used[-1]) + 2 if len(used) else 0):
+        for at in range(min(int(used[-1]) + 2, len(counters.bytes[index])) if len(used) else 0):
             events.append({"name": name, "ph": "C", "pid": _LINKS,
                            "ts": at * counters.width_cycles * us,
                            "args": {"GB/s": counters.bytes[index, at] / seconds / 1e9}})
