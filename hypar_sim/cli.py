@@ -19,6 +19,7 @@ from hypar_sim.sim.defaults import (
     DEFAULT_MAX_CHUNKS,
     ENGINES,
 )
+from hypar_sim.training_flags import add_training_arguments
 
 PROG = "hypar-sim"
 DEFAULT_BATCH = 256
@@ -46,70 +47,15 @@ def _add_seq_argument(parser: argparse.ArgumentParser) -> None:
                         "gpt3_2_7b, llama_7b; default: all), for quick runs")
 
 
-def _int_or_auto(text: str) -> int | str:
-    """A flag's integer, or `auto` (optimal chooses it)."""
-    if text == "auto":
-        return text
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer or auto, got '{text}'") from None
-
-
 def _add_plan_arguments(parser: argparse.ArgumentParser) -> None:
     from hypar_sim.partition.kinds import DEFAULT_KINDS
     from hypar_sim.partition.kinds import allowed_names as allowed_kind_names
     from hypar_sim.planner.objectives import OBJECTIVES
-    from hypar_sim.planner.optimizers import OPTIMIZERS
     from hypar_sim.planner.search import SEARCHES
     from hypar_sim.planner.traffic import DEFAULT_TRAFFIC_MODEL, PHASES, TRAFFIC_MODELS
-    from hypar_sim.planner.training import (
-        AUTO,
-        PIPELINE_SCHEDULES,
-        PRECISIONS,
-        RECOMPUTES,
-        ZERO_STAGES,
-    )
 
     _add_seq_argument(parser)
-    parser.add_argument("--optimizer", default="sgd", choices=OPTIMIZERS,
-                        help="the update rule, and the state per parameter each cube keeps "
-                             "beside its weights and gradients: sgd (none, default), momentum "
-                             "(one fp32 value), adam (two: Kingma and Ba 2015)")
-    parser.add_argument("--precision", default="fp32", choices=PRECISIONS,
-                        help="number format: fp32 (default: 32-bit everything); bf16, fp16: "
-                             "16-bit compute, activations and messages, fp32 master weights "
-                             "and optimizer state (Micikevicius et al. 2018)")
-    parser.add_argument("--recompute", default="none", choices=[*RECOMPUTES, AUTO],
-                        help="activation recomputation (auto: optimal chooses, with "
-                             "--objective time): none (default: keep what the "
-                             "backward pass reads); full: keep only segments' inputs (cut where "
-                             "little crosses, as many as keep the least), run each segment's "
-                             "forward again before its backward (Chen et al. 2016); selective: "
-                             "recompute the attention core "
-                             "only (Korthikanti et al. 2022)")
-    parser.add_argument("--zero", default=0, type=_int_or_auto,
-                        choices=[*ZERO_STAGES, AUTO],
-                        help="ZeRO stage (auto: optimal chooses, with --objective time; "
-                             "Rajbhandari et al. 2020), sharding among a node's "
-                             "data-parallel copies: 1 the optimizer state, 2 and the "
-                             "gradients, 3 and the weights (gathered before each forward and "
-                             "backward pass); 0: none (default)")
-    parser.add_argument("--pipeline", default=1, type=_int_or_auto, metavar="S",
-                        help="pipeline parallelism: the array's top level holds S stages of "
-                             "contiguous nodes (default 1: none; --hierarchy must start with "
-                             "S); auto: optimal chooses S, the micro-batches and the stages "
-                             "(with --objective time; Alpa's search, Zheng et al. 2022)")
-    parser.add_argument("--microbatches", default=1, type=int, metavar="M",
-                        help="micro-batches a pipeline's batch is cut into (default 1; it must "
-                             "divide the batch, and a micro-batch must still split over a "
-                             "stage's members as the plan asks)")
-    parser.add_argument("--schedule", default="1f1b", choices=PIPELINE_SCHEDULES,
-                        help="pipeline schedule: 1f1b (default; Narayanan et al. 2021) or "
-                             "gpipe (Huang et al. 2019)")
-    parser.add_argument("--stages", default=None, metavar="NODES",
-                        help="the first node of each pipeline stage after the first, comma "
-                             "separated (default: stages balanced by multiply-accumulates)")
+    add_training_arguments(parser)
     parser.add_argument("--no-progress", action="store_true",
                         help="no progress bars on stderr (default: on a terminal, once a "
                              "search or a simulation has taken 2 s)")

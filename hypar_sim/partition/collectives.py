@@ -157,14 +157,17 @@ def _collective(moved: Moved, uniform_block) -> Transfers:
     block (a fused gradient bucket of nodes reduced over different groups) is written out
     with them, and the entries are searched for uniform blocks, as pairs always were."""
     touched = np.zeros(moved.members, dtype=np.int64)
-    touched[np.unique(np.concatenate([moved.src, moved.dst]))] = 1
+    touched[moved.src] = touched[moved.dst] = 1
     for block in moved.blocks:
         touched[block.members] += 1
-    alone = [block for block in moved.blocks if np.all(touched[block.members] == 1)]
-    parts = [uniform_block(block.members, block.amount) for block in alone]
-    if len(alone) < len(moved.blocks):
-        written = tuple(block for block in moved.blocks if not any(block is a for a in alone))
-        moved = Moved(moved.members, moved.src, moved.dst, moved.amount, written).entries()
+    parts, written = [], []
+    for block in moved.blocks:
+        if np.all(touched[block.members] == 1):
+            parts.append(uniform_block(block.members, block.amount))
+        else:
+            written.append(block)
+    if written:
+        moved = Moved(moved.members, moved.src, moved.dst, moved.amount, tuple(written)).entries()
     blocks, label = _blocks(moved)
     kept = np.ones(len(moved.src), dtype=bool)
     by_block = label[moved.src]

@@ -159,10 +159,13 @@ class Moved:
                                                for block in self.blocks)
 
     def relabelled(self, members: int, place) -> Moved:
-        """The matrix among `members` members, member m becoming `place(m)` (an increasing
-        map of arrays of members, so the order is kept)."""
-        return Moved(members, place(self.src), place(self.dst), self.amount,
-                     tuple(Block(place(block.members), block.amount) for block in self.blocks))
+        """The matrix among `members` members, member m becoming `place(m)` (a one-to-one
+        map of arrays of members; entries sorted again by src, then dst)."""
+        src, dst = place(self.src), place(self.dst)
+        order = np.lexsort((dst, src))
+        return Moved(members, src[order], dst[order], self.amount[order],
+                     tuple(Block(np.sort(place(block.members)), block.amount)
+                           for block in self.blocks))
 
     def __mul__(self, scale: float) -> Moved:
         return Moved(self.members, self.src, self.dst, self.amount * scale,

@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from hypar_sim.partition.node_layout import NodeLayout
-from hypar_sim.partition.redistribute import Block, Moved, redistribute
+from hypar_sim.partition.redistribute import Moved, redistribute
 
 
 def _side_by_side(first: NodeLayout, second: NodeLayout) -> np.ndarray | None:
@@ -39,10 +39,7 @@ def placed(moved: Moved, producer_stage: int, consumer_stage: int, members: int,
         return np.where(local < members, producer_stage * members + local,
                         consumer_stage * members + local - members)
 
-    src, dst = place(moved.src), place(moved.dst)
-    order = np.lexsort((dst, src))
-    return Moved(total, src[order], dst[order], moved.amount[order],
-                 tuple(Block(np.sort(place(block.members)), block.amount) for block in moved.blocks))
+    return moved.relabelled(total, place)
 
 
 def stage_edge_matrices(producer: NodeLayout, consumer: NodeLayout, index: int, batch: int,

@@ -99,8 +99,9 @@ def per_accelerator(schedule: Schedule, config: HardwareConfig) -> tuple[Acceler
             alike[key] = busy, add_counts(*(task.costs[member].counts for task in computes))
         own.append(alike[key])
     flat = schedule.flat
-    sent = np.bincount(flat.src, flat.sent_bytes, minlength=members).tolist()
-    received = np.bincount(flat.dst, flat.sent_bytes, minlength=members).tolist()
+    sent_bytes = flat.sent_bytes
+    sent = np.bincount(flat.src, sent_bytes, minlength=members).tolist()
+    received = np.bincount(flat.dst, sent_bytes, minlength=members).tolist()
     table = EnergyTable.from_config(config)
     return tuple(
         AcceleratorResult(member, busy, sent[member], received[member],
