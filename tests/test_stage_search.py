@@ -36,13 +36,13 @@ def _request(capacity_gib: float = 1024.0, accelerators: int = 4, topology: str 
                         sim=SimOptions(topology=topology), **(AUTO | given))
 
 
-def _candidates(request):
+def _candidates(request, workers: int | None = None):
     kinds = tuple(k for k in KINDS if KINDS[k].dim is not None)
     search = stage_search.Search(request.workload(), request.hierarchy, request.batch, kinds,
                                  request.hardware.word_bytes, request.plan.training,
                                  FREE_OPTIONS, "layout", request.sim.topology,
                                  request.hardware)
-    return stage_search.candidates(search, [], [])
+    return stage_search.candidates(search, [], [], workers)
 
 
 def _built(request, candidate):
@@ -108,6 +108,15 @@ def test_a_chosen_pipeline_runs_and_is_not_slower_than_hypar():
     hypar = simulate_request(make_request("gpt2_small", seq=64, dims=SMALL, batch=8,
                                           accelerators=4, optimizer="adam"))
     assert found.latency_cycles <= hypar.latency_cycles
+
+
+def test_stage_counts_searched_side_by_side_give_the_same_candidates():
+    """A large search runs its stage counts in a process each; the candidates (their order,
+    options and estimates to the last bit) are those of the counts one after another."""
+    request = _request(network="lenet_c")
+    alone, side_by_side = _candidates(request, 1), _candidates(request, 2)
+    assert len(alone) > 10 and len({c.training.stages for c in alone}) == 3
+    assert side_by_side == alone
 
 
 def test_nothing_fits_in_one_line():

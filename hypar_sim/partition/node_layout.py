@@ -110,12 +110,19 @@ class NodeLayout:
         return [dict(zip(dims, row, strict=True)) for row in zip(*columns, strict=True)]
 
     def outputs(self) -> list[Region]:
-        made = self.site.desc.makes
-        return [region(made, self.box(m)) for m in range(self.members)]
+        """Every member's region of the node's output (computed once per layout)."""
+        return list(self._regions(-1))
 
     def reads(self, index: int) -> list[Region]:
-        read = self.site.desc.reads[index]
-        return [region(read, self.box(m)) for m in range(self.members)]
+        """Every member's region of input `index` (computed once per layout)."""
+        return list(self._regions(index))
+
+    def _regions(self, index: int) -> tuple[Region, ...]:
+        cache = self.__dict__.setdefault("_region_cache", {})  # frozen: not a field
+        if index not in cache:
+            access = self.site.desc.makes if index < 0 else self.site.desc.reads[index]
+            cache[index] = tuple(region(access, box) for box in self._member_boxes)
+        return cache[index]
 
     def read_signature(self, index: int) -> tuple:
         """What decides that consumers read a tensor alike (one transfer serves them:
@@ -326,6 +333,7 @@ class Costs:
         self._own: dict[tuple, float] = {}
         self._footprints: dict[tuple, np.ndarray] = {}
         self._reads: dict[tuple, tuple] = {}
+        self._layouts: dict[tuple, NodeLayout] = {}
         self._layers: dict[str, Layer | None] = {}  # node name -> its chain layer, if one
         self._footprint_rule: Callable[[NodeLayout], np.ndarray] = lambda own: \
             member_footprint_bytes(own, word_bytes, not forward_only)
@@ -347,7 +355,15 @@ class Costs:
 
     def node_layout(self, site: Site, column: Column, hierarchy: Hierarchy) -> NodeLayout:
         """The members' boxes a footprint is read from (the module's `layout`)."""
-        return layout(site, self.batch, column, hierarchy)
+        return self._layout(site, column, hierarchy)
+
+    def _layout(self, site: Site, column: Column, hierarchy: Hierarchy) -> NodeLayout:
+        """The module's `layout`, once per geometry, column and hierarchy: an edge table
+        reads each of its nodes' layouts once per column of the other node."""
+        key = (geometry(site), column, hierarchy)
+        if key not in self._layouts:
+            self._layouts[key] = layout(site, self.batch, column, hierarchy)
+        return self._layouts[key]
 
     def edge_table(self, producer: Site, consumer: Site, index: int,
                    producer_columns: Sequence[Column], columns: Sequence[Column],
@@ -403,8 +419,8 @@ class Costs:
         key = (geometry(producer), geometry(consumer), index, producer_column, column,
                hierarchy)
         if key not in self._edges:
-            matrices = edge_matrices(layout(producer, self.batch, producer_column, hierarchy),
-                                     layout(consumer, self.batch, column, hierarchy), index,
+            matrices = edge_matrices(self._layout(producer, producer_column, hierarchy),
+                                     self._layout(consumer, column, hierarchy), index,
                                      self.batch, self.word_bytes)
             self._edges[key] = self._total(matrices)
         return self._edges[key]
@@ -413,7 +429,7 @@ class Costs:
         """The consumer's `NodeLayout.read_signature` of input `index` under `column`."""
         key = (geometry(consumer), index, column, hierarchy)
         if key not in self._reads:
-            own = layout(consumer, self.batch, column, hierarchy)
+            own = self._layout(consumer, column, hierarchy)
             self._reads[key] = own.read_signature(index)
         return self._reads[key]
 
@@ -433,7 +449,7 @@ class Costs:
             return float(self.own_table(site, [column], hierarchy, is_output)[0])
         key = (geometry(site), column, hierarchy, is_output)
         if key not in self._own:
-            matrices = own_matrices(layout(site, self.batch, column, hierarchy), self.batch,
+            matrices = own_matrices(self._layout(site, column, hierarchy), self.batch,
                                     self.word_bytes, is_output)
             self._own[key] = self._total(matrices)
         return self._own[key]

@@ -49,19 +49,20 @@ class Grid:
         return tuple(len(e) - 1 for e in self.edges)
 
 
-def _bounds(regions: Sequence[Region], axes: int) -> tuple[list[int], np.ndarray]:
+def _bounds(regions: Sequence[Region], axes: int) -> tuple[np.ndarray, np.ndarray]:
     """Every box of every region: (its member, [boxes, axes, 2] bounds)."""
-    owners = [member for member, region in enumerate(regions) for _ in region]
+    owners = np.repeat(np.arange(len(regions), dtype=np.int64),
+                       [len(region) for region in regions])
     boxes = [box for region in regions for box in region]
     return owners, np.array(boxes, dtype=np.int64).reshape(len(boxes), axes, 2)
 
 
-def make_grid(extents: Sequence[int], regions: Sequence[Sequence[Region]]) -> Grid:
-    """The coarsest grid on which every box of every region is a union of cells."""
-    bounds = np.concatenate([_bounds(group, len(extents))[1] for group in regions]) \
-        if regions else np.zeros((0, len(extents), 2), dtype=np.int64)
+def make_grid(extents: Sequence[int], bounds: Sequence[np.ndarray]) -> Grid:
+    """The coarsest grid on which every box (`bounds`: arrays [boxes, axes, 2], `_bounds`)
+    is a union of cells."""
+    every = np.concatenate(bounds) if bounds else np.zeros((0, len(extents), 2), np.int64)
     # sorted(set()) rather than np.unique, whose first call imports numpy.ma (9 ms a process)
-    edges = tuple(np.array(sorted({0, int(extent), *bounds[:, axis].reshape(-1).tolist()}),
+    edges = tuple(np.array(sorted({0, int(extent), *every[:, axis].reshape(-1).tolist()}),
                            dtype=np.int64) for axis, extent in enumerate(extents))
     volume = np.ones(1, dtype=np.float64)
     for e in edges:
@@ -232,13 +233,13 @@ class Cover:
                      self.weight[mask])
 
 
-def masks(grid: Grid, regions: Sequence[Region]) -> Cover:
-    """The cells each member's region covers: every box's cells, enumerated."""
-    owners, bounds = _bounds(regions, len(grid.edges))
+def masks(grid: Grid, members: int, owners: np.ndarray, bounds: np.ndarray) -> Cover:
+    """The cells each of `members` covers with its boxes (`_bounds`: each box's owner and
+    bounds): every box's cells, enumerated."""
     cells = int(np.prod(grid.shape))
-    if not owners:
+    if not len(owners):
         empty = np.zeros(0, dtype=np.int64)
-        return Cover.of(len(regions), cells, empty, empty)
+        return Cover.of(members, cells, empty, empty)
     lo = np.stack([np.searchsorted(e, bounds[:, a, 0]) for a, e in enumerate(grid.edges)], 1)
     hi = np.stack([np.searchsorted(e, bounds[:, a, 1]) for a, e in enumerate(grid.edges)], 1)
     spans = np.maximum(hi - lo, 0)  # atoms along each axis, per box
@@ -252,7 +253,7 @@ def masks(grid: Grid, regions: Sequence[Region]) -> Cover:
         cell += (lo[box, axis] + rest % span) * stride
         rest //= span
         stride *= len(grid.edges[axis]) - 1
-    return Cover.of(len(regions), cells, np.array(owners, dtype=np.int64)[box], cell)
+    return Cover.of(members, cells, owners[box], cell)
 
 
 def _without_diagonal(moved: Moved) -> Moved:
@@ -402,9 +403,11 @@ def redistribute(extents: Sequence[int], contributions: Sequence[Region],
     loss takes the reduced values wherever the reduction leaves them). `replicas`: each
     member's replica class (a member whose contribution is a copy of its class's first
     member's, the node computed whole at a `replicate` level): see `_with_copies`."""
-    grid = make_grid(extents, [contributions, needs or ()])
-    contrib = masks(grid, contributions)
-    need = masks(grid, needs) if needs is not None else Cover.of(
+    made = _bounds(contributions, len(extents))
+    wanted = _bounds(needs, len(extents)) if needs is not None else None
+    grid = make_grid(extents, [made[1]] if wanted is None else [made[1], wanted[1]])
+    contrib = masks(grid, len(contributions), *made)
+    need = masks(grid, len(needs), *wanted) if needs is not None else Cover.of(
         contrib.members, contrib.cells, np.zeros(0, np.int64), np.zeros(0, np.int64))
     if replicas is not None and len(np.unique(replicas)) < len(replicas):
         return _with_copies(contrib, need, grid.volume, replicas)

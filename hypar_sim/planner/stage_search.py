@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from hypar_sim.errors import InputError
+from hypar_sim.executors import parallel_map
 from hypar_sim.hardware.config import HardwareConfig, load_hardware
 from hypar_sim.hardware.topology import make_topology
 from hypar_sim.partition.axes import sites as graph_sites
@@ -47,6 +48,10 @@ MICROBATCH_FACTORS = (1, 2, 4)
 #: seconds there); above it only HyPar's and data parallelism's (Tofu alone takes over a
 #: minute on GPT-3 2.7B over 64 cubes).
 SEED_LIMIT = 2**13
+#: Most nodes x accelerators searched in this process alone; above it the stage counts are
+#: searched side by side, a process per core (GPT-3 2.7B on 64 cubes, 709 nodes: 44 s
+#: alone, its S = 1 taking 22 s with the seeds).
+PARALLEL_ABOVE = 2**15
 #: Strategies whose plans are never seeds: they need a plan or try every plan.
 NOT_SEEDS = ("explicit", "exhaustive")
 
@@ -117,16 +122,35 @@ class Candidate:
             else self.hierarchy
 
 
-def candidates(search: Search, notes: list[str], errors: list[str]) -> list[Candidate]:
+def candidates(search: Search, notes: list[str], errors: list[str],
+               workers: int | None = None) -> list[Candidate]:
     """Every way to train that `search.free` leaves open, timed, fastest first (`notes`:
-    what the kinds' searches gave up; `errors`: why a stage count has none)."""
-    recomputed = {mode: set(recompute_plan(search.graph, mode).recomputed)
-                  for mode in search.recomputes()}
+    what the kinds' searches gave up; `errors`: why a stage count has none). The stage
+    counts are searched side by side in `workers` processes (default: one per core where
+    the graph's nodes times the accelerators exceed `PARALLEL_ABOVE`, else one after
+    another): each count's search is independent and their candidates are joined in the
+    counts' order, so the result is the same either way."""
+    if workers is None:
+        big = len(search.graph.nodes) * search.hierarchy.members > PARALLEL_ABOVE
+        workers = None if big else 1
     found: list[Candidate] = []
-    for count in search.stage_counts():
-        found += _stage_candidates(search, count, recomputed, notes, errors)
+    for counted, noted, failed in parallel_map(
+            _count_candidates, [(search, count) for count in search.stage_counts()], workers):
+        found += counted
+        notes += noted
+        errors += failed
     found.sort(key=lambda c: c.step_cycles)
     return found
+
+
+def _count_candidates(work: tuple[Search, int]) -> tuple[list[Candidate], list[str], list[str]]:
+    """(candidates, notes, errors) of one stage count (`_stage_candidates`; a worker's)."""
+    search, count = work
+    recomputed = {mode: set(recompute_plan(search.graph, mode).recomputed)
+                  for mode in search.recomputes()}
+    notes: list[str] = []
+    errors: list[str] = []
+    return _stage_candidates(search, count, recomputed, notes, errors), notes, errors
 
 
 def _stage_candidates(search: Search, count: int, recomputed: dict[str, set[int]],

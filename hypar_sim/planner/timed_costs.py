@@ -105,7 +105,7 @@ class TimedCosts(node_layout.Costs):
         zero = self.training.zero if zero is None else zero
         key = (node_layout.geometry(site), column, hierarchy, needs_error, phases, bool(zero))
         if key not in self._compute:
-            own = node_layout.layout(site, self.batch, column, hierarchy)
+            own = self._layout(site, column, hierarchy)
             _, first, counts = np.unique(own.box_sizes(), axis=0, return_index=True,
                                          return_counts=True)
             cycles, pj = 0.0, 0.0
@@ -129,7 +129,7 @@ class TimedCosts(node_layout.Costs):
         key = ("parts", node_layout.geometry(site), column, hierarchy, is_output)
         if key not in self._parts:
             matrices = node_layout.own_matrices(
-                node_layout.layout(site, self.batch, column, hierarchy), self.batch,
+                self._layout(site, column, hierarchy), self.batch,
                 self.word_bytes, is_output)
             loss = {s: m for s, m in matrices.items() if s.startswith("loss")}
             gathers = {s: m for s, m in matrices.items() if s.endswith("gather")
@@ -154,8 +154,8 @@ class TimedCosts(node_layout.Costs):
                producer_column, column, hierarchy)
         if key not in self._parts:
             matrices = node_layout.edge_matrices(
-                node_layout.layout(producer, self.batch, producer_column, hierarchy),
-                node_layout.layout(consumer, self.batch, column, hierarchy), index,
+                self._layout(producer, producer_column, hierarchy),
+                self._layout(consumer, column, hierarchy), index,
                 self.batch, self.word_bytes)
             self._parts[key] = {stage: self._total({stage: matrix})
                                 for stage, matrix in matrices.items()}
