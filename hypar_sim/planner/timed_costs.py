@@ -56,7 +56,8 @@ class TimedCosts(node_layout.Costs):
     """`node_layout.Costs` in cycles (`objective` time) or pJ (energy) on `topology`;
     `fed`: the names of the nodes that read another node's output (the others have no
     backward pass); `training`'s update (its optimizer, ZeRO's shards) and the forward pass
-    of the `recomputed` nodes again (their messages are not counted again)."""
+    of the `recomputed` nodes again (their forward steps sent again: `edge`), ZeRO 3's
+    second gather of the weights (`own`)."""
 
     closed_forms = False  # its steps are timed one by one
 
@@ -85,9 +86,14 @@ class TimedCosts(node_layout.Costs):
         return cycles if self.objective == "time" else dynamic_pj + self._static_pj * cycles
 
     def own(self, site: Site, column: Column, hierarchy: Hierarchy, is_output: bool) -> float:
-        """The node's own steps (`_total`) and its compute under `column`."""
+        """The node's own steps (`_total`) and its compute under `column`; under ZeRO 3 its
+        weights' gather once more (gathered before the forward and again before the
+        backward pass, in place of the reduced gradients' gather:
+        `plan_messages.training_matrices`)."""
+        again = self.own_parts(site, column, hierarchy, is_output)["gather"] \
+            if self.training.zero >= 3 and not self.forward_only else 0.0
         return super().own(site, column, hierarchy, is_output) \
-            + self.compute(site, column, hierarchy)
+            + self.compute(site, column, hierarchy) + again
 
     def compute(self, site: Site, column: Column, hierarchy: Hierarchy) -> float:
         """Every phase of the node on its slowest member (cycles), or on all its members
@@ -141,9 +147,18 @@ class TimedCosts(node_layout.Costs):
 
     def edge(self, producer: Site, consumer: Site, index: int, producer_column: Column,
              column: Column, hierarchy: Hierarchy) -> float:
-        """An edge's steps one after another (`edge_stages`, in the order they run)."""
-        return sum(self.edge_stages(producer, consumer, index, producer_column, column,
-                                    hierarchy).values(), 0.0)
+        """An edge's steps one after another (`edge_stages`, in the order they run), and
+        its forward steps again where they are recomputed: its partial sums where the
+        producer is, its gather where the consumer is (`plan_messages.training_matrices`)."""
+        stages = self.edge_stages(producer, consumer, index, producer_column, column,
+                                  hierarchy)
+        total = sum(stages.values(), 0.0)
+        if self.recomputed and not self.forward_only:
+            if producer.node.name in self.recomputed:
+                total += stages["forward reduce"]
+            if consumer.node.name in self.recomputed:
+                total += stages["forward gather"]
+        return total
 
     def edge_stages(self, producer: Site, consumer: Site, index: int, producer_column: Column,
                     column: Column, hierarchy: Hierarchy) -> dict[str, float]:

@@ -18,6 +18,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from hypar_sim.partition.steps import Phase, TransferKind, step_key
 from hypar_sim.planner.pipeline_messages import ONCE
 from hypar_sim.planner.training import Recompute
@@ -159,6 +161,7 @@ def packed(computes: list[Compute], pus: int) -> list[Task]:
     the cube's PUs together; one after another otherwise (greedy, in order)."""
     tasks: list[Task] = []
     group: list[Compute] = []
+    used = np.zeros(0)  # the group's PUs per member
 
     def close() -> None:
         if len(group) > 1:
@@ -167,11 +170,12 @@ def packed(computes: list[Compute], pus: int) -> list[Task]:
             tasks.extend(group)
 
     for compute in computes:
-        fits = all(sum(c.costs[m].pus_used for c in (*group, compute)) <= pus
-                   for m in range(len(compute.costs)))
-        if group and not fits:
+        wanted = np.fromiter((c.pus_used for c in compute.costs), np.float64,
+                             count=len(compute.costs))
+        if group and not bool(np.all(used + wanted <= pus)):
             close()
             group = []
+        used = used + wanted if group else wanted
         group.append(compute)
     close()
     return tasks
