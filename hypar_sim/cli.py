@@ -228,11 +228,15 @@ def _sweep_arguments(sweep: argparse.ArgumentParser) -> None:
     sweep.add_argument("--precisions", default="fp32",
                        help="comma-separated, from fp32, bf16, fp16 (default fp32)")
     sweep.add_argument("--zeros", default="0",
-                       help="comma-separated ZeRO stages, from 0, 1, 2, 3 (default 0)")
+                       help="comma-separated ZeRO stages, from 0, 1, 2, 3, auto (default 0; "
+                            "auto: optimal chooses under --objectives time, the other "
+                            "strategies take 0; the choice is the row's config.zero)")
     sweep.add_argument("--recomputes", default="none",
-                       help="comma-separated, from none, full, selective (default none)")
+                       help="comma-separated, from none, full, selective, auto (default none; "
+                            "auto as for --zeros: config.recompute)")
     sweep.add_argument("--pipelines", default="1",
-                       help="comma-separated pipeline stage counts (default 1: none)")
+                       help="comma-separated pipeline stage counts or auto (default 1: none; "
+                            "auto as for --zeros: config.stages, config.microbatches)")
     sweep.add_argument("--microbatches", default="1",
                        help="comma-separated micro-batch counts of the pipelines (default 1)")
     sweep.add_argument("--schedules", default="1f1b",

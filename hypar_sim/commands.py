@@ -168,10 +168,10 @@ def cmd_sweep(args: argparse.Namespace) -> str:
         phases=sweep.parse_list(args.phases, PHASES, "--phases"),
         optimizers=sweep.parse_list(args.optimizers, tuple(OPTIMIZERS), "--optimizers"),
         precisions=sweep.parse_list(args.precisions, tuple(PRECISIONS), "--precisions"),
-        zeros=tuple(int(z) for z in sweep.parse_list(args.zeros, ("0", "1", "2", "3"),
-                                                      "--zeros")),
-        recomputes=sweep.parse_list(args.recomputes, tuple(RECOMPUTES), "--recomputes"),
-        pipelines=sweep.parse_ints(args.pipelines, "--pipelines", MAX_MEMBERS),
+        zeros=tuple(z if z == "auto" else int(z) for z in sweep.parse_list(
+            args.zeros, ("0", "1", "2", "3", "auto"), "--zeros")),
+        recomputes=sweep.parse_list(args.recomputes, (*RECOMPUTES, "auto"), "--recomputes"),
+        pipelines=sweep.parse_ints(args.pipelines, "--pipelines", MAX_MEMBERS, auto=True),
         microbatches=sweep.parse_ints(args.microbatches, "--microbatches", MAX_BATCH),
         schedules=sweep.parse_list(args.schedules, tuple(PIPELINE_SCHEDULES), "--schedules"),
     )

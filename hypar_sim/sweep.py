@@ -45,6 +45,7 @@ from hypar_sim.partition.hierarchy import Hierarchy
 from hypar_sim.partition.kinds import DEFAULT_KINDS
 from hypar_sim.planner.strategies import STRATEGIES, objective_for
 from hypar_sim.planner.traffic import DEFAULT_TRAFFIC_MODEL
+from hypar_sim.planner.training import AUTO
 from hypar_sim.request import RunRequest, make_request
 from hypar_sim.results import flatten
 from hypar_sim.runner import SimOptions, simulate_request
@@ -82,9 +83,9 @@ class Case:
     phases: str = "training"  # a whole training step, or forward (inference)
     optimizer: str = "sgd"  # the update rule and its state per parameter
     precision: str = "fp32"  # the number format (`planner.training`)
-    zero: int = 0  # the ZeRO stage
+    zero: int | str = 0  # the ZeRO stage, or auto (optimal chooses)
     recompute: str = "none"  # activation recomputation
-    pipeline: int = 1  # pipeline stages (1: none)
+    pipeline: int | str = 1  # pipeline stages (1: none), or auto
     microbatches: int = 1  # a pipeline's micro-batches
     schedule: str = "1f1b"  # a pipeline's schedule
 
@@ -156,9 +157,9 @@ class SweepSpec:
     phases: tuple[str, ...] = ("training",)
     optimizers: tuple[str, ...] = ("sgd",)
     precisions: tuple[str, ...] = ("fp32",)
-    zeros: tuple[int, ...] = (0,)
+    zeros: tuple[int | str, ...] = (0,)
     recomputes: tuple[str, ...] = ("none",)
-    pipelines: tuple[int, ...] = (1,)
+    pipelines: tuple[int | str, ...] = (1,)
     microbatches: tuple[int, ...] = (1,)
     schedules: tuple[str, ...] = ("1f1b",)
 
@@ -175,7 +176,12 @@ class SweepSpec:
                 self.objectives, self.engines, self.overlaps, self.phases, self.optimizers,
                 self.precisions, self.zeros, self.recomputes, self.pipelines,
                 self.microbatches, self.schedules):
-            if stages == 1:  # no pipeline: one micro-batch, no schedule
+            if strategy != "optimal" or objective_for(strategy, objective) != "time":
+                # only optimal chooses (`request.with_strategy`): the others take the defaults
+                zero, recompute, stages = (Case.zero if zero == AUTO else zero,
+                                           Case.recompute if recompute == AUTO else recompute,
+                                           Case.pipeline if stages == AUTO else stages)
+            if stages in (1, AUTO):  # no pipeline, or optimal's choice: no micro-batches given
                 micro, schedule = 1, "1f1b"
             for values in itertools.product(*value_lists):
                 result.append(Case(network, strategy, topology, count, batch, engine,
@@ -205,15 +211,18 @@ def parse_list(text: str, allowed: Sequence[str] | None, what: str) -> tuple[str
     return items
 
 
-def parse_ints(text: str, what: str, most: int) -> tuple[int, ...]:
-    """Comma-separated integers, each from 1 to `most` (checked before any case runs)."""
+def parse_ints(text: str, what: str, most: int, auto: bool = False) -> tuple[int | str, ...]:
+    """Comma-separated integers, each from 1 to `most` (checked before any case runs); with
+    `auto`, `auto` among them (optimal chooses)."""
+    items = parse_list(text, None, what)
     try:
-        values = tuple(int(item) for item in parse_list(text, None, what))
+        values = tuple(item if auto and item == AUTO else int(item) for item in items)
     except ValueError:
-        raise InputError(f"{what}: must be comma-separated integers, got "
+        kind = "integers or auto" if auto else "integers"
+        raise InputError(f"{what}: must be comma-separated {kind}, got "
                          f"{clip_value(text)}") from None
     for value in values:
-        if not 1 <= value <= most:
+        if value != AUTO and not 1 <= value <= most:
             raise InputError(f"{what}: each must be an integer from 1 to {most:,}, got "
                              f"{clip_value(value)}")
     return values
@@ -230,9 +239,14 @@ def case_request(case: Case, options: Mapping[str, Any] | None = None) -> RunReq
                         traffic_model=case.traffic_model,
                         objective=objective_for(case.strategy, case.objective),
                         phases=case.phases, optimizer=case.optimizer,
-                        precision=case.precision, zero=int(case.zero),
-                        recompute=case.recompute, pipeline=int(case.pipeline),
+                        precision=case.precision, zero=_int_or_auto(case.zero),
+                        recompute=case.recompute, pipeline=_int_or_auto(case.pipeline),
                         microbatches=int(case.microbatches), schedule=case.schedule, sim=sim)
+
+
+def _int_or_auto(value: int | str) -> int | str:
+    """A case's ZeRO stage or stage count (read back from a CSV: text), or `auto`."""
+    return AUTO if value == AUTO else int(value)
 
 
 def run_case(case: Case, options: Mapping[str, Any] | None = None) -> dict[str, Any]:
@@ -389,7 +403,14 @@ def all_networks() -> tuple[str, ...]:
 
 
 def check_axes(spec: SweepSpec) -> None:
-    """Refuse unknown strategies and engines up front (the rest is checked per case)."""
+    """Refuse unknown strategies and engines, and `auto` that no case would choose, up front
+    (the rest is checked per case)."""
+    chooses = "optimal" in spec.strategies and "time" in spec.objectives
+    for flag, values in (("--zeros", spec.zeros), ("--recomputes", spec.recomputes),
+                         ("--pipelines", spec.pipelines)):
+        if AUTO in values and not chooses:
+            raise InputError(f"{flag} auto: only optimal chooses it, for the time objective; "
+                             "add optimal to --strategies and time to --objectives")
     for strategy in spec.strategies:
         if strategy not in STRATEGIES or STRATEGIES[strategy].takes_plan:
             raise InputError(f"--strategies: unknown '{strategy}'; allowed: "

@@ -134,6 +134,9 @@ def test_column_order_does_not_depend_on_which_row_came_first(tmp_path):
     (("--set", "accelerators=4"), "use --accelerators"),
     (("--set", "link_bandwidth_gbps="), "gives no value for link_bandwidth_gbps"),
     (("--scheduler", "tcp://127.0.0.1:1"), "--scheduler: only with --executor dask"),
+    (("--zeros", "auto"), "--zeros auto: only optimal chooses it"),
+    (("--strategies", "optimal", "--pipelines", "auto"), "add optimal to --strategies and time"),
+    (("--pipelines", "2,x"), "comma-separated integers or auto"),
 ])
 def test_bad_sweep_options(cli, tmp_path, args, fragment):
     out = tmp_path / "s.csv"
@@ -338,3 +341,26 @@ def test_pipelines_are_axes():
     assert all(not row.get("error") for row in rows)
     assert rows[0]["pipeline_idle_fraction"] == 0
     assert rows[1]["pipeline_idle_fraction"] > rows[2]["pipeline_idle_fraction"] > 0
+
+
+def test_auto_is_an_axis_optimal_chooses(tmp_path):
+    """`sweep --zeros 0,auto --recomputes auto --pipelines auto`: optimal chooses under the
+    time objective (its choice in the row's config.* columns); the other strategies take
+    the defaults, one row each; the sweep resumes."""
+    spec = SweepSpec(networks=("lenet_c",), strategies=("optimal", "hypar"),
+                     objectives=("time",), accelerators=(4,), batches=(64,),
+                     optimizers=("adam",), zeros=(0, "auto"), recomputes=("auto",),
+                     pipelines=("auto",))
+    cases = spec.cases()
+    assert [(c.strategy, c.zero, c.recompute, c.pipeline) for c in cases] == [
+        ("optimal", 0, "auto", "auto"), ("optimal", "auto", "auto", "auto"),
+        ("hypar", 0, "none", 1)]
+    out = tmp_path / "s.csv"
+    rows = run_sweep(cases, out, "serial")
+    assert all(not row.get("error") for row in rows)
+    chosen = rows[1]
+    assert chosen["zero"] == "auto" and chosen["config.zero"] in (0, 1, 2, 3)
+    assert chosen["config.recompute"] in ("none", "full") and chosen["config.stages"] >= 1
+    assert rows[0]["config.zero"] == 0 and rows[2]["config.recompute"] == "none"
+    again = pd.read_csv(out)
+    assert len(run_sweep(cases, out, "serial")) == 3 and pd.read_csv(out).equals(again)
