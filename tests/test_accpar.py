@@ -11,7 +11,7 @@ import pytest
 import hypar_sim
 from hypar_sim.errors import InputError
 from hypar_sim.hardware.config import load_hardware
-from hypar_sim.partition import node_layout
+from hypar_sim.partition import layout_costs, node_layout
 from hypar_sim.partition.axes import sites as graph_sites
 from hypar_sim.partition.hierarchy import Hierarchy
 from hypar_sim.planner import accpar
@@ -94,7 +94,7 @@ def test_request_hardware_defaults_to_this_array():
     """A request without a config: the default config at its word size."""
     graph = graph_of(load_network("lenet_c"))
     request = PlanRequest(graph, graph_sites(graph), 64, Hierarchy((2, 2)), ALL, "greedy",
-                          node_layout.Costs(64, 4), [], 4)
+                          layout_costs.Costs(64, 4), [], 4)
     assert accpar.request_hardware(request) == DEFAULT
 
 
@@ -328,7 +328,7 @@ def test_differs_from_hypar_where_a_partial_output_has_three_readers():
     theirs = plan_cost(graph, 4, hypar.columns, hierarchy, DEFAULT)
     ours = plan_cost(graph, 4, mine.columns, hierarchy, DEFAULT)
     assert theirs.seconds - ours.seconds == pytest.approx((48 + 32 - 32) * per_element)
-    sites, costs = graph_sites(graph), node_layout.Costs(4, 4)
+    sites, costs = graph_sites(graph), layout_costs.Costs(4, 4)
     assert costs.edge(sites[0], sites[1], 0, ("in",), ("out",), hierarchy) == 512
     assert costs.edge(sites[0], sites[1], 0, ("out",), ("out",), hierarchy) == 256
     assert (hypar.traffic_bytes, mine.traffic_bytes) == (256, 512)

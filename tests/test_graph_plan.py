@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from hypar_sim.errors import InputError
-from hypar_sim.partition import node_layout
+from hypar_sim.partition import layout_costs, node_layout
 from hypar_sim.partition.axes import sites as graph_sites
 from hypar_sim.partition.hierarchy import Hierarchy
 from hypar_sim.planner.options import PlanOptions
@@ -63,7 +63,7 @@ def every_plan_total(graph, batch, hierarchy, kinds, skip=None):
     sites = graph_sites(graph)
     options = [[c for c in itertools.product(kinds, repeat=hierarchy.levels)
                 if node_layout.offered(s, batch, c, hierarchy)] for s in sites]
-    costs = node_layout.Costs(batch, 4)
+    costs = layout_costs.Costs(batch, 4)
     count = len(options)
     grid = np.zeros([len(o) for o in options])
 
@@ -352,7 +352,7 @@ def test_shared_tables_equal_the_cell_by_cell_cost(kinds):
     sites = graph_sites(graph)
     options = [[c for c in itertools.product(kinds, repeat=hierarchy.levels)
                 if node_layout.offered(s, batch, c, hierarchy)] for s in sites]
-    costs = node_layout.Costs(batch, 4)
+    costs = layout_costs.Costs(batch, 4)
     shared = [edges for edges in sharing_edges(graph) if len(edges) > 1]
     assert shared
     for edges in shared:

@@ -10,7 +10,7 @@ import pytest
 
 import hypar_sim
 from hypar_sim.errors import InputError
-from hypar_sim.partition import node_layout
+from hypar_sim.partition import layout_costs, node_layout
 from hypar_sim.partition.axes import sites as graph_sites
 from hypar_sim.partition.hierarchy import Hierarchy
 from hypar_sim.planner import grid
@@ -28,7 +28,7 @@ MIB = 2 ** 20
 
 def _request(graph, hierarchy, batch, kinds=ALL) -> PlanRequest:
     return PlanRequest(graph, graph_sites(graph), batch, hierarchy, tuple(kinds), "greedy",
-                       node_layout.Costs(batch, 4), [], 4)
+                       layout_costs.Costs(batch, 4), [], 4)
 
 
 def _columns(site, batch, hierarchy, kinds=ALL):
@@ -328,7 +328,7 @@ def test_differs_from_hypar_on_a_residual_block():
     hypar = make_plan(graph, "hypar", hierarchy, batch, options=options)
     assert hypar.columns == (("batch",),) * 5
     assert mine.columns == (("out",), ("batch",), ("batch",), ("batch",), ("in",))
-    sites, costs = graph_sites(graph), node_layout.Costs(batch, 4)
+    sites, costs = graph_sites(graph), layout_costs.Costs(batch, 4)
     stem = {kind: grid.node_grid_cost(sites[0], batch, (kind,), hierarchy, (False,))
             for kind in ("batch", "out")}
     assert (stem["batch"].training_words, stem["out"].training_words) == (432, 192)

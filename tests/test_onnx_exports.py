@@ -305,7 +305,7 @@ def test_a_channels_last_linear_is_costed_as_it_runs(tmp_path):
     its gradient all-reduce (HyPar's closed forms took it as an fc on the flattened map,
     its weights H x W times too many: hypar planned swin_t at 14x data parallelism's
     bytes) is that of its messages, for every column."""
-    from hypar_sim.partition import node_layout
+    from hypar_sim.partition import layout_costs, node_layout
     from hypar_sim.partition.axes import sites
     from hypar_sim.partition.hierarchy import Hierarchy
 
@@ -314,7 +314,7 @@ def test_a_channels_last_linear_is_costed_as_it_runs(tmp_path):
                                [weight("w", 8, 16)])))
     site = sites(g)[0]
     hierarchy = Hierarchy.for_count(4)
-    costs = node_layout.Costs(8, 4)
+    costs = layout_costs.Costs(8, 4)
     for column in (("batch", "batch"), ("batch", "in"), ("in", "out")):
         own = node_layout.layout(site, 8, column, hierarchy)
         sent = sum(m.sum() for m in node_layout.own_matrices(own, 8, 4, False).values())

@@ -9,7 +9,7 @@ import pytest
 
 import hypar_sim
 from hypar_sim.errors import InputError
-from hypar_sim.partition import node_layout
+from hypar_sim.partition import layout_costs, node_layout
 from hypar_sim.partition.axes import sites
 from hypar_sim.partition.hierarchy import Hierarchy
 from hypar_sim.planner import soybean
@@ -38,7 +38,7 @@ def _cost(graph: Graph, batch: int, columns, hierarchy: Hierarchy) -> float:
 def _request(graph: Graph, batch: int, hierarchy: Hierarchy,
              kinds=SOYBEAN_KINDS) -> PlanRequest:
     return PlanRequest(graph, sites(graph), batch, hierarchy, tuple(kinds), "",
-                       node_layout.Costs(batch, 4), [])
+                       layout_costs.Costs(batch, 4), [])
 
 
 def test_registered():

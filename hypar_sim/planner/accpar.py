@@ -214,7 +214,7 @@ class _Model:
 
     def partial(self, site: Site, kind: str, k: int) -> tuple[bool, tuple[bool, ...], bool]:
         """What a split by `kind` leaves partial: the output, each input's error, dW."""
-        key = (node_layout.geometry(site), kind, k)
+        key = (site.geometry, kind, k)
         if key not in self._partial:
             own = self._one_level(site, kind, k)
             made = own.outputs()
@@ -255,7 +255,7 @@ class _Model:
         (input `index`), types `before` and `kind`: one member's receipt, a fraction of the
         tensor."""
         producer, consumer = self.sites[p], self.sites[c]
-        key = (node_layout.geometry(producer), node_layout.geometry(consumer), index,
+        key = (producer.geometry, consumer.geometry, index,
                before, kind, k)
         if key not in self._fractions:
             self._fractions[key] = edge_fraction(

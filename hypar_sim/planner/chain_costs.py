@@ -11,7 +11,7 @@ cost and every boundary's, one table at a time. Two models do so:
   timing every pair of columns (`timed_costs`).
 
 `ChainCosts` gives either to the graph planner's searches as the tables of
-`node_layout.Costs`; which columns a node is offered and what a member keeps
+`layout_costs.Costs`; which columns a node is offered and what a member keeps
 are the traffic model's (HyPar's reading offers batch and in at any level and
 keeps its equal shares: `PaperTraffic.node_layout`).
 """
@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
-from hypar_sim.partition import node_layout
+from hypar_sim.partition import layout_costs, node_layout
 from hypar_sim.partition.axes import Site
 from hypar_sim.partition.hierarchy import Hierarchy
 from hypar_sim.partition.shares import Column
@@ -51,8 +51,8 @@ class LayerCosts(Protocol):
                        hierarchy: Hierarchy, word_bytes: int) -> np.ndarray: ...
 
 
-class ChainCosts(node_layout.Costs):
-    """`node_layout.Costs` of a chain graph from `costs` (bytes, cycles or pJ), the nodes'
+class ChainCosts(layout_costs.Costs):
+    """`layout_costs.Costs` of a chain graph from `costs` (bytes, cycles or pJ), the nodes'
     layouts and offers from `model`."""
 
     def __init__(self, graph: Graph, costs: LayerCosts, model: TrafficModel, batch: int,

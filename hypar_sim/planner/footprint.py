@@ -93,7 +93,7 @@ def memory_picture(graph: Graph, layouts: Sequence[node_layout.NodeLayout], word
 def node_rule(graph: Graph, training: Training, word_bytes: int, gradients: bool
               ) -> Callable[[node_layout.NodeLayout], np.ndarray]:
     """A node's bytes per member under the training options, for the planner's search
-    (`node_layout.Costs.priced_by`): `memory_picture`'s parts of that node alone, a lower
+    (`layout_costs.Costs.priced_by`): `memory_picture`'s parts of that node alone, a lower
     bound: no working sets, and under full recomputation no kept activations (which nodes
     keep theirs depends on the segments, not on the node's shape, by which costs are
     remembered)."""

@@ -50,7 +50,7 @@ virtual global memory: cost_D = cost_I + cost_C (Eq. 10), cost_I the initial dis
 - **Nodes the paper does not cover** (add, pooling, norms, activations, softmax, reshapes,
   concatenation...): it ignores everything between its convolutions; here such a node copies
   the column of the producer of one of its inputs (in input order) wherever that is offered
-  and costs nothing by the layout model (`node_layout.Costs.edge`, over its input edges);
+  and costs nothing by the layout model (`layout_costs.Costs.edge`, over its input edges);
   else it takes the offered column of least such edge cost (ties: a producer's column, then
   the order of the kinds), trying every column where there are at most `MAX_TRIED`, else
   changing one level at a time from the cheapest producer's column while that helps.
@@ -256,7 +256,7 @@ class _Planner:
         self._costs: dict[tuple, NodeGridCost] = {}
 
     def offered(self, site: Site) -> list[Column]:
-        r, key = self.request, node_layout.geometry(site)
+        r, key = self.request, site.geometry
         if key not in self._offered:
             self._offered[key] = [c for c in self.every
                                   if node_layout.offered(site, r.batch, c, r.hierarchy)]
@@ -270,7 +270,7 @@ class _Planner:
             by_grid.setdefault(node_grid(site, column, r.hierarchy), []).append(column)
         costs = []
         for grid, columns in by_grid.items():
-            key = (node_layout.geometry(site), grid, errors)
+            key = (site.geometry, grid, errors)
             if key not in self._costs:
                 self._costs[key] = node_grid_cost(site, r.batch, columns[0], r.hierarchy, errors)
             costs.append(self._costs[key])

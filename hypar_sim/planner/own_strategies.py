@@ -1,5 +1,5 @@
 """The planner's own strategies on a graph network: their columns over the layout model's
-cost tables (`node_layout.Costs`, or `timed_costs.TimedCosts` for time and energy).
+cost tables (`layout_costs.Costs`, or `timed_costs.TimedCosts` for time and energy).
 
 - `hypar`: HyPar's search generalised to graphs: `greedy` decides level by level from the
   top, each level exactly over the whole graph (min-sum variable elimination in topological
@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from hypar_sim.errors import InputError
-from hypar_sim.partition import node_layout
+from hypar_sim.partition import layout_costs
 from hypar_sim.partition.axes import Site
 from hypar_sim.partition.hierarchy import Hierarchy
 from hypar_sim.partition.kinds import BATCH, IN, KINDS
@@ -45,7 +45,7 @@ _SHARED_CELLS = 2**16
 
 
 def _solve(graph: Graph, sites: Sequence[Site], options: Sequence[Sequence[Column]],
-           hierarchy: Hierarchy, costs: node_layout.Costs, notes: list[str],
+           hierarchy: Hierarchy, costs: layout_costs.Costs, notes: list[str],
            approximate: bool = True, price: float = 0.0, members: int = 1) -> list[Column]:
     """The cheapest option of every node: exact over the graph, or (`approximate`, where
     the graph is too entangled for that) a local search, noted in `notes` (`_factors`)."""
@@ -56,7 +56,7 @@ def _solve(graph: Graph, sites: Sequence[Site], options: Sequence[Sequence[Colum
 
 
 def _factors(graph: Graph, sites: Sequence[Site], options: Sequence[Sequence[Column]],
-             hierarchy: Hierarchy, costs: node_layout.Costs, price: float = 0.0,
+             hierarchy: Hierarchy, costs: layout_costs.Costs, price: float = 0.0,
              members: int = 1) -> list[Factor]:
     """The cost tables of a plan over every node's `options`: each node's own, each group
     of consumers that may read a tensor alike (or each edge alone). With a `price` per
@@ -84,7 +84,7 @@ def _factors(graph: Graph, sites: Sequence[Site], options: Sequence[Sequence[Col
 
 
 def greedy_columns(graph: Graph, sites: Sequence[Site], batch: int, hierarchy: Hierarchy,
-            kinds: Sequence[str], costs: node_layout.Costs, notes: list[str],
+            kinds: Sequence[str], costs: layout_costs.Costs, notes: list[str],
             price: float = 0.0) -> list[Column]:
     """HyPar's search generalised to graphs: level by level from the top, each level's
     kinds exact over the whole graph given the levels above (`_solve`)."""
@@ -111,7 +111,7 @@ MAX_TABLE_CELLS = 2**17
 
 
 def _joint(graph: Graph, sites: Sequence[Site], batch: int, hierarchy: Hierarchy,
-           kinds: Sequence[str], costs: node_layout.Costs, notes: list[str],
+           kinds: Sequence[str], costs: layout_costs.Costs, notes: list[str],
            price: float = 0.0, strategy: str = "hypar --search joint") -> list[Column]:
     """The exact plan over all levels at once (every node's columns of `kinds`)."""
     options = offered_columns(sites, batch, hierarchy, kinds, costs)

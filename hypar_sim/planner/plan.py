@@ -24,7 +24,7 @@ import numpy as np
 
 from hypar_sim.errors import InputError, closest
 from hypar_sim.hardware.config import HardwareConfig
-from hypar_sim.partition import node_layout
+from hypar_sim.partition import layout_costs, node_layout
 from hypar_sim.partition.axes import Site
 from hypar_sim.partition.axes import sites as graph_sites
 from hypar_sim.partition.hierarchy import Hierarchy, as_hierarchy
@@ -70,7 +70,7 @@ class PlanRequest:
     hierarchy: Hierarchy
     kinds: tuple[str, ...]
     search: str
-    costs: node_layout.Costs
+    costs: layout_costs.Costs
     notes: list[str]  # what the search had to give up (printed beside the plan)
     word_bytes: int = 4
     capacity_bytes: float | None = None  # one cube's memory (None: unlimited)
@@ -209,7 +209,7 @@ def _timed_costs(graph: Graph, batch: int, hierarchy: Hierarchy, word_bytes: int
                  model: traffic_models.TrafficModel, objective: str, topology: str,
                  config: HardwareConfig | None, overlap_gradients: bool,
                  training: Training = DEFAULT_TRAINING
-                 ) -> tuple[node_layout.Costs, Estimator | None]:
+                 ) -> tuple[layout_costs.Costs, Estimator | None]:
     """The cost tables in cycles or pJ on the topology: a chain's by the estimator (closed
     forms per level, refined on the sent messages: `chain_costs.estimated_search`; it
     costs an SGD step), any other graph's, or a chain's under another optimizer, ZeRO or

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from hypar_sim.partition import node_layout
+from hypar_sim.partition import layout_costs, node_layout
 from hypar_sim.partition.axes import Site
 from hypar_sim.partition.axes import sites as graph_sites
 from hypar_sim.partition.collectives import COLLECTIVES, Transfers
@@ -63,7 +63,7 @@ def read_groups(graph: Graph, layouts: Sequence[node_layout.NodeLayout]) -> list
     return list(groups.values())
 
 
-def paying_edges(costs: node_layout.Costs, sites: Sequence[Site], edges: Sequence[Edge],
+def paying_edges(costs: layout_costs.Costs, sites: Sequence[Site], edges: Sequence[Edge],
                  columns: Sequence[Column], hierarchy: Hierarchy) -> list[Edge]:
     """The edges of a group of `sharing_edges` that pay under `columns`: of the consumers
     that read the same regions, the first."""
@@ -78,7 +78,7 @@ def paying_edges(costs: node_layout.Costs, sites: Sequence[Site], edges: Sequenc
     return paying
 
 
-def shared_cost(costs: node_layout.Costs, sites: Sequence[Site], edges: Sequence[Edge],
+def shared_cost(costs: layout_costs.Costs, sites: Sequence[Site], edges: Sequence[Edge],
                 columns: Sequence[Column], hierarchy: Hierarchy) -> float:
     """Bytes of a group of `sharing_edges` under `columns` (every node's; only the group's
     nodes are read): consumers that read the same regions pay once."""
@@ -86,7 +86,7 @@ def shared_cost(costs: node_layout.Costs, sites: Sequence[Site], edges: Sequence
                 for p, c, k in paying_edges(costs, sites, edges, columns, hierarchy)), 0.0)
 
 
-def shared_table(costs: node_layout.Costs, sites: Sequence[Site], edges: Sequence[Edge],
+def shared_table(costs: layout_costs.Costs, sites: Sequence[Site], edges: Sequence[Edge],
                  options: Sequence[Sequence[Column]], hierarchy: Hierarchy
                  ) -> tuple[tuple[int, ...], list[float]]:
     """The group's nodes (producer first) and its bytes for every combination of their

@@ -76,7 +76,7 @@ from enum import StrEnum
 import numpy as np
 
 from hypar_sim.errors import InputError
-from hypar_sim.partition import node_layout
+from hypar_sim.partition import layout_costs, node_layout
 from hypar_sim.partition.axes import sites
 from hypar_sim.partition.hierarchy import Hierarchy
 from hypar_sim.partition.kinds import KINDS, kind_of, listed
@@ -350,7 +350,7 @@ def plan_costs(graph: Graph, batch: int, columns: Sequence[Column], hierarchy: H
         raise InputError(f"plan: soybean cannot cost kind(s) {','.join(bad)}; allowed: "
                          f"{', '.join(SOYBEAN_KINDS)}")
     request = PlanRequest(graph, sites(graph), batch, hierarchy, tuple(kinds), "",
-                          node_layout.Costs(batch, word_bytes), [], word_bytes)
+                          layout_costs.Costs(batch, word_bytes), [], word_bytes)
     deltas = []
     for level, groups in enumerate(hierarchy.subarray_counts):
         cut = _Cut(request, [column[:level] for column in columns], level, kinds,

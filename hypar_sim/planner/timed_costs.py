@@ -1,7 +1,7 @@
 """The layout model's cost tables in cycles or pJ: what `--objective time|energy` minimises
 on a graph network.
 
-`node_layout.Costs` gives the bytes of a node's own steps under a column and of an edge
+`layout_costs.Costs` gives the bytes of a node's own steps under a column and of an edge
 under a pair of columns; the searches of `planner.plan` add them up. `TimedCosts`
 gives the same tables in step time or energy, from the simulator's own models:
 
@@ -38,7 +38,7 @@ from hypar_sim.hardware.energy import Action, EnergyTable
 from hypar_sim.hardware.node_costs import node_cost
 from hypar_sim.hardware.topology import Topology
 from hypar_sim.hardware.transfer import Routed, step_cycles
-from hypar_sim.partition import node_layout
+from hypar_sim.partition import layout_costs, node_layout
 from hypar_sim.partition.axes import Site
 from hypar_sim.partition.collectives import COLLECTIVES
 from hypar_sim.partition.hierarchy import Hierarchy
@@ -52,8 +52,8 @@ from hypar_sim.sim.defaults import DEFAULT_CHUNK_BYTES, DEFAULT_MAX_CHUNKS
 _KIND_OF = {**{stage: kind for stage, (kind, _) in EDGE_STAGES.items()}, **OWN_STAGES}
 
 
-class TimedCosts(node_layout.Costs):
-    """`node_layout.Costs` in cycles (`objective` time) or pJ (energy) on `topology`;
+class TimedCosts(layout_costs.Costs):
+    """`layout_costs.Costs` in cycles (`objective` time) or pJ (energy) on `topology`;
     `fed`: the names of the nodes that read another node's output (the others have no
     backward pass); `training`'s update (its optimizer, ZeRO's shards) and the forward pass
     of the `recomputed` nodes again (their forward steps sent again: `edge`), ZeRO 3's
@@ -109,7 +109,7 @@ class TimedCosts(node_layout.Costs):
         ZeRO stage `zero` (None: the training's)."""
         needs_error = site.node.name in self.fed
         zero = self.training.zero if zero is None else zero
-        key = (node_layout.geometry(site), column, hierarchy, needs_error, phases, bool(zero))
+        key = (site.geometry, column, hierarchy, needs_error, phases, bool(zero))
         if key not in self._compute:
             own = self._layout(site, column, hierarchy)
             _, first, counts = np.unique(own.box_sizes(), axis=0, return_index=True,
@@ -132,7 +132,7 @@ class TimedCosts(node_layout.Costs):
         """The node's own steps apart: "gradient" (its reduce and its gather, once a
         step), "gather" (the gather alone: what ZeRO 3 sends again before each pass) and
         "loss" (per micro-batch)."""
-        key = ("parts", node_layout.geometry(site), column, hierarchy, is_output)
+        key = ("parts", site.geometry, column, hierarchy, is_output)
         if key not in self._parts:
             matrices = node_layout.own_matrices(
                 self._layout(site, column, hierarchy), self.batch,
@@ -165,7 +165,7 @@ class TimedCosts(node_layout.Costs):
         """Each stage of an edge apart (`node_layout.edge_matrices`' names: the producer's
         partial sums reduced, the input gathered into the consumer's layout, the error's
         reduce and gather back), each its own transfer kind, timed once."""
-        key = ("edge", node_layout.geometry(producer), node_layout.geometry(consumer), index,
+        key = ("edge", producer.geometry, consumer.geometry, index,
                producer_column, column, hierarchy)
         if key not in self._parts:
             matrices = node_layout.edge_matrices(

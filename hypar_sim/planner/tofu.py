@@ -257,7 +257,7 @@ class TofuCosts:
         self._workers: dict[tuple, Workers] = {}
 
     def _team(self, i: int, column: Column) -> Workers:
-        key = (node_layout.geometry(self.sites[i]), column)
+        key = (self.sites[i].geometry, column)
         if key not in self._workers:
             self._workers[key] = workers(self.sites[i], self.batch, column, self.sizes)
         return self._workers[key]
@@ -265,7 +265,7 @@ class TofuCosts:
     def node(self, i: int, column: Column) -> float:
         """Bytes of node i's own tensors (weights, vectors, the loss) at step len(column)."""
         site = self.sites[i]
-        key = (node_layout.geometry(site), self.fed[i], self.is_output[i], column)
+        key = (site.geometry, self.fed[i], self.is_output[i], column)
         if key not in self._nodes:
             parts = self.sizes[len(column) - 1]
             self._nodes[key] = self.word_bytes * node_cost(
@@ -275,7 +275,7 @@ class TofuCosts:
 
     def edge(self, p: int, c: int, index: int, producer: Column, consumer: Column) -> float:
         """Bytes of the edge from node p into input `index` of node c at step len(column)."""
-        key = (node_layout.geometry(self.sites[p]), node_layout.geometry(self.sites[c]),
+        key = (self.sites[p].geometry, self.sites[c].geometry,
                index, self.fed[p], producer, consumer)
         if key not in self._edges:
             parts = self.sizes[len(producer) - 1]

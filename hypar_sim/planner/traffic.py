@@ -20,7 +20,7 @@ from functools import lru_cache
 import numpy as np
 
 from hypar_sim.errors import InputError, closest
-from hypar_sim.partition import node_layout, shares, totals
+from hypar_sim.partition import layout_costs, node_layout, shares, totals
 from hypar_sim.partition.axes import Site
 from hypar_sim.partition.hierarchy import Hierarchy
 from hypar_sim.partition.kinds import BATCH, IN, KINDS, Dim
@@ -217,7 +217,7 @@ class PaperTraffic(_Phased):
         return node_layout.NodeLayout(site, {dim: np.tile([0, extent], (hierarchy.members, 1))
                                              for dim, extent in extents.items()})
 
-    def plan_costs(self, graph: Graph, batch: int, word_bytes: int) -> node_layout.Costs:
+    def plan_costs(self, graph: Graph, batch: int, word_bytes: int) -> layout_costs.Costs:
         """The planner's tables of a chain graph: this model's own and boundary bytes."""
         from hypar_sim.planner.chain_costs import ChainCosts
 
@@ -299,9 +299,9 @@ class LayoutTraffic(_Phased):
         """Every member's box of the node under its column (`node_layout.layout`)."""
         return node_layout.layout(site, batch, column, hierarchy)
 
-    def plan_costs(self, graph: Graph, batch: int, word_bytes: int) -> node_layout.Costs:
+    def plan_costs(self, graph: Graph, batch: int, word_bytes: int) -> layout_costs.Costs:
         """The planner's tables: bytes of the rule on the nodes' layouts (`node_layout`)."""
-        return node_layout.Costs(batch, word_bytes, self.forward_only)
+        return layout_costs.Costs(batch, word_bytes, self.forward_only)
 
     def plan_matrices(self, graph: Graph, layouts: Sequence[node_layout.NodeLayout],
                       batch: int, word_bytes: int) -> dict[StepKey, Moved]:

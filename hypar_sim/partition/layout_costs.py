@@ -1,0 +1,171 @@
+"""The layout model's cost tables for the planner's searches: the bytes of a node's own
+steps and of an edge under its columns (`node_layout`'s rule), and the bytes a node's
+busiest member keeps, each remembered by the node's geometry for one planning run (a
+network repeats its blocks). `planner.timed_costs` gives the same tables in cycles or pJ,
+`planner.chain_costs` a chain's from its closed forms."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from hypar_sim.partition import totals
+from hypar_sim.partition.axes import Site
+from hypar_sim.partition.hierarchy import Hierarchy
+from hypar_sim.partition.kinds import KINDS
+from hypar_sim.partition.node_layout import (
+    FORWARD_STAGES,
+    NodeLayout,
+    edge_matrices,
+    layout,
+    member_footprint_bytes,
+    offered,
+    own_matrices,
+)
+from hypar_sim.partition.redistribute import Moved
+from hypar_sim.partition.shares import Column
+from hypar_sim.workload.layers import Layer
+from hypar_sim.workload.network import layer_of
+
+
+class Costs:
+    """Total bytes of edges and of nodes' own steps, and the bytes a node's busiest member
+    keeps, remembered by geometry (a network repeats its blocks) for one planning run (of a
+    training step, or with `forward_only` of an inference)."""
+
+    def __init__(self, batch: int, word_bytes: int, forward_only: bool = False) -> None:
+        self.batch, self.word_bytes, self.forward_only = batch, word_bytes, forward_only
+        self._edges: dict[tuple, float] = {}
+        self._own: dict[tuple, float] = {}
+        self._footprints: dict[tuple, np.ndarray] = {}
+        self._reads: dict[tuple, tuple] = {}
+        self._layouts: dict[tuple, NodeLayout] = {}
+        self._layers: dict[str, Layer | None] = {}  # node name -> its chain layer, if one
+        self._footprint_rule: Callable[[NodeLayout], np.ndarray] = lambda own: \
+            member_footprint_bytes(own, word_bytes, not forward_only)
+
+    def priced_by(self, rule: Callable[[NodeLayout], np.ndarray]) -> Costs:
+        """These costs with `rule` giving a node's bytes per member (the training options'
+        memory: `planner.footprint.node_rule`); returns itself."""
+        self._footprint_rule = rule
+        self._footprints.clear()
+        return self
+
+    #: Whether edges and own steps between layers of a chain (conv, fc) take the closed
+    #: forms of `partition.totals` (bytes only: a cost in time or energy sums its steps).
+    closed_forms = True
+
+    def offered(self, site: Site, batch: int, column: Column, hierarchy: Hierarchy) -> bool:
+        """Whether a node may take `column` (the module's `offered`)."""
+        return offered(site, batch, column, hierarchy)
+
+    def node_layout(self, site: Site, column: Column, hierarchy: Hierarchy) -> NodeLayout:
+        """The members' boxes a footprint is read from (the module's `layout`)."""
+        return self._layout(site, column, hierarchy)
+
+    def _layout(self, site: Site, column: Column, hierarchy: Hierarchy) -> NodeLayout:
+        """The module's `layout`, once per geometry, column and hierarchy: an edge table
+        reads each of its nodes' layouts once per column of the other node."""
+        key = (site.geometry, column, hierarchy)
+        if key not in self._layouts:
+            self._layouts[key] = layout(site, self.batch, column, hierarchy)
+        return self._layouts[key]
+
+    def edge_table(self, producer: Site, consumer: Site, index: int,
+                   producer_columns: Sequence[Column], columns: Sequence[Column],
+                   hierarchy: Hierarchy) -> np.ndarray:
+        """[producer column, consumer column] `edge` for every pair: between two layers of a
+        chain all at once (`totals.boundary_costs`, checked cell by cell against this
+        model's rule by the tests), else pair by pair."""
+        layers = self.chained(producer, consumer, index, [*producer_columns, *columns])
+        if layers is None:
+            return np.array([[self.edge(producer, consumer, index, a, b, hierarchy)
+                              for b in columns] for a in producer_columns])
+        return totals.cached_boundary_costs(*layers, self.batch, tuple(producer_columns),
+                                            tuple(columns), hierarchy, self.word_bytes,
+                                            self.forward_only)
+
+    def own_table(self, site: Site, columns: Sequence[Column], hierarchy: Hierarchy,
+                  is_output: bool) -> np.ndarray:
+        """`own` of every column: of a chain's layer all at once (`totals.own_costs`)."""
+        layer = self.chained(site, None, 0, columns)
+        if layer is None:
+            return np.array([self.own(site, column, hierarchy, is_output)
+                             for column in columns])
+        return totals.own_costs(layer[0], self.batch, columns, hierarchy, self.word_bytes,
+                                is_output, self.forward_only)
+
+    def chained(self, producer: Site, consumer: Site | None, index: int,
+                 columns: Sequence[Column]) -> tuple[Layer, ...] | None:
+        """The layers of a producer and its one consumer (None: the producer alone) that are
+        a chain's (conv or fc nodes without biases, the consumer reading the producer's
+        output as its input), when the closed forms apply; else None."""
+        if not self.closed_forms:
+            return None
+        sites = (producer,) if consumer is None else (producer, consumer)
+        layers = tuple(self._layer_of(site) for site in sites)
+        if None in layers or (consumer is not None and (
+                index or consumer.node.inputs != (producer.node.name,))):
+            return None  # (before scanning the columns: there can be tens of thousands)
+        if any(KINDS[k].dim is None for c in columns for k in c):
+            return None
+        return layers
+
+    def _layer_of(self, site: Site) -> Layer | None:
+        name = site.node.name
+        if name not in self._layers:
+            self._layers[name] = layer_of(site.node)
+        return self._layers[name]
+
+    def edge(self, producer: Site, consumer: Site, index: int, producer_column: Column,
+             column: Column, hierarchy: Hierarchy) -> float:
+        if self.chained(producer, consumer, index, [producer_column, column]) is not None:
+            return float(self.edge_table(producer, consumer, index, [producer_column],
+                                         [column], hierarchy)[0, 0])
+        key = (producer.geometry, consumer.geometry, index, producer_column, column,
+               hierarchy)
+        if key not in self._edges:
+            matrices = edge_matrices(self._layout(producer, producer_column, hierarchy),
+                                     self._layout(consumer, column, hierarchy), index,
+                                     self.batch, self.word_bytes)
+            self._edges[key] = self._total(matrices)
+        return self._edges[key]
+
+    def reads(self, consumer: Site, index: int, column: Column, hierarchy: Hierarchy) -> tuple:
+        """The consumer's `NodeLayout.read_signature` of input `index` under `column`."""
+        key = (consumer.geometry, index, column, hierarchy)
+        if key not in self._reads:
+            own = self._layout(consumer, column, hierarchy)
+            self._reads[key] = own.read_signature(index)
+        return self._reads[key]
+
+    def footprint(self, site: Site, column: Column, hierarchy: Hierarchy,
+                  member: int | None = None) -> float:
+        """Bytes the busiest member (or `member`) keeps for the node
+        (`priced_by`'s rule; default `member_footprint_bytes`)."""
+        key = (site.geometry, column, hierarchy)
+        if key not in self._footprints:
+            own = self.node_layout(site, column, hierarchy)
+            self._footprints[key] = self._footprint_rule(own)
+        kept = self._footprints[key]
+        return float(kept.max() if member is None else kept[member])
+
+    def own(self, site: Site, column: Column, hierarchy: Hierarchy, is_output: bool) -> float:
+        if self.chained(site, None, 0, [column]) is not None:
+            return float(self.own_table(site, [column], hierarchy, is_output)[0])
+        key = (site.geometry, column, hierarchy, is_output)
+        if key not in self._own:
+            matrices = own_matrices(self._layout(site, column, hierarchy), self.batch,
+                                    self.word_bytes, is_output)
+            self._own[key] = self._total(matrices)
+        return self._own[key]
+
+    def matrices_value(self, matrices: dict[str, Moved]) -> float:
+        """The cost of `matrices` (stages by name, as `own_matrices` names them)."""
+        return self._total(matrices)
+
+    def _total(self, matrices: dict[str, Moved]) -> float:
+        """Bytes of the stages a step runs (an inference: `FORWARD_STAGES` alone)."""
+        return float(sum(m.sum() for stage, m in matrices.items()
+                         if not self.forward_only or stage in FORWARD_STAGES))
