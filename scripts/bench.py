@@ -6,7 +6,8 @@ networks x {data, model, hypar} x {htree, torus} at 16 accelerators (wall
 time, events, events per second), the 60 runs spread over all cores; graph
 networks (ResNet-50 on 64 cubes, BERT-base on 16: plan and simulation times); scale (VGG-A
 from 16 to 1,024 or 4,096 accelerators, both engines); large (issue "Scale"'s must-shows, whole
-processes: seconds and peak GB beside their targets); startup (whole processes: `--help`,
+processes: seconds and peak GB beside their targets, and issue "Training large models"'s GPT-3 2.7B
+plan and run); startup (whole processes: `--help`,
 `networks`, `plan vgg_a`, `run vgg_a`, beside bare Python and `import numpy, yaml`); sweep (the
 60-run paper set through `python -m hypar_sim sweep`, a whole process).
 """
@@ -14,6 +15,7 @@ processes: seconds and peak GB beside their targets); startup (whole processes: 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import subprocess
@@ -219,13 +221,16 @@ LARGE = (
 )
 
 
-def _measured(args: list[str], timeout_s: float) -> tuple[float, float, str]:
-    """A whole process: (wall seconds, its peak resident GB, its outcome: ok, the last line
-    of its refusal, or killed at `timeout_s`)."""
-    with tempfile.TemporaryFile("w+") as errors:
+def _measured(args: list[str], timeout_s: float, out: Path | None = None
+              ) -> tuple[float, float, str]:
+    """A whole process (its standard output into `out`, if given): (wall seconds, its peak
+    resident GB, its outcome: ok, the last line of its refusal, or killed at
+    `timeout_s`)."""
+    with tempfile.TemporaryFile("w+") as errors, \
+            open(out or os.devnull, "w") as output:
         start = time.perf_counter()
         process = subprocess.Popen([sys.executable, "-m", "hypar_sim", *args, "--no-progress"],
-                                   stdout=subprocess.DEVNULL, stderr=errors)
+                                   stdout=output, stderr=errors)
         killed = False
         while True:  # reaped here, not by Popen, for this child's own peak memory
             pid, status, usage = os.wait4(process.pid, os.WNOHANG)
@@ -252,15 +257,39 @@ def bench_large(timeout_s: float) -> None:
     gpt3 = Path(folder.name) / "gpt3_shape.yaml"
     gpt3.write_text(GPT3_SHAPE)
     for name, args, seconds, gigabytes in LARGE:
-        took, peak, outcome = _measured([str(gpt3) if a == "{gpt3}" else a for a in args],
-                                        timeout_s)
-        met = outcome == "ok" and (seconds is None or took < seconds) and \
-            (gigabytes is None or peak < gigabytes)
-        target = "-" if seconds is None else f"< {seconds:g} s" + (
-            f", {gigabytes:g} GB" if gigabytes else "")
-        verdict = "" if seconds is None else (" met" if met else " MISSED")
-        print(f"{name:32} {took:7.1f} {peak:6.2f}  {target}{verdict}  {outcome}")
+        measured = _measured([str(gpt3) if a == "{gpt3}" else a for a in args], timeout_s)
+        _print_large(name, measured, seconds, gigabytes)
+    plan = Path(folder.name) / "plan.json"
+    measured = _measured(["plan", *LARGE_MODEL, "--strategy", "optimal", "--objective", "time",
+                          "--pipeline", "auto", "--recompute", "auto", "--zero", "auto",
+                          "--json"], timeout_s, plan)
+    _print_large("plan gpt3_2_7b optimal auto", measured, 30.0, None)
+    if measured[2] == "ok":  # its plan run with the options it chose
+        chosen = json.loads(plan.read_text())
+        measured = _measured(["run", *LARGE_MODEL, "--plan", str(plan), "--recompute",
+                              chosen["recompute"], "--zero", str(chosen["zero"]),
+                              "--pipeline", str(chosen["stages"]), "--microbatches",
+                              str(chosen["microbatches"])], timeout_s)
+        _print_large("run gpt3_2_7b its plan", measured, 10.0, None)
     folder.cleanup()
+
+
+#: Issue "Training large models"'s speed must-show: GPT-3 2.7B at sequence 2048, batch 64,
+#: Adam, bf16 on 64 cubes (planned by optimal choosing how to train; then its plan run).
+LARGE_MODEL = ("gpt3_2_7b", "--seq", "2048", "--batch", "64", "--accelerators", "64",
+               "--optimizer", "adam", "--precision", "bf16")
+
+
+def _print_large(name: str, measured: tuple[float, float, str], seconds: float | None,
+                 gigabytes: float | None) -> None:
+    """One row of the large section: seconds, peak GB, the target and whether it is met."""
+    took, peak, outcome = measured
+    met = outcome == "ok" and (seconds is None or took < seconds) and \
+        (gigabytes is None or peak < gigabytes)
+    target = "-" if seconds is None else f"< {seconds:g} s" + (
+        f", {gigabytes:g} GB" if gigabytes else "")
+    verdict = "" if seconds is None else (" met" if met else " MISSED")
+    print(f"{name:32} {took:7.1f} {peak:6.2f}  {target}{verdict}  {outcome}")
 
 
 #: Whole-process commands of the startup section, with their targets in seconds (issue 14).
