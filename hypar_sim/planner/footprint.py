@@ -36,6 +36,20 @@ class MemoryPicture:
     buffers_bytes: float  # what the nodes do not hold: gathered weights and buffers
 
 
+def _held(layouts: Sequence[node_layout.NodeLayout]) -> list[tuple[np.ndarray, ...]]:
+    """Every layout's `NodeLayout.held`, computed once for layouts alike (the same geometry,
+    boxes and replicas: a transformer's blocks repeat theirs)."""
+    seen: dict[tuple, tuple[np.ndarray, ...]] = {}
+    found = []
+    for own in layouts:
+        key = (own.site.geometry, tuple(box.tobytes() for box in own.boxes.values()),
+               None if own.replicas is None else own.replicas.tobytes())
+        if key not in seen:
+            seen[key] = own.held
+        found.append(seen[key])
+    return found
+
+
 def memory_picture(graph: Graph, layouts: Sequence[node_layout.NodeLayout], word_bytes: int,
                    gradients: bool, receive_bytes: float, training: Training,
                    in_flight: int = 1) -> MemoryPicture:
@@ -47,9 +61,10 @@ def memory_picture(graph: Graph, layouts: Sequence[node_layout.NodeLayout], word
     if not layouts:
         return MemoryPicture(tuple((part, 0.0) for part in PARTS[:-1])
                              + (("buffers", receive_bytes),), (), receive_bytes)
-    params = np.stack([own.held[0] for own in layouts]).astype(float)
-    copies = np.stack([own.held[1] for own in layouts])
-    kept = np.stack([own.held[2] for own in layouts]).astype(float)
+    held = _held(layouts)
+    params = np.stack([h[0] for h in held]).astype(float)
+    copies = np.stack([h[1] for h in held])
+    kept = np.stack([h[2] for h in held]).astype(float)
     plan = recompute_plan(graph, training.recompute if gradients else "none", in_flight)
     stays = np.zeros(len(layouts), dtype=bool)
     stays[list(plan.kept)] = True
