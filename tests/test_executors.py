@@ -1,0 +1,32 @@
+"""`executors.parallel_map`: results in order, and a failure (or Ctrl-C) ends the workers at
+once instead of waiting for the items they are working on."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from hypar_sim.executors import parallel_map
+
+
+def _square_or_stall(item: int) -> int:
+    """Item 0 fails at once; item 1 would work for a minute."""
+    if item == 0:
+        raise ValueError("item 0 failed")
+    if item == 1:
+        time.sleep(60)
+    return item * item
+
+
+def test_results_come_in_order():
+    assert parallel_map(_square_or_stall, [2, 3, 4, 5], 2) == [4, 9, 16, 25]
+
+
+def test_a_failure_ends_the_workers_at_once():
+    """The pool's own shutdown waited for item 1's minute (after Ctrl-C in optimal's search
+    of GPT-3 2.7B, 19 s); the workers are killed now."""
+    started = time.perf_counter()
+    with pytest.raises(ValueError, match="item 0 failed"):
+        parallel_map(_square_or_stall, [0, 1], 2)
+    assert time.perf_counter() - started < 30
