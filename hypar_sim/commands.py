@@ -134,7 +134,7 @@ def cmd_sweep(args: argparse.Namespace) -> str:
     from hypar_sim.planner.optimizers import OPTIMIZERS
     from hypar_sim.planner.search import SEARCHES
     from hypar_sim.planner.traffic import PHASES, TRAFFIC_MODELS
-    from hypar_sim.planner.training import PIPELINE_SCHEDULES, PRECISIONS, RECOMPUTES
+    from hypar_sim.planner.training import AUTO, PIPELINE_SCHEDULES, PRECISIONS, RECOMPUTES
 
     networks = sweep.parse_list(args.networks, None, "--networks")
     if networks == ("all",):
@@ -168,9 +168,9 @@ def cmd_sweep(args: argparse.Namespace) -> str:
         phases=sweep.parse_list(args.phases, PHASES, "--phases"),
         optimizers=sweep.parse_list(args.optimizers, tuple(OPTIMIZERS), "--optimizers"),
         precisions=sweep.parse_list(args.precisions, tuple(PRECISIONS), "--precisions"),
-        zeros=tuple(z if z == "auto" else int(z) for z in sweep.parse_list(
-            args.zeros, ("0", "1", "2", "3", "auto"), "--zeros")),
-        recomputes=sweep.parse_list(args.recomputes, (*RECOMPUTES, "auto"), "--recomputes"),
+        zeros=tuple(z if z == AUTO else int(z) for z in sweep.parse_list(
+            args.zeros, ("0", "1", "2", "3", AUTO), "--zeros")),
+        recomputes=sweep.parse_list(args.recomputes, (*RECOMPUTES, AUTO), "--recomputes"),
         pipelines=sweep.parse_ints(args.pipelines, "--pipelines", MAX_MEMBERS, auto=True),
         microbatches=sweep.parse_ints(args.microbatches, "--microbatches", MAX_BATCH),
         schedules=sweep.parse_list(args.schedules, tuple(PIPELINE_SCHEDULES), "--schedules"),

@@ -5,6 +5,7 @@ only its own case (after a retry); Ctrl-C reaches the sweep, not its workers."""
 from __future__ import annotations
 
 import ctypes
+import multiprocessing
 import os
 import signal
 from collections.abc import Callable, Mapping, Sequence
@@ -52,9 +53,18 @@ _PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
 def _pool(workers: int) -> ProcessPoolExecutor:
-    """A process pool whose workers leave interrupts to this process and die with it."""
+    """A process pool whose workers leave interrupts to this process and die with it (a
+    worker started by a fork server, whose parent is the server, is not checked against
+    this process)."""
+    forked = multiprocessing.get_start_method() == "fork"
     return ProcessPoolExecutor(workers, initializer=_leave_interrupts_to_the_parent,
-                               initargs=(os.getpid(),))
+                               initargs=(os.getpid() if forked else None,))
+
+
+def in_worker() -> bool:
+    """Whether this process was started by another (a pool's or a cluster's worker), where a
+    pool of its own would multiply the processes (or, in a daemonic worker, cannot start)."""
+    return multiprocessing.parent_process() is not None
 
 
 def parallel_map(function: Callable[[Any], Any], items: Sequence[Any],
@@ -62,9 +72,11 @@ def parallel_map(function: Callable[[Any], Any], items: Sequence[Any],
     """`function` over `items` in a process pool (Ctrl-C left to the caller), results in
     order; one after another with one worker or one item. With `progress`, a bar on stderr
     once the whole has taken 2 s."""
+    workers = min(workers or os.cpu_count() or 1, len(items))
+    if workers <= 1 and not progress:
+        return [function(item) for item in items]
     from tqdm import tqdm
 
-    workers = min(workers or os.cpu_count() or 1, len(items))
     with tqdm(total=len(items), unit="run", delay=2, disable=not progress) as bar:
         if workers <= 1:
             results = []
@@ -87,7 +99,7 @@ def parallel_map(function: Callable[[Any], Any], items: Sequence[Any],
 def _stop(pool: ProcessPoolExecutor) -> None:
     """End `pool`'s workers now (its shutdown would wait for their items to finish: 19 s
     after Ctrl-C in optimal's search of GPT-3 2.7B), the items not started cancelled."""
-    for process in list(getattr(pool, "_processes", {}).values()):  # CPython's executor
+    for process in list((getattr(pool, "_processes", None) or {}).values()):  # CPython's
         process.kill()  # (they ignore SIGTERM: `_leave_interrupts_to_the_parent`)
     queue = getattr(pool, "_call_queue", None)
     if queue is not None:  # items it was still writing to the workers are dropped

@@ -3,11 +3,13 @@ once instead of waiting for the items they are working on."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 
 import pytest
 
-from hypar_sim.executors import parallel_map
+from hypar_sim.executors import in_worker, parallel_map
 
 
 def _square_or_stall(item: int) -> int:
@@ -30,3 +32,24 @@ def test_a_failure_ends_the_workers_at_once():
     with pytest.raises(ValueError, match="item 0 failed"):
         parallel_map(_square_or_stall, [0, 1], 2)
     assert time.perf_counter() - started < 30
+
+
+def _probe(_: int) -> bool:
+    return in_worker()
+
+
+def test_a_worker_knows_it_is_one():
+    """A pool's worker searches optimal's stage counts alone (a pool of its own would
+    multiply the processes; in a daemonic cluster worker it cannot start)."""
+    assert not in_worker()
+    assert parallel_map(_probe, [0, 1], 2) == [True, True]
+
+
+def test_pools_start_under_a_fork_server():
+    """A fork server's workers have the server as parent; they were killed at start-up as
+    if this process had died (Python 3.14's default start method on Linux)."""
+    code = ("import multiprocessing as mp; mp.set_start_method('forkserver'); "
+            "from hypar_sim.executors import parallel_map; print(parallel_map(abs, [-1, -2], 2))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "[1, 2]", done.stderr

@@ -107,16 +107,17 @@ class NodeLayout:
 
     def outputs(self) -> list[Region]:
         """Every member's region of the node's output (computed once per layout)."""
-        return list(self._regions(-1))
+        return list(self._regions(None))
 
     def reads(self, index: int) -> list[Region]:
         """Every member's region of input `index` (computed once per layout)."""
         return list(self._regions(index))
 
-    def _regions(self, index: int) -> tuple[Region, ...]:
+    def _regions(self, index: int | None) -> tuple[Region, ...]:
+        """Every member's region of input `index` (None: of the output), once."""
         cache = self.__dict__.setdefault("_region_cache", {})  # frozen: not a field
         if index not in cache:
-            access = self.site.desc.makes if index < 0 else self.site.desc.reads[index]
+            access = self.site.desc.makes if index is None else self.site.desc.reads[index]
             cache[index] = tuple(region(access, box) for box in self._member_boxes)
         return cache[index]
 

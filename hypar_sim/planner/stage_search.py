@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from hypar_sim.errors import InputError
-from hypar_sim.executors import parallel_map
+from hypar_sim.executors import in_worker, parallel_map
 from hypar_sim.hardware.config import HardwareConfig, load_hardware
 from hypar_sim.hardware.topology import make_topology
 from hypar_sim.partition.axes import sites as graph_sites
@@ -129,10 +129,11 @@ def candidates(search: Search, notes: list[str], errors: list[str],
     counts are searched side by side in `workers` processes (default: one per core where
     the graph's nodes times the accelerators exceed `PARALLEL_ABOVE`, else one after
     another): each count's search is independent and their candidates are joined in the
-    counts' order, so the result is the same either way."""
+    counts' order, so the result is the same either way. A process that is itself a worker
+    (of a sweep, a comparison or a cluster) searches them one after another."""
     if workers is None:
         big = len(search.graph.nodes) * search.hierarchy.members > PARALLEL_ABOVE
-        workers = None if big else 1
+        workers = None if big and not in_worker() else 1
     found: list[Candidate] = []
     for counted, noted, failed in parallel_map(
             _count_candidates, [(search, count) for count in search.stage_counts()], workers):
@@ -163,12 +164,15 @@ def _stage_candidates(search: Search, count: int, recomputed: dict[str, set[int]
     whole = make_topology(search.topology, config, array)
     local = make_topology(search.topology, config, sub)
     sites, fed = graph_sites(graph), fed_nodes(graph)
+    # a recomputation the user fixed is in the kinds' costs (as a fixed ZeRO stage is)
+    fixed_recomputed = frozenset() if "recompute" in search.free else frozenset(
+        graph.nodes[i].name for i in recompute_plan(graph, search.base.recompute).recomputed)
     plans: list[tuple[Column, ...]] = []
     found = []
     for m in search.microbatch_counts(count):
         micro = search.batch // m
         costs = TimedCosts(micro, search.word_bytes, False, "time", config, local, fed,
-                           search.base)
+                           search.base, fixed_recomputed)
         splitting = [columns for columns in plans if all(
             costs.offered(site, micro, column, sub)
             for site, column in zip(sites, columns, strict=True))]

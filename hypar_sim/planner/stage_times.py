@@ -77,7 +77,8 @@ def node_times(costs: TimedCosts, graph: Graph, sites: Sequence[Site],
         forward[i] = costs.phase_value(site, column, hierarchy, (Phase.FORWARD,)) + own["loss"]
         backward[i] = costs.phase_value(site, column, hierarchy,
                                         (Phase.BACKWARD, Phase.GRADIENT))
-        again[i] = costs.phase_value(site, column, hierarchy, (Phase.RECOMPUTE,))
+        again[i] = costs.phase_value(site, column, hierarchy, (Phase.RECOMPUTE,)) \
+            + own["loss reduce"]  # an output's loss reduced again with its partial sums
         gathers[i], reduces[i] = own["gather"], own["gradient"] - own["gather"]
         for sharded in (False, True):
             update[sharded][i] = costs.phase_value(site, column, hierarchy, (Phase.UPDATE,),

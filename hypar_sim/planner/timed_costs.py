@@ -88,10 +88,14 @@ class TimedCosts(layout_costs.Costs):
     def own(self, site: Site, column: Column, hierarchy: Hierarchy, is_output: bool) -> float:
         """The node's own steps (`_total`) and its compute under `column`; under ZeRO 3 its
         weights' gather once more (gathered before the forward and again before the
-        backward pass, in place of the reduced gradients' gather:
-        `plan_messages.training_matrices`)."""
-        again = self.own_parts(site, column, hierarchy, is_output)["gather"] \
-            if self.training.zero >= 3 and not self.forward_only else 0.0
+        backward pass, in place of the reduced gradients' gather), and a recomputed output's
+        loss reduction again (with its partial sums: `plan_messages.training_matrices`)."""
+        again = 0.0
+        if not self.forward_only and (self.training.zero >= 3 or
+                                      site.node.name in self.recomputed and is_output):
+            parts = self.own_parts(site, column, hierarchy, is_output)
+            again = parts["gather"] * (self.training.zero >= 3) + parts["loss reduce"] * (
+                site.node.name in self.recomputed)
         return super().own(site, column, hierarchy, is_output) \
             + self.compute(site, column, hierarchy) + again
 
@@ -142,7 +146,9 @@ class TimedCosts(layout_costs.Costs):
                        and s not in loss}
             self._parts[key] = {
                 "gradient": self._total({s: m for s, m in matrices.items() if s not in loss}),
-                "gather": self._total(gathers), "loss": self._total(loss)}
+                "gather": self._total(gathers), "loss": self._total(loss),
+                "loss reduce": self._total({s: m for s, m in loss.items()
+                                            if s == "loss reduce"})}
         return self._parts[key]
 
     def edge(self, producer: Site, consumer: Site, index: int, producer_column: Column,
