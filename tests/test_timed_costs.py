@@ -13,7 +13,7 @@ from hypar_sim.planner.options import PlanOptions
 from hypar_sim.planner.plan import PlanRequest, _plan_cost, _timed_costs, make_plan
 from hypar_sim.planner.traffic import traffic_model
 from hypar_sim.runner import SimOptions, simulate
-from hypar_sim.workload.network import load_workload
+from hypar_sim.workload.network import as_graph, load_workload
 
 CONFIG = load_hardware()
 ANALYTIC = SimOptions(engine="analytic")
@@ -99,3 +99,34 @@ def test_zero_3_and_recomputation_are_in_the_estimate(network, options):
     plan = plan_request(request)
     simulated = simulate(request.workload(), plan, request.hardware, request.sim)
     assert plan.estimate == pytest.approx(simulated.latency_cycles, rel=0.02)
+
+
+def test_a_recomputed_output_reduces_its_loss_again():
+    """Under full recomputation the output is recomputed and its partial sums, the loss's
+    reduction among them, are sent again (`training_matrices`' RECOMPUTE_SUM): lenet_c's fc2
+    split by its inputs on 2 x 2 leaves partial outputs; its own cost grows by exactly the
+    loss reduction's step."""
+    from hypar_sim.hardware.topology import make_topology
+    from hypar_sim.partition.steps import TransferKind
+    from hypar_sim.planner.plan import evaluate_plan
+    from hypar_sim.planner.plan_messages import fed_nodes
+    from hypar_sim.planner.timed_costs import TimedCosts
+    from hypar_sim.planner.training import Training
+
+    graph, hierarchy = as_graph(load_workload("lenet_c")), Hierarchy((2, 2))
+    training = Training(recompute="full")
+    column = ("in", "batch")
+    output = sites(graph)[-1]
+    topology = make_topology("htree", CONFIG, hierarchy)
+    plain, again = (TimedCosts(64, 4, False, "time", CONFIG, topology, fed_nodes(graph),
+                               training, recomputed)
+                    for recomputed in (frozenset(), frozenset({output.node.name})))
+    loss = plain.own_parts(output, column, hierarchy, True)["loss reduce"]
+    rebuilt = again.compute(output, column, hierarchy) - plain.compute(output, column, hierarchy)
+    assert loss > 0 and rebuilt > 0
+    assert again.own(output, column, hierarchy, True) - plain.own(
+        output, column, hierarchy, True) == pytest.approx(rebuilt + loss)
+    columns = [("batch", "batch")] * (len(graph.nodes) - 1) + [column]
+    plan = evaluate_plan(graph, "explicit", "", 64, hierarchy, columns, 4, "training",
+                         "layout", training)
+    assert (len(graph.nodes) - 1, TransferKind.RECOMPUTE_SUM) in plan.matrices
