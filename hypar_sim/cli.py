@@ -229,8 +229,8 @@ def _sweep_arguments(sweep: argparse.ArgumentParser) -> None:
                        help="comma-separated, from fp32, bf16, fp16 (default fp32)")
     sweep.add_argument("--zeros", default="0",
                        help="comma-separated ZeRO stages, from 0, 1, 2, 3, auto (default 0; "
-                            "auto: optimal chooses under --objectives time, the other "
-                            "strategies take 0; the choice is the row's config.zero)")
+                            "auto: optimal chooses under --objectives time, other cases "
+                            "take 0; the choice is the row's config.zero)")
     sweep.add_argument("--recomputes", default="none",
                        help="comma-separated, from none, full, selective, auto (default none; "
                             "auto as for --zeros: config.recompute)")

@@ -411,6 +411,10 @@ def check_axes(spec: SweepSpec) -> None:
         if AUTO in values and not chooses:
             raise InputError(f"{flag} auto: only optimal chooses it, for the time objective; "
                              "add optimal to --strategies and time to --objectives")
+    if AUTO in spec.pipelines and any(spec.hierarchies):
+        raise InputError("--pipelines auto: optimal puts the stages on the array's top level "
+                         "and the default hierarchy of the rest below them; drop --hierarchies "
+                         "or give stage counts")
     for strategy in spec.strategies:
         if strategy not in STRATEGIES or STRATEGIES[strategy].takes_plan:
             raise InputError(f"--strategies: unknown '{strategy}'; allowed: "

@@ -137,6 +137,8 @@ def test_column_order_does_not_depend_on_which_row_came_first(tmp_path):
     (("--zeros", "auto"), "--zeros auto: only optimal chooses it"),
     (("--strategies", "optimal", "--pipelines", "auto"), "add optimal to --strategies and time"),
     (("--pipelines", "2,x"), "comma-separated integers or auto"),
+    (("--strategies", "optimal", "--objectives", "time", "--pipelines", "auto",
+      "--accelerators", "4", "--hierarchies", "2x2"), "drop --hierarchies"),
 ])
 def test_bad_sweep_options(cli, tmp_path, args, fragment):
     out = tmp_path / "s.csv"
