@@ -68,16 +68,17 @@ def in_worker() -> bool:
 
 
 def parallel_map(function: Callable[[Any], Any], items: Sequence[Any],
-                 workers: int | None = None, progress: bool = False) -> list[Any]:
+                 workers: int | None = None, progress: bool = False, unit: str = "run"
+                 ) -> list[Any]:
     """`function` over `items` in a process pool (Ctrl-C left to the caller), results in
     order; one after another with one worker or one item. With `progress`, a bar on stderr
-    once the whole has taken 2 s."""
+    (counting `unit`s) once the whole has taken 2 s."""
     workers = min(workers or os.cpu_count() or 1, len(items))
     if workers <= 1 and not progress:
         return [function(item) for item in items]
     from tqdm import tqdm
 
-    with tqdm(total=len(items), unit="run", delay=2, disable=not progress) as bar:
+    with tqdm(total=len(items), unit=unit, delay=2, disable=not progress) as bar:
         if workers <= 1:
             results = []
             for item in items:

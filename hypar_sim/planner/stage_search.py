@@ -123,20 +123,22 @@ class Candidate:
 
 
 def candidates(search: Search, notes: list[str], errors: list[str],
-               workers: int | None = None) -> list[Candidate]:
+               workers: int | None = None, progress: bool = False) -> list[Candidate]:
     """Every way to train that `search.free` leaves open, timed, fastest first (`notes`:
     what the kinds' searches gave up; `errors`: why a stage count has none). The stage
     counts are searched side by side in `workers` processes (default: one per core where
     the graph's nodes times the accelerators exceed `PARALLEL_ABOVE`, else one after
     another): each count's search is independent and their candidates are joined in the
     counts' order, so the result is the same either way. A process that is itself a worker
-    (of a sweep, a comparison or a cluster) searches them one after another."""
+    (of a sweep, a comparison or a cluster) searches them one after another. With
+    `progress`, a bar of the stage counts searched on stderr once it has taken 2 s."""
     if workers is None:
         big = len(search.graph.nodes) * search.hierarchy.members > PARALLEL_ABOVE
         workers = None if big and not in_worker() else 1
     found: list[Candidate] = []
     for counted, noted, failed in parallel_map(
-            _count_candidates, [(search, count) for count in search.stage_counts()], workers):
+            _count_candidates, [(search, count) for count in search.stage_counts()], workers,
+            progress, "stage count"):
         found += counted
         notes += noted
         errors += failed
@@ -268,7 +270,7 @@ def search_training(graph: Graph, hierarchy: Hierarchy, batch: int, kinds: Seque
                     config)
     notes: list[str] = []
     errors: list[str] = []
-    found = candidates(search, notes, errors)
+    found = candidates(search, notes, errors, progress=options.progress)
     flags = ", ".join(f"--{name} auto" for name in search.free)
     if not found:
         raise InputError(errors[0] if errors else f"{flags}: no way to train {graph.name} on "
