@@ -208,13 +208,19 @@ def make_request(network: str | Network | Graph, *, accelerators: int | None = N
                       plan_text, plan, sim)
 
 
+def chooses_training(strategy: str, objective: str) -> bool:
+    """Whether `strategy` under `objective` chooses the training options given `auto`
+    (`planner.stage_search`: optimal for time alone; the others take their defaults)."""
+    return strategy == "optimal" and objective == "time"
+
+
 def with_strategy(request: RunRequest, strategy: str, objective: str | None = None
                   ) -> RunRequest:
     """The same request under another strategy (and objective), no plan text; the training
     options given `auto` are chosen by optimal alone (another strategy takes their
     defaults)."""
     objective = request.plan.objective if objective is None else objective
-    free = request.plan.free_training if strategy == "optimal" and objective == "time" else ()
+    free = request.plan.free_training if chooses_training(strategy, objective) else ()
     plan = dataclasses.replace(request.plan, objective=objective, free_training=free)
     return dataclasses.replace(request, strategy=strategy, plan_text=None, plan=plan)
 

@@ -46,7 +46,7 @@ from hypar_sim.partition.kinds import DEFAULT_KINDS
 from hypar_sim.planner.strategies import STRATEGIES, objective_for
 from hypar_sim.planner.traffic import DEFAULT_TRAFFIC_MODEL
 from hypar_sim.planner.training import AUTO
-from hypar_sim.request import RunRequest, make_request
+from hypar_sim.request import RunRequest, chooses_training, make_request
 from hypar_sim.results import flatten
 from hypar_sim.runner import SimOptions, simulate_request
 from hypar_sim.sim.defaults import ENGINES
@@ -176,8 +176,8 @@ class SweepSpec:
                 self.objectives, self.engines, self.overlaps, self.phases, self.optimizers,
                 self.precisions, self.zeros, self.recomputes, self.pipelines,
                 self.microbatches, self.schedules):
-            if strategy != "optimal" or objective_for(strategy, objective) != "time":
-                # only optimal chooses (`request.with_strategy`): the others take the defaults
+            if not chooses_training(strategy, objective_for(strategy, objective)):
+                # the defaults where the strategy does not choose
                 zero, recompute, stages = (Case.zero if zero == AUTO else zero,
                                            Case.recompute if recompute == AUTO else recompute,
                                            Case.pipeline if stages == AUTO else stages)
@@ -405,7 +405,8 @@ def all_networks() -> tuple[str, ...]:
 def check_axes(spec: SweepSpec) -> None:
     """Refuse unknown strategies and engines, and `auto` that no case would choose, up front
     (the rest is checked per case)."""
-    chooses = "optimal" in spec.strategies and "time" in spec.objectives
+    chooses = any(chooses_training(strategy, objective) for strategy in spec.strategies
+                  for objective in spec.objectives)
     for flag, values in (("--zeros", spec.zeros), ("--recomputes", spec.recomputes),
                          ("--pipelines", spec.pipelines)):
         if AUTO in values and not chooses:

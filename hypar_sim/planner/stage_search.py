@@ -135,10 +135,12 @@ def candidates(search: Search, notes: list[str], errors: list[str],
     if workers is None:
         big = len(search.graph.nodes) * search.hierarchy.members > PARALLEL_ABOVE
         workers = None if big and not in_worker() else 1
+    recomputed = {mode: set(recompute_plan(search.graph, mode).recomputed)
+                  for mode in search.recomputes()}
     found: list[Candidate] = []
     for counted, noted, failed in parallel_map(
-            _count_candidates, [(search, count) for count in search.stage_counts()], workers,
-            progress, "stage count"):
+            _count_candidates, [(search, count, recomputed) for count in search.stage_counts()],
+            workers, progress, "stage count"):
         found += counted
         notes += noted
         errors += failed
@@ -146,11 +148,10 @@ def candidates(search: Search, notes: list[str], errors: list[str],
     return found
 
 
-def _count_candidates(work: tuple[Search, int]) -> tuple[list[Candidate], list[str], list[str]]:
+def _count_candidates(work: tuple[Search, int, dict[str, set[int]]]
+                      ) -> tuple[list[Candidate], list[str], list[str]]:
     """(candidates, notes, errors) of one stage count (`_stage_candidates`; a worker's)."""
-    search, count = work
-    recomputed = {mode: set(recompute_plan(search.graph, mode).recomputed)
-                  for mode in search.recomputes()}
+    search, count, recomputed = work
     notes: list[str] = []
     errors: list[str] = []
     return _stage_candidates(search, count, recomputed, notes, errors), notes, errors

@@ -90,14 +90,14 @@ class TimedCosts(layout_costs.Costs):
         weights' gather once more (gathered before the forward and again before the
         backward pass, in place of the reduced gradients' gather), and a recomputed output's
         loss reduction again (with its partial sums: `plan_messages.training_matrices`)."""
-        again = 0.0
-        if not self.forward_only and (self.training.zero >= 3 or
-                                      site.node.name in self.recomputed and is_output):
+        total = super().own(site, column, hierarchy, is_output) \
+            + self.compute(site, column, hierarchy)
+        zero_3 = self.training.zero >= 3 and not self.forward_only
+        rebuilt = is_output and site.node.name in self.recomputed and not self.forward_only
+        if zero_3 or rebuilt:  # (its parts apart only where they are sent again)
             parts = self.own_parts(site, column, hierarchy, is_output)
-            again = parts["gather"] * (self.training.zero >= 3) + parts["loss reduce"] * (
-                site.node.name in self.recomputed)
-        return super().own(site, column, hierarchy, is_output) \
-            + self.compute(site, column, hierarchy) + again
+            total += parts["gather"] * zero_3 + parts["loss reduce"] * rebuilt
+        return total
 
     def compute(self, site: Site, column: Column, hierarchy: Hierarchy) -> float:
         """Every phase of the node on its slowest member (cycles), or on all its members
@@ -134,8 +134,9 @@ class TimedCosts(layout_costs.Costs):
     def own_parts(self, site: Site, column: Column, hierarchy: Hierarchy, is_output: bool
                   ) -> dict[str, float]:
         """The node's own steps apart: "gradient" (its reduce and its gather, once a
-        step), "gather" (the gather alone: what ZeRO 3 sends again before each pass) and
-        "loss" (per micro-batch)."""
+        step), "gather" (the gather alone: what ZeRO 3 sends again before each pass),
+        "loss" (per micro-batch) and "loss reduce" (of it, what a recomputed output sends
+        again with its partial sums)."""
         key = ("parts", site.geometry, column, hierarchy, is_output)
         if key not in self._parts:
             matrices = node_layout.own_matrices(
