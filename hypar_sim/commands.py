@@ -41,9 +41,6 @@ from hypar_sim.workload.network import (
 # The planner, hardware and simulator load inside the commands that use them: `networks`
 # and `--help` start without them (issue "Scale": start in a blink).
 
-#: From this many accelerators, `run` under the ring collectives suggests layout_levels.
-RING_HINT_ACCELERATORS = 256
-
 
 def cmd_run(args: argparse.Namespace) -> str:
     from hypar_sim.request import plan_request
@@ -63,13 +60,7 @@ def cmd_run(args: argparse.Namespace) -> str:
         figure_format(args.plot, "--plot")
     request = request_from_args(args)
     workload = request.workload()
-    plan = plan_request(request, workload)  # a plan refused is one line, without the note
-    if args.traffic_model == "layout" and request.accelerators >= RING_HINT_ACCELERATORS:
-        print(f"note: --traffic-model layout sends each collective as a ring of k - 1 rounds "
-              f"(k(k - 1) messages); on {request.accelerators} accelerators --traffic-model "
-              f"layout_levels sends the same bytes level by level in fewer rounds (faster to "
-              f"simulate)",
-              file=sys.stderr)
+    plan = plan_request(request, workload)
     result = simulate(workload, plan, request.hardware, request.sim)
     files: dict[str, bytes] = {}  # written together at the end: all of them or none
     written = ""

@@ -96,7 +96,9 @@ def _outcome(workload, strategy: str) -> dict:
 
 
 #: What the chain planners and schedule gave (commit dda0b81, before chains became graphs):
-#: every plan, its bytes, step time and energy on 16 accelerators, batch 256.
+#: every plan and its bytes on 16 accelerators, batch 256; the step times and energies
+#: measured again since (each group's collective its own, where a layer's weights and bias
+#: are reduced over different groups; the analytic engine's steps in flight sharing links).
 CHAIN_OUTCOMES = json.loads((Path(__file__).parent / "data" / "chain_outcomes.json").read_text())
 #: Where the graph path differs from the chain path, and why.
 KNOWN = {"lenet_c/tofu": "the chain split fc2's 500 channels into fractions (62.5 a member), "

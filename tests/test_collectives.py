@@ -155,16 +155,6 @@ def test_cli_runs_the_levels_model_and_lists_it(cli):
     assert "Traceback" not in wrong.stderr
 
 
-def test_run_suggests_the_levels_model_on_large_arrays(cli):
-    """From 256 accelerators, `run` under the ring collectives notes layout_levels on stderr
-    (and still runs); under layout_levels, no note."""
-    args = ("run", "sconv", "--accelerators", "256", "--engine", "analytic")
-    ring = cli(*args)
-    assert ring.returncode == 0 and "--traffic-model layout_levels" in ring.stderr
-    levels = cli(*args, "--traffic-model", "layout_levels")
-    assert levels.returncode == 0 and "note:" not in levels.stderr
-
-
 @settings(max_examples=60, deadline=None)
 @given(members=st.integers(1, 12), cells=st.integers(0, 40),
        density=st.sampled_from([0.05, 0.3, 1.0]), seed=st.integers(0, 2**32 - 1))

@@ -101,22 +101,25 @@ def test_rows_with_repeats_time_as_their_rounds_written_out(collective, sizes, t
     assert sent_by == pytest.approx(expected)
 
 
-def test_overlapping_groups_are_written_out_together():
+def test_overlapping_groups_each_run_their_own_ring():
     """A fused bucket of a gradient reduced over all members and one reduced over half of
-    them: sent together, directly, as their pairs were before groups were kept."""
+    them: each group's ring on its own (as a framework runs one all-reduce per process
+    group), k - 1 rounds of the whole and k/2 - 1 of the half, never the pairs written out."""
     k = 8
     whole = [(((0, 8),),)] * k
     half = [(((0, 4),),) if m < 4 else () for m in range(k)]
     both = redistribute((8,), whole, whole).reduce + redistribute((4,), half, half).reduce
     assert len(both.blocks) == 2
     transfers = COLLECTIVES["ring"](both, Hierarchy((2, 2, 2)), True)
-    assert len(transfers) == k * (k - 1) and set(transfers.repeats.tolist()) == {1}
+    assert sorted(transfers.repeats.tolist()) == [3] * 4 + [7] * 8
     assert float(transfers.sent_bytes.sum()) == pytest.approx(both.sum())
+    ring_of_half = transfers.repeats == 3
+    assert set(transfers.src[ring_of_half].tolist()) == {0, 1, 2, 3}
 
 
-def test_a_block_that_shares_members_with_pairs_is_written_out_with_them():
-    """Where other entries touch a block's members, the block and those entries are sent as
-    the pairs were before groups were kept: searched for uniform blocks among themselves."""
+def test_a_block_that_shares_members_with_pairs_is_sent_beside_them():
+    """Where other entries touch a block's members, the block is still its group's ring and
+    the entries are sent directly beside it."""
     k = 6
     whole = [(((0, 6 * k),),)] * k
     moved = redistribute((6 * k,), whole, whole).reduce
@@ -126,7 +129,7 @@ def test_a_block_that_shares_members_with_pairs_is_written_out_with_them():
     assert len(extra.src) > 0 and not extra.blocks
     both = moved + extra
     transfers = COLLECTIVES["ring"](both, Hierarchy((k,)), True)
-    assert set(transfers.repeats.tolist()) == {1}  # one direct exchange, as before
+    assert sorted(transfers.repeats.tolist()) == [1] * len(extra.src) + [k - 1] * k
     assert float(transfers.sent_bytes.sum()) == pytest.approx(both.sum())
 
 

@@ -22,26 +22,26 @@ def test_memory_limit_is_the_smaller_of_physical_memory_and_rlimit_as():
     assert resources.memory_limit_bytes() == expected
 
 
-@pytest.mark.parametrize(("limit", "match"), [
-    (5 * 2**20, "the plan's messages .* rows so far.* would need .* MiB of memory; this "
-                "process may use"),
-    (9 * 2**20, "the event-driven engine's 40,640 messages written out one by one would need "
-                ".* MiB of memory; this process may use"),
-    (25 * 2**20, "the event-driven engine's .* messages would need"),
+@pytest.mark.parametrize(("limit", "symmetry", "match"), [
+    (3 * 2**20, True, "the plan's messages .* rows so far.* would need .* MiB of memory; "
+                      "this process may use"),
+    (5 * 2**20, False, "the event-driven engine's 5,312 messages would need .* MiB of "
+                       "memory; this process may use"),
 ])
-def test_too_many_messages_are_refused_in_one_line(monkeypatch, limit, match):
-    """vgg_a's HyPar plan on 64 accelerators sends 40,640 messages in far fewer rows (a
-    ring's k - 1 rounds are a row per member; 20,320 messages simulated, in symmetry
-    classes): with the process allowed 5 MiB the plan's rows (650 B each) are refused as
-    the collectives make them; with 9 MiB the event-driven engine refuses to write the
-    messages out one by one (300 B each); with 25 MiB it writes them out and refuses its
-    objects for the classes (1.5 KB a message); the analytic engine runs the same case."""
+def test_too_many_messages_are_refused_in_one_line(monkeypatch, limit, symmetry, match):
+    """vgg_a's HyPar plan on 64 accelerators sends 44,608 messages in 5,312 rows (a ring's
+    k - 1 rounds are a row per member, which the event-driven engine sends as one message):
+    with the process allowed 3 MiB the plan's rows (650 B each, 6,080 made on the way: 3.8
+    MiB) are refused as the collectives make them; with 5 MiB and every member simulated
+    the event-driven engine refuses its objects (1.5 KB a message: 7.6 MiB); the analytic
+    engine runs the same case."""
     monkeypatch.setattr(resources, "memory_limit_bytes", lambda: limit)
-    request = make_request("vgg_a", accelerators=64, batch=256)
+    request = make_request("vgg_a", accelerators=64, batch=256,
+                           sim=SimOptions(symmetry=symmetry))
     with pytest.raises(InputError, match=match) as refused:
         simulate_request(request)
     assert "\n" not in str(refused.value) and "MiB of memory" in str(refused.value)
-    if limit > 10 * 2**20:
+    if limit > 4 * 2**20:
         plan_request(request)
         quick = make_request("vgg_a", accelerators=64, batch=256,
                              sim=SimOptions(engine="analytic"))

@@ -70,7 +70,7 @@ def cut_through_cycles(chunks: Sequence[float], route: Route, config: HardwareCo
     return arrived
 
 
-def _alone_cycles(route: Route, size: float, config: HardwareConfig, chunk_bytes: float,
+def alone_cycles(route: Route, size: float, config: HardwareConfig, chunk_bytes: float,
                   max_chunks: int) -> float:
     """Time of a message of `size` bytes alone on `route` (no contention), cycles."""
     chunks = chunk_sizes(size, chunk_bytes, max_chunks)
@@ -144,7 +144,7 @@ def step_cycles(messages: StepMessages, topology: Topology, config: HardwareConf
             key = (int(routed.shapes[at]), float(sizes[at]))
             keys.add(key)
             if key not in alone:
-                alone[key] = _alone_cycles(topology.route(int(src[at]), int(dst[at])), key[1],
+                alone[key] = alone_cycles(topology.route(int(src[at]), int(dst[at])), key[1],
                                            config, chunk_bytes, max_chunks)
         slowest = max(alone[key] for key in keys)
         round_sizes = np.where(active, sizes, 0.0)

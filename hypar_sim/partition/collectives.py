@@ -151,23 +151,16 @@ def _level_stages(block: np.ndarray, size: float, levels: tuple[int, ...], hiera
 
 
 def _collective(moved: Moved, uniform_block) -> Transfers:
-    """Uniform blocks as `uniform_block(block, b)` sends them; the rest directly. A block
-    the matrix keeps as a group (`Moved.blocks`) is sent as one where nothing else in the
-    matrix touches its members; a block that shares members with entries or with another
-    block (a fused gradient bucket of nodes reduced over different groups) is written out
-    with them, and the entries are searched for uniform blocks, as pairs always were."""
-    touched = np.zeros(moved.members, dtype=np.int64)
-    touched[moved.src] = touched[moved.dst] = 1
-    for block in moved.blocks:
-        touched[block.members] += 1
-    parts, written = [], []
-    for block in moved.blocks:
-        if np.all(touched[block.members] == 1):
-            parts.append(uniform_block(block.members, block.amount))
-        else:
-            written.append(block)
-    if written:
-        moved = Moved(moved.members, moved.src, moved.dst, moved.amount, tuple(written)).entries()
+    """Every block the matrix keeps as a group (`Moved.blocks`) as `uniform_block(block,
+    b)` sends it, each on its own, even where groups share members (a fused gradient bucket
+    of nodes reduced over different groups, a layer's weights and bias reduced over
+    different groups: each group runs its own collective, as a data-parallel framework runs
+    one per process group, PyTorch DDP's buckets being per group: Li et al., VLDB 2020,
+    section 3.2.3); the other entries are searched for uniform blocks, sent likewise, and
+    the rest sent directly."""
+    parts = [uniform_block(block.members, block.amount) for block in moved.blocks]
+    if moved.blocks:
+        moved = Moved(moved.members, moved.src, moved.dst, moved.amount)
     blocks, label = _blocks(moved)
     kept = np.ones(len(moved.src), dtype=bool)
     by_block = label[moved.src]

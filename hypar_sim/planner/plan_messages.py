@@ -221,12 +221,6 @@ def training_matrices(graph: Graph, matrices: Mapping[StepKey, Moved], training:
     return out
 
 
-#: Bytes one message of a step holds on its way to a result, the event-driven engine's
-#: objects aside: its arrays here, in the schedule's flat arrays, its route's links and its
-#: symmetry labels (measured: vgg_a at batch 4096 on 256 accelerators, 327,328 messages, the
-#: analytic engine's whole process 157 MB against 105 MB for planning alone: about 160 B a
-#: message beyond the plan's own; doubled for the sorting's temporaries).
-MESSAGE_BYTES = 300
 #: Bytes a row of the plan's messages (a message, or a ring's rounds from one member) holds
 #: through routing and timing in either engine's process (measured on vgg_a at batch 4096:
 #: 2,433,792 rows on 1,024 accelerators, the analytic engine's process 1.64 GB against 75 MB

@@ -4,9 +4,15 @@ Each accelerator is a process that works through its tasks: a computation
 keeps its cube's PUs busy for the piece's cycles (compute and DRAM overlapped,
 from the hardware models); a send starts its messages and goes on; a wait
 blocks until every message of that step addressed to the accelerator has
-arrived. A collective's messages of round r + 1 (a ring's next step) leave a
-member once all of its round r has left it (is wholly on its first link) and it
-has received all of round r: its rounds go out in order. A message cuts
+arrived. A collective's messages of round r + 1 (a level stage's next ring)
+leave a member once all of its round r has left it (is wholly on its first
+link) and it has received all of round r: its rounds go out in order. A ring
+is one operation of its group (`Schedule.sent_flat`): each member sends its
+successor one message of all its k - 1 rounds' bytes, which holds the links
+and channels as the rounds would; every member receives its part when the last
+has arrived, and no sooner than the rounds one after another would take alone
+(`_Step.late`), so a ring of k members is k messages, not k (k - 1), and the
+analytic engine's closed form is what it takes on free links. A message cuts
 its bytes into chunks; each chunk is read through one of the source cube's
 vault channels, cuts through the links of its route (all messages share them:
 contention is modelled) and is written through a vault channel at the
@@ -50,9 +56,14 @@ from simpy.core import EmptySchedule
 
 from hypar_sim.hardware.config import HardwareConfig
 from hypar_sim.hardware.topology import Topology
-from hypar_sim.hardware.transfer import Routed, chunk_sizes, route_latency_cycles
+from hypar_sim.hardware.transfer import (
+    Routed,
+    alone_cycles,
+    chunk_sizes,
+    cut_through_cycles,
+    route_latency_cycles,
+)
 from hypar_sim.partition.steps import TransferKind
-from hypar_sim.planner.plan_messages import MESSAGE_BYTES, MESSAGES_ADVICE
 from hypar_sim.resources import check_memory
 from hypar_sim.results import SimResult
 from hypar_sim.sim.accounting import assemble_result, is_update
@@ -84,10 +95,11 @@ STAGE_KINDS = frozenset({TransferKind.STAGE_FEATURE, TransferKind.STAGE_ERROR})
 class _InFlight:
     """A message on its way: what it stands for, its chunks, the latest write finish."""
 
-    __slots__ = ("sent", "hops", "sizes", "issued", "chunks_left", "last_write")
+    __slots__ = ("sent", "hops", "sizes", "issued", "chunks_left", "last_write", "sent_at")
 
-    def __init__(self, sent: Sent, sizes: list[float]) -> None:
+    def __init__(self, sent: Sent, sizes: list[float], sent_at: float) -> None:
         self.sent = sent
+        self.sent_at = sent_at
         self.hops = len(sent.hops)  # links on the route
         self.sizes = sizes
         self.issued = 0
@@ -139,6 +151,15 @@ class _Step:
         self.next_round: dict[tuple[int, StepKey], int] = defaultdict(int)
         # messages of (class, step, round) not yet wholly on their first link
         self.leaving: dict[tuple[int, StepKey, int], int] = {}
+        self.topology = topology
+        # per (step, round) of rings' messages (`Sent.rounds` > 1): [when the last is ready,
+        # messages not yet ready, those ready]: a ring's members receive their parts at once
+        self.rings: dict[tuple[StepKey, int], list] = {}
+        for (_, step, round_), messages in classes.outbox.items():
+            for sent in messages:
+                if sent.rounds > 1:
+                    self.rings.setdefault((step, round_), [0.0, 0, []])[1] += 1
+        self.rounds_late: dict[tuple[int, float, int], tuple[float, float]] = {}  # `late`'s
 
     def ask(self, lanes: Lanes, service: float, not_before: float, count: int,
             state: _InFlight, size: float, stage: int) -> None:
@@ -204,7 +225,7 @@ class _Step:
             self.leaving[(member_class, step, round_)] = len(messages)
             for sent in messages:
                 self.read(_InFlight(sent, chunk_sizes(sent.message.bytes, self.chunk_bytes,
-                                                      self.max_chunks)))
+                                                      self.max_chunks), self.env.now))
 
     def accelerator(self, member_class: int, bar=None):
         env = self.env
@@ -277,9 +298,47 @@ class _Step:
             state.last_write = finish
         state.chunks_left -= 1
         if state.chunks_left == 0:
-            wait = (state.last_write - self.env.now
-                    + route_latency_cycles(state.sent.route, self.config))
-            self.env.timeout(wait).callbacks.append(lambda _: self.deliver(state))
+            ready = (state.last_write + route_latency_cycles(state.sent.route, self.config)
+                     + self.late(state))
+            if state.sent.rounds == 1:
+                self.env.timeout(ready - self.env.now).callbacks.append(
+                    lambda _: self.deliver(state))
+                return
+            key = (state.sent.message.step, state.sent.message.round)  # a ring's round
+            held = self.rings[key]
+            held[0] = max(held[0], ready)
+            held[2].append(state)
+            held[1] -= 1
+            if held[1] == 0:  # the ring's last member has its part: all have theirs
+                self.env.timeout(held[0] - self.env.now).callbacks.append(
+                    lambda _: [self.deliver(each) for each in held[2]])
+
+    def late(self, state: _InFlight) -> float:
+        """Cycles a message that stands for a ring's n > 1 rounds (`Sent.rounds`: sent at
+        once, all n rounds' bytes) arrives after its last chunk and its route's latency.
+        Alone, its rounds one after another take n times one round's time alone on its route
+        (`hardware.transfer.alone_cycles`, as the analytic engine counts them): what the
+        whole takes alone falls short of that by the n - 1 rounds' fixed costs (latency,
+        the first chunk's way through, reading and writing it), paid here. Other messages
+        use a ring's links while its rounds pay those costs; where they held up this
+        message's chunks, so much of the shortfall is paid already."""
+        sent = state.sent
+        rounds = sent.rounds
+        if rounds == 1:
+            return 0.0
+        route = sent.route
+        size = sent.message.bytes / rounds
+        key = (self.topology.shape_id(route), size, rounds)
+        known = self.rounds_late.get(key)
+        if known is None:
+            whole = cut_through_cycles(chunk_sizes(sent.message.bytes, self.chunk_bytes,
+                                                   self.max_chunks), route, self.config)
+            one = alone_cycles(route, size, self.config, self.chunk_bytes, self.max_chunks)
+            short = rounds * one - whole - route_latency_cycles(route, self.config)
+            known = self.rounds_late[key] = (max(short, 0.0), whole)
+        short, whole = known
+        held_up = state.last_write - state.sent_at - whole
+        return max(short - max(held_up, 0.0), 0.0)
 
     def _span(self, state: _InFlight, hop: int, start: float, finish: float,
               size: float) -> None:
@@ -343,10 +402,7 @@ def simulate_des(schedule: Schedule, topology: Topology,
     `progress`, a bar on stderr for runs over 2 s."""
     summary = trace_links == "summary"
     started = time.perf_counter()
-    check_memory(schedule.flat.messages * MESSAGE_BYTES,
-                 f"the event-driven engine's {schedule.flat.messages:,} messages written out "
-                 "one by one", MESSAGES_ADVICE.replace("use ", "use --engine analytic, ", 1))
-    flat = schedule.expanded_flat()  # a ring's rounds one by one
+    flat = schedule.sent_flat()  # a ring's rounds from one member as one message
     routed = Routed.of(flat.src, flat.dst, topology)  # for the classes
     classes = classify(schedule, topology, symmetry and not (trace and not summary), routed,
                        flat)

@@ -28,7 +28,7 @@ must fit its cube.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 
 import numpy as np
@@ -129,10 +129,18 @@ class Schedule:
         one row per member, `FlatMessages.repeats`)."""
         return FlatMessages.of(self.steps.values())
 
-    def expanded_flat(self) -> FlatMessages:
-        """The same messages a row each (what the event-driven engine sends one by one),
-        steps in order, each step's sorted by round, then source, then destination."""
-        return FlatMessages.of(step.expanded() for step in self.steps.values())
+    def sent_flat(self) -> FlatMessages:
+        """The rows as the event-driven engine sends them: each row one message, a row of
+        `repeats` n (a member's part of a ring's n rounds) standing for its n rounds, and each
+        step's rounds numbered 0, 1, ... in their order (`sim.engine`)."""
+        flat = self.flat
+        if not len(flat.src):
+            return flat
+        span = int(flat.round.max()) + 1
+        keys, inverse = np.unique(flat.step * span + flat.round, return_inverse=True)
+        steps = keys // span
+        ranks = np.arange(len(keys)) - np.searchsorted(steps, steps)
+        return replace(flat, round=ranks[inverse.reshape(-1)])
 
     @property
     def messages(self) -> tuple[Message, ...]:

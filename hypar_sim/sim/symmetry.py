@@ -46,6 +46,7 @@ class Sent:
     src_count: int  # messages of the class one source member sends
     dst_count: int  # messages of the class one destination member receives
     hops: tuple[tuple[int, int], ...]  # per link of the route: (link class, messages on it)
+    rounds: int = 1  # a ring's rounds the message stands for (`message.bytes`: all of them)
 
 
 @dataclass(frozen=True)
@@ -82,18 +83,29 @@ def _encode(flat: FlatMessages, src: np.ndarray, dst: np.ndarray, members: int) 
 def _message_images(flat: FlatMessages, members: np.ndarray,
                     count: int) -> np.ndarray | None:
     """Each message's image under the member permutation, or None if some message has no
-    image of the same bytes (or two messages share a step, ends and round)."""
+    image of the same bytes and rounds. Messages that share a step, ends and round (two groups' rings
+    through the same pair of members) are told apart by their rank in bytes among them: the
+    image of the j-th is the j-th of the image's."""
     keys = _encode(flat, flat.src, flat.dst, count)
-    order = np.argsort(keys, kind="stable")
+    order = np.lexsort((flat.bytes, keys))
     ranked = keys[order]
+    rank = np.zeros(len(keys), dtype=np.int64)
     if len(ranked) > 1 and not np.all(np.diff(ranked) > 0):
-        return None
-    wanted = _encode(flat, members[flat.src], members[flat.dst], count)
+        starts = np.r_[True, np.diff(ranked) != 0]
+        first = np.maximum.accumulate(np.where(starts, np.arange(len(ranked)), 0))
+        rank[order] = np.arange(len(ranked)) - first
+        width = int(rank.max()) + 1
+        ranked = ranked * width + rank[order]
+        wanted = _encode(flat, members[flat.src], members[flat.dst], count) * width + rank
+    else:
+        wanted = _encode(flat, members[flat.src], members[flat.dst], count)
     at = np.minimum(np.searchsorted(ranked, wanted), max(len(ranked) - 1, 0))
     if len(ranked) and not np.array_equal(ranked[at], wanted):
         return None
     image = order[at]
-    return image if np.array_equal(flat.bytes[image], flat.bytes) else None
+    same = np.array_equal(flat.bytes[image], flat.bytes) and \
+        np.array_equal(flat.repeats[image], flat.repeats)
+    return image if same else None
 
 
 class _Routes:
@@ -128,10 +140,10 @@ def classify(schedule: Schedule, topology: Topology, symmetric: bool = True,
              routed: Routed | None = None, flat: FlatMessages | None = None) -> Classes:
     """The classes of `schedule` on `topology` under the symmetries that keep both (with
     `symmetric` False, or none found: every accelerator, link and message its own);
-    `flat`: the schedule's messages a row each (`Schedule.expanded_flat`), and `routed`
+    `flat`: the schedule's messages as the engine sends them (`Schedule.sent_flat`), and `routed`
     their routes, if already known."""
     count = schedule.accelerators
-    flat = flat if flat is not None else schedule.expanded_flat()
+    flat = flat if flat is not None else schedule.sent_flat()
     routed = routed or Routed.of(flat.src, flat.dst, topology)
     keys = list(schedule.steps)
     member_maps, link_maps, message_maps = [], [], []
@@ -169,11 +181,12 @@ def classify(schedule: Schedule, topology: Topology, symmetric: bool = True,
     member_count, link_count = member_sizes.tolist(), link_sizes.tolist()
     outbox: dict[tuple[int, StepKey, int], list[Sent]] = {}
     start = 0
-    for size, src, dst, step, level, round_, nbytes, length in zip(
+    for size, src, dst, step, level, round_, nbytes, rounds, length in zip(
             message_sizes[message_label[picked]].tolist(),
             flat.src[picked].tolist(), flat.dst[picked].tolist(), flat.step[picked].tolist(),
             flat.level[picked].tolist(), flat.round[picked].tolist(),
-            flat.bytes[picked].tolist(), lengths.tolist(), strict=True):
+            flat.sent_bytes[picked].tolist(), flat.repeats[picked].tolist(), lengths.tolist(),
+            strict=True):
         src_class, dst_class = class_of_member[src], class_of_member[dst]
         if size % member_count[src_class] or size % member_count[dst_class]:
             raise RuntimeError("symmetry: a message class does not spread evenly over its "
@@ -185,7 +198,8 @@ def classify(schedule: Schedule, topology: Topology, symmetric: bool = True,
                      for link in crossed[start:start + length])
         start += length
         sent = Sent(message, topology.route(src, dst), src_class, dst_class,
-                    size // member_count[src_class], size // member_count[dst_class], hops)
+                    size // member_count[src_class], size // member_count[dst_class], hops,
+                    rounds)
         outbox.setdefault((src_class, key, message.round), []).append(sent)
 
     # messages each representative receives, per (step, round)
