@@ -64,11 +64,18 @@ def test_hypar_plans_agree_within_two_percent(network, accelerators, batch, topo
     assert des == pytest.approx(analytic, rel=0.02)
 
 
+#: Open gap (issue "Scale", item 3): on 128 and 256 accelerators a ring's group goes on as
+#: soon as its own members have their parts, and its next steps share the upper links with
+#: rings still running elsewhere, contention the closed form does not see (DES/analytic:
+#: 1.215/1.134 s at 128, 1.263/1.153 s at 256).
+_CONTENDED = pytest.mark.xfail(strict=True, reason="contention between groups the closed "
+                                                   "form does not see")
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("accelerators", [64, 128, 256])
-def test_large_arrays_agree_within_four_percent(accelerators):
-    """vgg_a, 16 samples per accelerator: 1.087/1.098 s at 64, 1.137/1.134 at 128,
-    1.199/1.153 at 256 (DES/analytic; 3.9% there, an open gap: more steps share the upper
-    links at once than the closed form's two-way sharing sees)."""
+@pytest.mark.parametrize("accelerators", [64, pytest.param(128, marks=_CONTENDED),
+                                          pytest.param(256, marks=_CONTENDED)])
+def test_large_arrays_agree_within_three_percent(accelerators):
+    """vgg_a, 16 samples per accelerator: 1.116/1.098 s at 64 (DES/analytic)."""
     des, analytic = latencies("vgg_a", accelerators, 16 * accelerators)
-    assert des == pytest.approx(analytic, rel=0.04)
+    assert des == pytest.approx(analytic, rel=0.03)

@@ -15,7 +15,7 @@ from hypar_sim.hardware.transfer import step_cycles
 from hypar_sim.partition import redistribute as redistribute_module
 from hypar_sim.partition.collectives import COLLECTIVES
 from hypar_sim.partition.hierarchy import Hierarchy
-from hypar_sim.partition.redistribute import Cover, gather_stage, redistribute
+from hypar_sim.partition.redistribute import Block, Cover, Moved, gather_stage, redistribute
 from hypar_sim.partition.steps import TransferKind
 from hypar_sim.planner.plan_messages import sent
 
@@ -141,3 +141,30 @@ def test_gather_stage_keeps_uniform_cells_as_blocks():
     gathered = gather_stage(holders, need, np.array([10.0]))
     assert len(gathered.src) == 0 and len(gathered.blocks) == 1
     assert gathered.blocks[0].amount == pytest.approx(2.0)
+
+
+def test_a_member_skips_the_stages_of_groups_it_is_not_in():
+    """Level stages of two overlapping groups in one step (a 4 x 2 x 2 array, one group
+    along levels 0 and 2, one along 1 and 2): members of one group send the step's first and
+    third stage starts and none of the second; the event-driven engine still delivers every
+    message, the same with and without symmetry."""
+    from hypar_sim.sim.engine import simulate_des
+    from hypar_sim.sim.schedule import Schedule, Send, Units, Wait
+
+    hierarchy = Hierarchy((4, 2, 2))
+    members = np.arange(16)
+    first = members[(members // hierarchy.strides[1]) % 2 == 0]
+    second = members[(members // hierarchy.strides[0]) % 4 == 0]
+    moved = Moved(16, np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0),
+                  (Block(first, 1e5), Block(second, 1e5)))
+    key = (0, TransferKind.GRADIENT_GATHER)
+    steps = {key: COLLECTIVES["levels"](moved, hierarchy, False).messages(0, key[1], hierarchy)}
+    units = Units("x", "x", 1, hierarchy, ("n",), (("x",),) * 3, "layout_levels")
+    schedule = Schedule(units, load_hardware(), (Send(key), Wait(key)), steps)
+    sent = schedule.sent_flat()
+    alone = int(np.setdiff1d(first, second)[0])
+    assert sorted(set(sent.round[sent.src == alone].tolist())) == [0, 2]
+    topology = make_topology("htree", load_hardware(), hierarchy)
+    latencies = {simulate_des(schedule, topology, symmetry=symmetric).latency_cycles
+                 for symmetric in (True, False)}
+    assert len(latencies) == 1 and latencies.pop() > 0

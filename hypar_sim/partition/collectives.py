@@ -51,6 +51,7 @@ class Transfers:
     bytes: np.ndarray
     round: np.ndarray
     repeats: np.ndarray
+    group: np.ndarray  # the collective each row is part of (numbered in the step), -1: none
 
     def __len__(self) -> int:
         return len(self.src)
@@ -64,19 +65,20 @@ class Transfers:
         """The step's messages, each with the level at which its two members meet."""
         return StepMessages(index, kind, self.src, self.dst, self.bytes,
                             hierarchy.meeting_levels(self.src, self.dst), self.round,
-                            repeats=self.repeats)
+                            repeats=self.repeats, group=self.group)
 
 
 def _sorted(src: np.ndarray, dst: np.ndarray, size: np.ndarray, round_: np.ndarray,
-            repeats: np.ndarray) -> Transfers:
+            repeats: np.ndarray, group: np.ndarray) -> Transfers:
     order = np.lexsort((dst, src, round_))
     return Transfers(src[order], dst[order], size[order].astype(np.float64), round_[order],
-                     repeats[order].astype(np.int64))
+                     repeats[order].astype(np.int64), group[order].astype(np.int64))
 
 
-def _once(count: int) -> tuple[np.ndarray, np.ndarray]:
-    """Rounds and repeats of `count` messages sent once, in round 0."""
-    return np.zeros(count, dtype=np.int64), np.ones(count, dtype=np.int64)
+def _once(count: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Rounds, repeats and groups (none) of `count` messages sent once, in round 0."""
+    return (np.zeros(count, dtype=np.int64), np.ones(count, dtype=np.int64),
+            np.full(count, -1, dtype=np.int64))
 
 
 def direct(moved: Moved, hierarchy: Hierarchy | None = None, reduce: bool = True) -> Transfers:
@@ -171,9 +173,11 @@ def _collective(moved: Moved, uniform_block) -> Transfers:
         if sent is not None:
             parts.append(sent)
             kept &= ~inside
+    parts = [(*part, np.full(len(part[0]), group, dtype=np.int64))
+             for group, part in enumerate(parts)]  # each collective its group
     parts.append((moved.src[kept], moved.dst[kept], moved.amount[kept],
                   *_once(int(kept.sum()))))
-    return _sorted(*(np.concatenate([p[i] for p in parts]) for i in range(5)))
+    return _sorted(*(np.concatenate([p[i] for p in parts]) for i in range(6)))
 
 
 def ring(moved: Moved, hierarchy: Hierarchy | None = None, reduce: bool = True) -> Transfers:

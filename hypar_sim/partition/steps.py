@@ -127,9 +127,16 @@ class StepMessages:
     round: np.ndarray
     micro: int = 0  # a pipeline's micro-batch
     repeats: np.ndarray | None = None
+    #: The collective each row is part of (numbered within the step; -1 or None: none).
+    group: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.src)
+
+    @property
+    def groups(self) -> np.ndarray:
+        """Each row's collective (-1: none)."""
+        return np.full(len(self.src), -1, dtype=np.int64) if self.group is None else self.group
 
     @property
     def counts(self) -> np.ndarray:
@@ -156,7 +163,8 @@ class StepMessages:
         order = np.lexsort((self.dst[rows], self.src[rows], rounds))
         rows = rows[order]
         return StepMessages(self.layer, self.kind, self.src[rows], self.dst[rows],
-                            self.bytes[rows], self.level[rows], rounds[order], self.micro)
+                            self.bytes[rows], self.level[rows], rounds[order], self.micro,
+                            group=self.groups[rows])
 
     def __iter__(self) -> Iterator[Message]:
         layer, kind, micro = self.layer, self.kind, self.micro

@@ -10,7 +10,7 @@ link) and it has received all of round r: its rounds go out in order. A ring
 is one operation of its group (`Schedule.sent_flat`): each member sends its
 successor one message of all its k - 1 rounds' bytes, which holds the links
 and channels as the rounds would; every member receives its part when the last
-has arrived, and no sooner than the rounds one after another would take alone
+of the ring's parts has arrived, and no sooner than the rounds one after another would take alone
 (`_Step.late`), so a ring of k members is k messages, not k (k - 1), and the
 analytic engine's closed form is what it takes on free links. A message cuts
 its bytes into chunks; each chunk is read through one of the source cube's
@@ -152,13 +152,17 @@ class _Step:
         # messages of (class, step, round) not yet wholly on their first link
         self.leaving: dict[tuple[int, StepKey, int], int] = {}
         self.topology = topology
-        # per (step, round) of rings' messages (`Sent.rounds` > 1): [when the last is ready,
-        # messages not yet ready, those ready]: a ring's members receive their parts at once
-        self.rings: dict[tuple[StepKey, int], list] = {}
-        for (_, step, round_), messages in classes.outbox.items():
+        # per (step, round, collective class) of rings' messages (`Sent.rounds` > 1): [when
+        # the last is ready, messages not yet ready, those ready]: a ring's members receive
+        # their parts at once
+        self.rings: dict[tuple[StepKey, int, int], list] = {}
+        self.last_round: dict[tuple[int, StepKey], int] = {}  # each class's, in each step
+        for (member_class, step, round_), messages in classes.outbox.items():
+            key = (member_class, step)
+            self.last_round[key] = max(self.last_round.get(key, -1), round_)
             for sent in messages:
                 if sent.rounds > 1:
-                    self.rings.setdefault((step, round_), [0.0, 0, []])[1] += 1
+                    self.rings.setdefault((step, round_, sent.group), [0.0, 0, []])[1] += 1
         self.rounds_late: dict[tuple[int, float, int], tuple[float, float]] = {}  # `late`'s
 
     def ask(self, lanes: Lanes, service: float, not_before: float, count: int,
@@ -218,10 +222,12 @@ class _Step:
             if round_ > 0 and (self.round_pending[(member_class, step, round_ - 1)] > 0 or
                                self.leaving.get((member_class, step, round_ - 1), 0) > 0):
                 return
-            messages = outbox.get((member_class, step, round_))
-            if not messages:
+            if round_ > self.last_round.get((member_class, step), -1):
                 return
+            messages = outbox.get((member_class, step, round_), ())
             self.next_round[(member_class, step)] = round_ + 1
+            if not messages:  # another group's stage (`Schedule.sent_flat` ranks a step's)
+                continue
             self.leaving[(member_class, step, round_)] = len(messages)
             for sent in messages:
                 self.read(_InFlight(sent, chunk_sizes(sent.message.bytes, self.chunk_bytes,
@@ -304,7 +310,7 @@ class _Step:
                 self.env.timeout(ready - self.env.now).callbacks.append(
                     lambda _: self.deliver(state))
                 return
-            key = (state.sent.message.step, state.sent.message.round)  # a ring's round
+            key = (state.sent.message.step, state.sent.message.round, state.sent.group)
             held = self.rings[key]
             held[0] = max(held[0], ready)
             held[2].append(state)

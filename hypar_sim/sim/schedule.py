@@ -160,19 +160,21 @@ class FlatMessages:
     round: np.ndarray
     step: np.ndarray  # the position of the message's step among `steps`
     repeats: np.ndarray
+    group: np.ndarray  # the collective of its step the row is part of (-1: none)
 
     @classmethod
     def of(cls, steps: Iterable[StepMessages]) -> FlatMessages:
         steps = list(steps)
         if not steps:
             empty = np.zeros(0, dtype=np.int64)
-            return cls(empty, empty, np.zeros(0), empty, empty, empty, empty, empty)
+            return cls(empty, empty, np.zeros(0), empty, empty, empty, empty, empty, empty)
         return cls(*(np.concatenate([getattr(step, name) for step in steps])
                      for name in ("src", "dst", "bytes", "level")),
                    np.concatenate([np.full(len(step), step.layer) for step in steps]),
                    np.concatenate([step.round for step in steps]),
                    np.repeat(np.arange(len(steps)), [len(step) for step in steps]),
-                   np.concatenate([step.counts for step in steps]))
+                   np.concatenate([step.counts for step in steps]),
+                   np.concatenate([step.groups for step in steps]))
 
     @property
     def sent_bytes(self) -> np.ndarray:

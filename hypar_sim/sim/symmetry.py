@@ -47,6 +47,7 @@ class Sent:
     dst_count: int  # messages of the class one destination member receives
     hops: tuple[tuple[int, int], ...]  # per link of the route: (link class, messages on it)
     rounds: int = 1  # a ring's rounds the message stands for (`message.bytes`: all of them)
+    group: int = -1  # its collective's class (collectives that are images of one another)
 
 
 @dataclass(frozen=True)
@@ -83,11 +84,11 @@ def _encode(flat: FlatMessages, src: np.ndarray, dst: np.ndarray, members: int) 
 def _message_images(flat: FlatMessages, members: np.ndarray,
                     count: int) -> np.ndarray | None:
     """Each message's image under the member permutation, or None if some message has no
-    image of the same bytes and rounds. Messages that share a step, ends and round (two groups' rings
-    through the same pair of members) are told apart by their rank in bytes among them: the
-    image of the j-th is the j-th of the image's."""
+    image of the same bytes and rounds. Messages that share a step, ends and round (two
+    groups' rings through the same pair of members) are told apart by their rank in bytes
+    and rounds: the image of the j-th is the j-th of the image's."""
     keys = _encode(flat, flat.src, flat.dst, count)
-    order = np.lexsort((flat.bytes, keys))
+    order = np.lexsort((flat.repeats, flat.bytes, keys))
     ranked = keys[order]
     rank = np.zeros(len(keys), dtype=np.int64)
     if len(ranked) > 1 and not np.all(np.diff(ranked) > 0):
@@ -136,6 +137,32 @@ class _Routes:
                 and np.array_equal(self.kind[links[self.used]], self.kind[self.used]))
 
 
+def group_labels(flat: FlatMessages, message_label: np.ndarray) -> np.ndarray:
+    """Each message's collective's class (-1: none): the collectives of every step
+    (`FlatMessages.group`) in orbits, two collectives alike where some message of one is in
+    a message orbit with a message of the other, named by the lowest of them."""
+    labels = np.full(len(flat.src), -1, dtype=np.int64)
+    grouped = np.flatnonzero(flat.group >= 0)
+    if not len(grouped):
+        return labels
+    span = int(flat.group.max()) + 1
+    _, ids = np.unique(flat.step[grouped] * span + flat.group[grouped], return_inverse=True)
+    ids = ids.reshape(-1)
+    orbits = message_label[grouped]
+    label = np.arange(int(ids.max()) + 1)
+    while True:
+        lowest = np.full(len(flat.src), len(label))
+        np.minimum.at(lowest, orbits, label[ids])
+        moved = label.copy()
+        np.minimum.at(moved, ids, lowest[orbits])
+        moved = moved[moved]
+        if np.array_equal(moved, label):
+            break
+        label = moved
+    labels[grouped] = label[ids]
+    return labels
+
+
 def classify(schedule: Schedule, topology: Topology, symmetric: bool = True,
              routed: Routed | None = None, flat: FlatMessages | None = None) -> Classes:
     """The classes of `schedule` on `topology` under the symmetries that keep both (with
@@ -167,6 +194,7 @@ def classify(schedule: Schedule, topology: Topology, symmetric: bool = True,
     member_sizes = np.bincount(member_class, minlength=len(members))
     link_sizes = np.bincount(link_class, minlength=len(links))
     message_sizes = np.bincount(message_label, minlength=len(flat.src))
+    collective = group_labels(flat, message_label)
 
     # one message per class, sent by a representative member: the first in schedule order
     from_representative = member_label[flat.src] == flat.src
@@ -181,12 +209,12 @@ def classify(schedule: Schedule, topology: Topology, symmetric: bool = True,
     member_count, link_count = member_sizes.tolist(), link_sizes.tolist()
     outbox: dict[tuple[int, StepKey, int], list[Sent]] = {}
     start = 0
-    for size, src, dst, step, level, round_, nbytes, rounds, length in zip(
+    for size, src, dst, step, level, round_, nbytes, rounds, group, length in zip(
             message_sizes[message_label[picked]].tolist(),
             flat.src[picked].tolist(), flat.dst[picked].tolist(), flat.step[picked].tolist(),
             flat.level[picked].tolist(), flat.round[picked].tolist(),
-            flat.sent_bytes[picked].tolist(), flat.repeats[picked].tolist(), lengths.tolist(),
-            strict=True):
+            flat.sent_bytes[picked].tolist(), flat.repeats[picked].tolist(),
+            collective[picked].tolist(), lengths.tolist(), strict=True):
         src_class, dst_class = class_of_member[src], class_of_member[dst]
         if size % member_count[src_class] or size % member_count[dst_class]:
             raise RuntimeError("symmetry: a message class does not spread evenly over its "
@@ -199,7 +227,7 @@ def classify(schedule: Schedule, topology: Topology, symmetric: bool = True,
         start += length
         sent = Sent(message, topology.route(src, dst), src_class, dst_class,
                     size // member_count[src_class], size // member_count[dst_class], hops,
-                    rounds)
+                    rounds, group)
         outbox.setdefault((src_class, key, message.round), []).append(sent)
 
     # messages each representative receives, per (step, round)
