@@ -13,6 +13,7 @@ from hypar_sim import __version__
 from hypar_sim.arguments import DEFAULT_LEVELS
 from hypar_sim.commands import COMMANDS
 from hypar_sim.errors import InputError, Terminated, Unfinished
+from hypar_sim.resources import memory_limit_bytes
 from hypar_sim.sim.defaults import (
     DEFAULT_BUCKET_MB,
     DEFAULT_CHUNK_BYTES,
@@ -398,6 +399,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(exc.output)
         print(f"{PROG} {args.command}: {exc}", file=sys.stderr)
         return exc.code
+    except MemoryError:  # past the estimates that refuse up front (`resources.check_memory`)
+        print(f"{PROG} {args.command}: error: ran out of memory (this process may use "
+              f"{memory_limit_bytes() / 2**30:,.1f} GiB); use --engine analytic, fewer "
+              "accelerators or a smaller batch", file=sys.stderr)
+        return 2
     except KeyboardInterrupt as exc:
         terminated = isinstance(exc, Terminated)
         print(f"{PROG} {args.command}: {'terminated' if terminated else 'interrupted'}",

@@ -25,15 +25,15 @@ def test_memory_limit_is_the_smaller_of_physical_memory_and_rlimit_as():
 @pytest.mark.parametrize(("limit", "symmetry", "match"), [
     (3 * 2**20, True, "the plan's messages .* rows so far.* would need .* MiB of memory; "
                       "this process may use"),
-    (5 * 2**20, False, "the event-driven engine's 5,312 messages would need .* MiB of "
-                       "memory; this process may use"),
+    (5 * 2**20, False, r"the event-driven engine's 5,312 messages \(routed, classified and "
+                       r"simulated\) would need .* MiB of memory; this process may use"),
 ])
 def test_too_many_messages_are_refused_in_one_line(monkeypatch, limit, symmetry, match):
     """vgg_a's HyPar plan on 64 accelerators sends 44,608 messages in 5,312 rows (a ring's
     k - 1 rounds are a row per member, which the event-driven engine sends as one message):
     with the process allowed 3 MiB the plan's rows (650 B each, 6,080 made on the way: 3.8
-    MiB) are refused as the collectives make them; with 5 MiB and every member simulated
-    the event-driven engine refuses its objects (1.5 KB a message: 7.6 MiB); the analytic
+    MiB) are refused as the collectives make them; with 5 MiB the event-driven engine
+    refuses to route, classify and simulate them (2.5 KB a message: 12.7 MiB); the analytic
     engine runs the same case."""
     monkeypatch.setattr(resources, "memory_limit_bytes", lambda: limit)
     request = make_request("vgg_a", accelerators=64, batch=256,
@@ -46,3 +46,18 @@ def test_too_many_messages_are_refused_in_one_line(monkeypatch, limit, symmetry,
         quick = make_request("vgg_a", accelerators=64, batch=256,
                              sim=SimOptions(engine="analytic"))
         assert simulate_request(quick).traffic_bytes > 0
+
+
+def test_running_out_of_memory_is_one_line(monkeypatch, capsys):
+    """A MemoryError past the estimates (which refuse up front) ends the command with one
+    line naming the memory the process may use and what to change, exit 2, no traceback."""
+    from hypar_sim import cli
+
+    def exhausted(args):
+        raise MemoryError
+
+    monkeypatch.setitem(cli.COMMANDS, "run", exhausted)
+    assert cli.main(["run", "vgg_a"]) == 2
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and "ran out of memory" in error and "GiB" in error
+    assert "--engine analytic" in error and "Traceback" not in error

@@ -138,3 +138,37 @@ def test_no_symmetry_flag_gives_the_same_json(capsys):
             data.pop(key, None)
         outputs.append(data)
     assert outputs[0] == outputs[1]
+
+
+@pytest.mark.parametrize("order", ["images apart", "images between"])
+def test_rings_sharing_an_edge_keep_their_own_groups(order):
+    """Rings of {0, 1, 2} and {0, 1, 4} share the edge 0 -> 1 with equal bytes, as do their
+    images under the top level's translation: a symmetry must map each ring onto its own
+    image, whatever order the collectives are numbered in, so that each ring's members wait
+    for their own ring (`Sent.group`) and symmetric and full runs agree to the cycle."""
+    from hypar_sim.partition.collectives import COLLECTIVES
+    from hypar_sim.partition.redistribute import Block, Moved
+    from hypar_sim.partition.steps import TransferKind
+    from hypar_sim.sim.schedule import Schedule, Send, Units, Wait
+
+    hierarchy = Hierarchy((2, 2, 2))
+    first, second = np.array([0, 1, 2]), np.array([0, 1, 4])
+    blocks = [first, second, (first + 4) % 8, np.sort((second + 4) % 8)]
+    if order == "images between":
+        blocks = [blocks[0], blocks[3], blocks[1], blocks[2]]
+    moved = Moved(8, np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0),
+                  tuple(Block(np.sort(b), 1e6) for b in blocks))
+    gather, other = (0, TransferKind.GRADIENT_GATHER), (1, TransferKind.GRADIENT_GATHER)
+    lone = Moved(8, np.array([2, 6]), np.array([3, 7]), np.array([4e6, 4e6]))
+    steps = {gather: COLLECTIVES["ring"](moved, hierarchy, False).messages(*gather, hierarchy),
+             other: COLLECTIVES["ring"](lone, hierarchy, False).messages(*other, hierarchy)}
+    units = Units("x", "x", 1, hierarchy, ("n",), (("x",),) * 3, "layout")
+    schedule = Schedule(units, load_hardware(), (Send(gather), Wait(gather), Send(other),
+                                                 Wait(other)), steps)
+    topology = make_topology("htree", load_hardware(), hierarchy)
+    classes = classify(schedule, topology)
+    rings = {(sent.message.src, sent.message.dst, sent.group)
+             for sends in classes.outbox.values() for sent in sends if sent.rounds > 1}
+    assert len({group for _, _, group in rings}) > 1
+    assert simulate_des(schedule, topology).latency_cycles == \
+        simulate_des(schedule, topology, symmetry=False).latency_cycles

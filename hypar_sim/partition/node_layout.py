@@ -121,6 +121,24 @@ class NodeLayout:
             cache[index] = tuple(region(access, box) for box in self._member_boxes)
         return cache[index]
 
+    @cached_property
+    def shape_key(self) -> tuple:
+        """What every matrix of the layout depends on (`own_matrices`, `edge_matrices`): its
+        node's geometry, every member's boxes and its replicas; not the node's name (a
+        network's repeated blocks share it)."""
+        replicas = None if self.replicas is None else self.replicas.tobytes()
+        return (self.site.geometry, tuple((dim, parts.tobytes())
+                                          for dim, parts in self.boxes.items()), replicas)
+
+    def sharing(self, twin: NodeLayout) -> NodeLayout:
+        """This layout, its members' boxes and regions computed once with `twin`'s (a node
+        of the same `shape_key`): each keeps its own node."""
+        for name in ("_member_boxes", "_region_cache"):
+            if name not in twin.__dict__:
+                twin.__dict__[name] = twin._member_boxes if name == "_member_boxes" else {}
+            self.__dict__[name] = twin.__dict__[name]
+        return self
+
     def read_signature(self, index: int) -> tuple:
         """What decides that consumers read a tensor alike (one transfer serves them:
         `planner.plan_messages`): every member's region of input `index`, and which members

@@ -173,22 +173,29 @@ def graph_matrices(graph: Graph, layouts: Sequence[node_layout.NodeLayout], batc
     backward pass). An inference (`forward_only`) has the forward stages alone
     (`node_layout.FORWARD_STAGES`)."""
     matrices: dict[StepKey, Moved] = {}
+    known: dict[tuple, dict[str, Moved]] = {}  # the matrices of a shape, once (a block repeats)
 
     def add(key: StepKey, matrix: Moved) -> None:
         matrices[key] = matrices[key] + matrix if key in matrices else matrix
 
     outputs = set(graph.outputs)
     for i, (node, own) in enumerate(zip(graph.nodes, layouts, strict=True)):
-        for stage, matrix in node_layout.own_matrices(own, batch, word_bytes,
-                                                      node.name in outputs).items():
+        is_output = node.name in outputs
+        shape = (own.shape_key, is_output)
+        if shape not in known:
+            known[shape] = node_layout.own_matrices(own, batch, word_bytes, is_output)
+        for stage, matrix in known[shape].items():
             if not forward_only or stage in node_layout.FORWARD_STAGES:
                 add((i, OWN_STAGES[stage]), matrix)
     generation = graph.generation_of()
     for edges in read_groups(graph, layouts):
         p, c, k = edges[0]
         reader = min((c for _, c, _ in edges), key=lambda i: (generation[i], i))
-        for stage, matrix in node_layout.edge_matrices(layouts[p], layouts[c], k, batch,
-                                                       word_bytes).items():
+        shape = (layouts[p].shape_key, layouts[c].shape_key, k)
+        if shape not in known:
+            known[shape] = node_layout.edge_matrices(layouts[p], layouts[c], k, batch,
+                                                     word_bytes)
+        for stage, matrix in known[shape].items():
             if forward_only and stage not in node_layout.FORWARD_STAGES:
                 continue
             kind, by_producer = EDGE_STAGES[stage]
@@ -260,7 +267,13 @@ def sent(matrices: Mapping[StepKey, Moved], buckets: Sequence[Sequence[int]] = (
 
 def graph_layouts(graph: Graph, batch: int, hierarchy: Hierarchy, columns: Sequence[Column],
                   model: TrafficModel | None = None) -> list[node_layout.NodeLayout]:
-    """Every node's layout under its column, as `model` (default: `layout`) lays it out."""
+    """Every node's layout under its column, as `model` (default: `layout`) lays it out;
+    nodes of one geometry under one column (a network's repeated blocks) compute their
+    members' regions once (`NodeLayout.sharing`)."""
     model = model or TRAFFIC_MODELS["layout"]
-    return [model.node_layout(site, batch, column, hierarchy)
-            for site, column in zip(graph_sites(graph), columns, strict=True)]
+    layouts, seen = [], {}
+    for site, column in zip(graph_sites(graph), columns, strict=True):
+        layout = model.node_layout(site, batch, column, hierarchy)
+        twin = seen.setdefault((site.geometry, tuple(column)), layout)
+        layouts.append(layout.sharing(twin) if twin is not layout else layout)
+    return layouts

@@ -84,10 +84,14 @@ from hypar_sim.sim.trace import LinkCounters, summary_events, trace_events
 #: SimPy priority of the event that grants a cycle's requests: after every other event of
 #: the cycle (SimPy's own are URGENT = 0 and NORMAL = 1).
 _AFTER_OTHERS = 2
-#: Bytes the engine holds for one simulated message (its class's `Sent`, its state in
-#: flight, its events; measured: vgg_a at batch 4096 on 256 accelerators, 327,328 messages
-#: simulated one by one, 602 MB against 157 MB for the analytic engine: about 1.4 KB).
-SIMULATED_MESSAGE_BYTES = 1500
+#: Bytes the engine holds per message of the schedule: routing and classifying them (each
+#: message's links, and its images under every symmetry tried; measured: a GPT-3-shaped graph
+#: at batch 64 on 1,024 accelerators, 15,486,624 messages, its process killed at 20.5 GB in
+#: `classify` against 1.4 GB for planning: more than 1.2 KB a message), then simulating one
+#: of each class (its `Sent`, its state in flight, its events; measured: vgg_a at batch 4096
+#: on 256 accelerators, 327,328 messages simulated one by one, 602 MB against 157 MB for the
+#: analytic engine: about 1.4 KB).
+DES_MESSAGE_BYTES = 2500
 #: Steps whose waits are for another pipeline stage's work (`stage_wait_cycles`).
 STAGE_KINDS = frozenset({TransferKind.STAGE_FEATURE, TransferKind.STAGE_ERROR})
 
@@ -409,14 +413,13 @@ def simulate_des(schedule: Schedule, topology: Topology,
     summary = trace_links == "summary"
     started = time.perf_counter()
     flat = schedule.sent_flat()  # a ring's rounds from one member as one message
+    check_memory(len(flat.src) * DES_MESSAGE_BYTES,
+                 f"the event-driven engine's {len(flat.src):,} messages (routed, classified "
+                 "and simulated)", "use --engine analytic, fewer accelerators or a smaller "
+                 "batch")
     routed = Routed.of(flat.src, flat.dst, topology)  # for the classes
     classes = classify(schedule, topology, symmetry and not (trace and not summary), routed,
                        flat)
-    simulated = sum(len(sends) for sends in classes.outbox.values())
-    check_memory(simulated * SIMULATED_MESSAGE_BYTES,
-                 f"the event-driven engine's {simulated:,} messages",
-                 "use --engine analytic, --traffic-model layout_levels (far fewer messages, "
-                 "and symmetry that pays) or fewer accelerators")
     state = _Step(schedule, topology, classes, chunk_bytes, max_chunks, trace, progress, summary)
     latency, events = state.run()
     unfinished = [key for key, count in state.pending.items() if count]

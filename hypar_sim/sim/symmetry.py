@@ -106,7 +106,22 @@ def _message_images(flat: FlatMessages, members: np.ndarray,
     image = order[at]
     same = np.array_equal(flat.bytes[image], flat.bytes) and \
         np.array_equal(flat.repeats[image], flat.repeats)
-    return image if same else None
+    return image if same and _keeps_collectives(flat, image) else None
+
+
+def _keeps_collectives(flat: FlatMessages, image: np.ndarray) -> bool:
+    """Whether `image` maps every collective's rows onto one collective's (rows of none onto
+    rows of none): a tie told apart by rank can pair a row of one ring with another's."""
+    span = int(flat.group.max()) + 2 if len(flat.group) else 1
+    ids = flat.step * span + flat.group + 1  # a collective's rows alike; + 1: none is 0
+    none = flat.group < 0
+    if not np.array_equal(none[image], none):
+        return False
+    order = np.argsort(ids, kind="stable")
+    mapped = ids[image][order]
+    starts = np.r_[True, np.diff(ids[order]) != 0]
+    first = np.maximum.accumulate(np.where(starts, np.arange(len(order)), 0))
+    return bool(np.all(none[order] | (mapped == mapped[first])))
 
 
 class _Routes:
