@@ -168,3 +168,19 @@ def test_a_member_skips_the_stages_of_groups_it_is_not_in():
     latencies = {simulate_des(schedule, topology, symmetry=symmetric).latency_cycles
                  for symmetric in (True, False)}
     assert len(latencies) == 1 and latencies.pop() > 0
+
+
+def test_every_level_ring_is_its_own_collective():
+    """Under `levels` a collective over 4 x 4 members runs a stage per level, each a ring per
+    level group: eight rings of four, each numbered on its own (`Transfers.group`), so the
+    event-driven engine releases each ring's parts when that ring ends, not when all do."""
+    hierarchy = Hierarchy((4, 4))
+    moved = Moved(16, np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0),
+                  (Block(np.arange(16), 1e5),))
+    transfers = COLLECTIVES["levels"](moved, hierarchy, True)
+    rings = {group: sorted(transfers.src[transfers.group == group].tolist())
+             for group in np.unique(transfers.group).tolist()}
+    assert len(rings) == 8 and all(len(members) == 4 for members in rings.values())
+    assert sorted(map(tuple, rings.values())) == sorted(
+        [tuple(range(4 * i, 4 * i + 4)) for i in range(4)] + [tuple(range(i, 16, 4))
+                                                           for i in range(4)])

@@ -51,7 +51,7 @@ class Transfers:
     bytes: np.ndarray
     round: np.ndarray
     repeats: np.ndarray
-    group: np.ndarray  # the collective each row is part of (numbered in the step), -1: none
+    group: np.ndarray  # the ring each row is part of (numbered in the step), -1: none
 
     def __len__(self) -> int:
         return len(self.src)
@@ -114,10 +114,10 @@ def _uniform(amounts: np.ndarray, block: np.ndarray) -> float:
 
 def _ring_part(block: np.ndarray, size: float) -> tuple[np.ndarray, ...]:
     """k - 1 rounds in each of which every member sends `size` to its successor: one row
-    per member, repeated k - 1 times."""
+    per member, repeated k - 1 times (one ring: every row's ring 0)."""
     k = len(block)
     return (block, np.roll(block, -1), np.full(k, size), np.zeros(k, dtype=np.int64),
-            np.full(k, k - 1, dtype=np.int64))
+            np.full(k, k - 1, dtype=np.int64), np.zeros(k, dtype=np.int64))
 
 
 def _spanned_levels(block: np.ndarray, hierarchy: Hierarchy) -> tuple[int, ...] | None:
@@ -146,10 +146,11 @@ def _level_stages(block: np.ndarray, size: float, levels: tuple[int, ...], hiera
         stride, count = hierarchy.strides[level], hierarchy.sizes[level]
         own = (block // stride) % count
         successor = block + ((own + 1) % count - own) * stride
+        ring = len(parts) * hierarchy.members + block - own * stride  # its level group's first
         parts.append((block, successor, np.full(k, size * k / below[level]),
-                      np.full(k, first), np.full(k, count - 1)))
+                      np.full(k, first), np.full(k, count - 1), ring))
         first += count - 1
-    return tuple(np.concatenate([part[i] for part in parts]) for i in range(5))
+    return tuple(np.concatenate([part[i] for part in parts]) for i in range(6))
 
 
 def _collective(moved: Moved, uniform_block) -> Transfers:
@@ -159,7 +160,8 @@ def _collective(moved: Moved, uniform_block) -> Transfers:
     different groups: each group runs its own collective, as a data-parallel framework runs
     one per process group, PyTorch DDP's buckets being per group: Li et al., VLDB 2020,
     section 3.2.3); the other entries are searched for uniform blocks, sent likewise, and
-    the rest sent directly."""
+    the rest sent directly. Each ring (a level stage's every level group's own) is numbered
+    (`Transfers.group`): its members receive their parts together (`sim.engine`)."""
     parts = [uniform_block(block.members, block.amount) for block in moved.blocks]
     if moved.blocks:
         moved = Moved(moved.members, moved.src, moved.dst, moved.amount)
@@ -173,8 +175,13 @@ def _collective(moved: Moved, uniform_block) -> Transfers:
         if sent is not None:
             parts.append(sent)
             kept &= ~inside
-    parts = [(*part, np.full(len(part[0]), group, dtype=np.int64))
-             for group, part in enumerate(parts)]  # each collective its group
+    if parts:  # each ring of each collective its own number
+        span = max(int(part[5].max()) for part in parts) + 1
+        rings = np.concatenate([index * span + part[5] for index, part in enumerate(parts)])
+        numbers = np.unique(rings, return_inverse=True)[1].reshape(-1)
+        parts = [(*part[:5], number) for part, number in zip(
+            parts, np.split(numbers, np.cumsum([len(part[0]) for part in parts])[:-1]),
+            strict=True)]
     parts.append((moved.src[kept], moved.dst[kept], moved.amount[kept],
                   *_once(int(kept.sum()))))
     return _sorted(*(np.concatenate([p[i] for p in parts]) for i in range(6)))
