@@ -77,6 +77,20 @@ def alone_cycles(route: Route, size: float, config: HardwareConfig, chunk_bytes:
     return cut_through_cycles(chunks, route, config) + route_latency_cycles(route, config)
 
 
+def rounds_shortfall_cycles(route: Route, total_bytes: float, rounds: int,
+                            config: HardwareConfig, chunk_bytes: float,
+                            max_chunks: int) -> tuple[float, float]:
+    """A ring's `rounds` equal rounds, `total_bytes` in all, on `route` sent as one message:
+    (how much sooner it arrives alone than the rounds one after another would, each alone
+    (`alone_cycles`): the n - 1 rounds' fixed costs, latency, the first chunk's way through,
+    reading and writing it; the whole message's chunks' time alone on the route, its
+    latency aside (`cut_through_cycles`)), cycles."""
+    whole = cut_through_cycles(chunk_sizes(total_bytes, chunk_bytes, max_chunks), route,
+                               config)
+    one = alone_cycles(route, total_bytes / rounds, config, chunk_bytes, max_chunks)
+    return max(rounds * one - whole - route_latency_cycles(route, config), 0.0), whole
+
+
 @dataclass(frozen=True)
 class Routed:
     """Many messages' routes as arrays: each message's route shape (`Topology.shape_id`),

@@ -133,10 +133,8 @@ class NodeLayout:
     def sharing(self, twin: NodeLayout) -> NodeLayout:
         """This layout, its members' boxes and regions computed once with `twin`'s (a node
         of the same `shape_key`): each keeps its own node."""
-        for name in ("_member_boxes", "_region_cache"):
-            if name not in twin.__dict__:
-                twin.__dict__[name] = twin._member_boxes if name == "_member_boxes" else {}
-            self.__dict__[name] = twin.__dict__[name]
+        self.__dict__["_member_boxes"] = twin._member_boxes
+        self.__dict__["_region_cache"] = twin.__dict__.setdefault("_region_cache", {})
         return self
 
     def read_signature(self, index: int) -> tuple:

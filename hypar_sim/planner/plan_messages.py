@@ -268,12 +268,12 @@ def sent(matrices: Mapping[StepKey, Moved], buckets: Sequence[Sequence[int]] = (
 def graph_layouts(graph: Graph, batch: int, hierarchy: Hierarchy, columns: Sequence[Column],
                   model: TrafficModel | None = None) -> list[node_layout.NodeLayout]:
     """Every node's layout under its column, as `model` (default: `layout`) lays it out;
-    nodes of one geometry under one column (a network's repeated blocks) compute their
+    nodes of one `NodeLayout.shape_key` (a network's repeated blocks) compute their
     members' regions once (`NodeLayout.sharing`)."""
     model = model or TRAFFIC_MODELS["layout"]
     layouts, seen = [], {}
     for site, column in zip(graph_sites(graph), columns, strict=True):
         layout = model.node_layout(site, batch, column, hierarchy)
-        twin = seen.setdefault((site.geometry, tuple(column)), layout)
+        twin = seen.setdefault(layout.shape_key, layout)
         layouts.append(layout.sharing(twin) if twin is not layout else layout)
     return layouts

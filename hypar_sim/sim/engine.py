@@ -58,9 +58,8 @@ from hypar_sim.hardware.config import HardwareConfig
 from hypar_sim.hardware.topology import Topology
 from hypar_sim.hardware.transfer import (
     Routed,
-    alone_cycles,
     chunk_sizes,
-    cut_through_cycles,
+    rounds_shortfall_cycles,
     route_latency_cycles,
 )
 from hypar_sim.partition.steps import TransferKind
@@ -325,28 +324,20 @@ class _Step:
 
     def late(self, state: _InFlight) -> float:
         """Cycles a message that stands for a ring's n > 1 rounds (`Sent.rounds`: sent at
-        once, all n rounds' bytes) arrives after its last chunk and its route's latency.
-        Alone, its rounds one after another take n times one round's time alone on its route
-        (`hardware.transfer.alone_cycles`, as the analytic engine counts them): what the
-        whole takes alone falls short of that by the n - 1 rounds' fixed costs (latency,
-        the first chunk's way through, reading and writing it), paid here. Other messages
-        use a ring's links while its rounds pay those costs; where they held up this
-        message's chunks, so much of the shortfall is paid already."""
+        once, all n rounds' bytes) arrives after its last chunk and its route's latency:
+        the rounds' fixed costs it did not pay (`hardware.transfer.rounds_shortfall_cycles`:
+        alone, it takes what its rounds one after another would, as the analytic engine
+        counts them). Other messages use a ring's links while its rounds pay those costs;
+        where they held up this message's chunks, so much is paid already."""
         sent = state.sent
-        rounds = sent.rounds
-        if rounds == 1:
+        if sent.rounds == 1:
             return 0.0
-        route = sent.route
-        size = sent.message.bytes / rounds
-        key = (self.topology.shape_id(route), size, rounds)
-        known = self.rounds_late.get(key)
-        if known is None:
-            whole = cut_through_cycles(chunk_sizes(sent.message.bytes, self.chunk_bytes,
-                                                   self.max_chunks), route, self.config)
-            one = alone_cycles(route, size, self.config, self.chunk_bytes, self.max_chunks)
-            short = rounds * one - whole - route_latency_cycles(route, self.config)
-            known = self.rounds_late[key] = (max(short, 0.0), whole)
-        short, whole = known
+        key = (self.topology.shape_id(sent.route), sent.message.bytes, sent.rounds)
+        if key not in self.rounds_late:
+            self.rounds_late[key] = rounds_shortfall_cycles(
+                sent.route, sent.message.bytes, sent.rounds, self.config, self.chunk_bytes,
+                self.max_chunks)
+        short, whole = self.rounds_late[key]
         held_up = state.last_write - state.sent_at - whole
         return max(short - max(held_up, 0.0), 0.0)
 

@@ -92,9 +92,7 @@ def _message_images(flat: FlatMessages, members: np.ndarray,
     ranked = keys[order]
     rank = np.zeros(len(keys), dtype=np.int64)
     if len(ranked) > 1 and not np.all(np.diff(ranked) > 0):
-        starts = np.r_[True, np.diff(ranked) != 0]
-        first = np.maximum.accumulate(np.where(starts, np.arange(len(ranked)), 0))
-        rank[order] = np.arange(len(ranked)) - first
+        rank[order] = np.arange(len(ranked)) - _run_firsts(ranked)
         width = int(rank.max()) + 1
         ranked = ranked * width + rank[order]
         wanted = _encode(flat, members[flat.src], members[flat.dst], count) * width + rank
@@ -119,9 +117,13 @@ def _keeps_collectives(flat: FlatMessages, image: np.ndarray) -> bool:
         return False
     order = np.argsort(ids, kind="stable")
     mapped = ids[image][order]
-    starts = np.r_[True, np.diff(ids[order]) != 0]
-    first = np.maximum.accumulate(np.where(starts, np.arange(len(order)), 0))
-    return bool(np.all(none[order] | (mapped == mapped[first])))
+    return bool(np.all(none[order] | (mapped == mapped[_run_firsts(ids[order])])))
+
+
+def _run_firsts(ordered: np.ndarray) -> np.ndarray:
+    """For each element of a sorted array, the position of the first of its equals."""
+    starts = np.r_[True, np.diff(ordered) != 0]
+    return np.maximum.accumulate(np.where(starts, np.arange(len(ordered)), 0))
 
 
 class _Routes:
