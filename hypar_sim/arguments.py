@@ -43,7 +43,8 @@ def request_from_args(args: argparse.Namespace) -> RunRequest:
                          overlap_gradients=not args.no_overlap, bucket_mb=args.bucket_mb,
                          symmetry=not args.no_symmetry, progress=_progress(args),
                          trace=bool(getattr(args, "trace", None)),
-                         trace_links=getattr(args, "trace_links", "messages"))
+                         trace_links=getattr(args, "trace_links", "messages"),
+                         des_messages=args.des_messages)
     elif getattr(args, "topology", None):  # plan: the estimate's topology
         from hypar_sim.sim.options import SimOptions
 

@@ -17,6 +17,7 @@ from hypar_sim.resources import memory_limit_bytes
 from hypar_sim.sim.defaults import (
     DEFAULT_BUCKET_MB,
     DEFAULT_CHUNK_BYTES,
+    DEFAULT_DES_MESSAGES,
     DEFAULT_MAX_CHUNKS,
     ENGINES,
 )
@@ -345,6 +346,12 @@ def _add_simulation_arguments(parser: argparse.ArgumentParser) -> None:
                         help="wait for each layer's gradient exchange before going on with the "
                              "backward pass (default: overlap it, only the update waits; "
                              "configs/hypar_paper.yaml says why)")
+    parser.add_argument("--des-messages", type=int, default=DEFAULT_DES_MESSAGES, metavar="N",
+                        help="des: simulate at most about N messages one by one, chunk by "
+                             "chunk; past them the steps' redistributions and collectives "
+                             "with most messages run as group operations (closed form "
+                             "inside, sharing links and DRAM with the rest; 0: every one) "
+                             f"(default {DEFAULT_DES_MESSAGES:,})")
     parser.add_argument("--no-symmetry", action="store_true",
                         help="des: simulate every accelerator (default: one of each class of "
                              "accelerators that are relabellings of one another; the result "

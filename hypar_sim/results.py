@@ -110,6 +110,9 @@ class SimResult:
     events: int  # simulation events processed (0 for the analytic engine)
     wall_s: float  # wall-clock time of the simulation, seconds
     lane_grants: int = 0  # link and vault-channel requests served (des engine)
+    #: des: communication steps run as group operations (`sim.operations`; 0: every message
+    #: simulated on its own, chunk by chunk)
+    group_operations: int = 0
     per_accelerator: tuple[AcceleratorResult, ...] = ()
     hierarchy: tuple[int, ...] = ()
     traffic_model: str = ""
@@ -166,6 +169,7 @@ class SimResult:
             "per_accelerator": [asdict(item) for item in self.per_accelerator],
             "hierarchy": list(self.hierarchy), "traffic_model": self.traffic_model,
             "phases": self.phases, "events": self.events, "lane_grants": self.lane_grants,
+            "group_operations": self.group_operations,
             "pipeline_idle_fraction": self.pipeline_idle_fraction,
             "stage_wait_cycles": self.stage_wait_cycles,
             "wall_s": self.wall_s,
@@ -234,5 +238,7 @@ class SimResult:
                       table(("link", links_unit[0], "busy"),
                             [(link.link, f"{link.bytes / links_unit[1]:.4g}",
                               f"{link.busy_fraction:.1%}") for link in links])]
-        lines.append(f"\n{self.events:,} events in {self.wall_s:.2f} s")
+        lines.append(f"\n{self.events:,} events in {self.wall_s:.2f} s" + (
+            f"; its {self.group_operations:,} communication steps as group operations (more "
+            "messages than --des-messages)" if self.group_operations else ""))
         return "\n".join(lines)

@@ -15,7 +15,7 @@ from hypar_sim.planner.plan import Plan
 from hypar_sim.request import RunRequest, plan_request
 from hypar_sim.results import SimResult
 from hypar_sim.sim.analytic import simulate_analytic
-from hypar_sim.sim.engine import simulate_des
+from hypar_sim.sim.des import simulate_des
 from hypar_sim.sim.options import SimOptions
 from hypar_sim.sim.schedule import Schedule, build_schedule
 from hypar_sim.workload.graph import Graph
@@ -67,7 +67,7 @@ def _run(schedule: Schedule, hierarchy: Hierarchy, config: HardwareConfig, optio
     if options.engine == "des":
         return simulate_des(schedule, topology, options.chunk_bytes, options.max_chunks,
                             config_dict, options.trace, options.progress, options.symmetry,
-                            options.trace_links)
+                            options.trace_links, options.des_messages)
     if options.trace:
         raise InputError("--trace: needs --engine des (the analytic engine has no events)")
     if schedule.stage_tasks:

@@ -148,7 +148,7 @@ def test_a_member_skips_the_stages_of_groups_it_is_not_in():
     along levels 0 and 2, one along 1 and 2): members of one group send the step's first and
     third stage starts and none of the second; the event-driven engine still delivers every
     message, the same with and without symmetry."""
-    from hypar_sim.sim.engine import simulate_des
+    from hypar_sim.sim.des import simulate_des
     from hypar_sim.sim.schedule import Schedule, Send, Units, Wait
 
     hierarchy = Hierarchy((4, 2, 2))

@@ -108,6 +108,9 @@ FLAGS = {
                            "--dim: 'layers' is given twice"),
     "a billion chunks": (("run", "lenet_c", "--max-chunks", "1000000000"),
                          "--max-chunks: must be an integer from 1 to 65,536"),
+    "a negative message budget": (("run", "lenet_c", "--des-messages", "-1"),
+                                  "--des-messages: must be an integer from 0 (every step a "
+                                  "group operation) up, got -1"),
     "compare nothing": (("compare", "lenet_c", "--strategies", ","),
                         "--strategies: give at least one"),
     "reproduce with no workers": (("reproduce", "--quick", "--workers", "0"),

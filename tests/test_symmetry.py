@@ -16,7 +16,7 @@ from hypar_sim.hardware.topology import make_topology
 from hypar_sim.partition.hierarchy import Hierarchy
 from hypar_sim.planner.options import PlanOptions
 from hypar_sim.planner.plan import make_plan
-from hypar_sim.sim.engine import simulate_des
+from hypar_sim.sim.des import simulate_des
 from hypar_sim.sim.lanes import Lanes
 from hypar_sim.sim.schedule import build_schedule
 from hypar_sim.sim.symmetry import classify, orbit_labels
@@ -36,8 +36,9 @@ def _both(schedule, topology):
     """(classes, symmetric result, full result), run-time fields cleared."""
     def bare(result):
         return dataclasses.replace(result, events=0, wall_s=0.0)
-    return (classify(schedule, topology), bare(simulate_des(schedule, topology)),
-            bare(simulate_des(schedule, topology, symmetry=False)))
+    return (classify(schedule, topology),  # every message on its own (no budget)
+            bare(simulate_des(schedule, topology, des_messages=None)),
+            bare(simulate_des(schedule, topology, symmetry=False, des_messages=None)))
 
 
 CASES = [pytest.param(strategy, topology, count,

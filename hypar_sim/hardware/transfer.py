@@ -24,7 +24,7 @@ import numpy as np
 
 from hypar_sim.hardware.config import HardwareConfig
 from hypar_sim.hardware.interconnect import switch_latency_cycles
-from hypar_sim.hardware.topology import Route, Topology
+from hypar_sim.hardware.topology import Route, Topology, take_runs
 from hypar_sim.partition.hierarchy import Hierarchy
 from hypar_sim.partition.steps import StepMessages
 
@@ -120,6 +120,12 @@ class Routed:
         return Routed(self.shapes[first:last], self.crossed[low:high],
                       self.per_message[first:last], self.energy_links[first:last],
                       self.switches[first:last])
+
+    def take(self, rows: np.ndarray) -> Routed:
+        """The routes of messages `rows` (positions, in that order)."""
+        crossed, lengths = take_runs(self.crossed, self.per_message, rows)
+        return Routed(self.shapes[rows], crossed, lengths, self.energy_links[rows],
+                      self.switches[rows])
 
     def loads(self, sizes: np.ndarray, links: int) -> np.ndarray:
         """Bytes on each link (each link's added in the messages' order)."""

@@ -11,7 +11,7 @@ is one operation of its group (`Schedule.sent_flat`): each member sends its
 successor one message of all its k - 1 rounds' bytes, which holds the links
 and channels as the rounds would; every member receives its part when the last
 of the ring's parts has arrived, and no sooner than the rounds one after another would take alone
-(`_Step.late`), so a ring of k members is k messages, not k (k - 1), and the
+(`StepEngine.late`), so a ring of k members is k messages, not k (k - 1), and the
 analytic engine's closed form is what it takes on free links. A message cuts
 its bytes into chunks; each chunk is read through one of the source cube's
 vault channels, cuts through the links of its route (all messages share them:
@@ -19,6 +19,11 @@ contention is modelled) and is written through a vault channel at the
 destination (see `hardware.transfer` for the rules, which the analytic engine
 mirrors). When the last chunk is in, the route's fixed latency passes and the
 message has arrived.
+
+Past `--des-messages` messages, every communication step is one group operation instead
+(`sim.operations`): it starts when its last sender reaches it, takes the analytic
+engine's closed form, shares links two ways with the operations in flight, and then its
+receivers have their parts; members alike in everything are one class.
 
 Messages use the vault channels through their own `Lanes`; a computation's DRAM
 traffic is already inside its piece's cycles (hardware.hmc), so messages and
@@ -44,30 +49,22 @@ of their own.
 
 from __future__ import annotations
 
-import dataclasses
-import math
-import time
 from collections import defaultdict
-from itertools import chain
 
-import numpy as np
 import simpy
 from simpy.core import EmptySchedule
 
 from hypar_sim.hardware.config import HardwareConfig
 from hypar_sim.hardware.topology import Topology
 from hypar_sim.hardware.transfer import (
-    Routed,
     chunk_sizes,
     rounds_shortfall_cycles,
     route_latency_cycles,
 )
 from hypar_sim.partition.steps import TransferKind
-from hypar_sim.resources import check_memory
-from hypar_sim.results import SimResult
-from hypar_sim.sim.accounting import assemble_result, is_update
-from hypar_sim.sim.defaults import DEFAULT_CHUNK_BYTES, DEFAULT_MAX_CHUNKS
+from hypar_sim.sim.accounting import is_update
 from hypar_sim.sim.lanes import Lanes
+from hypar_sim.sim.operations import Running
 from hypar_sim.sim.schedule import (
     Compute,
     Parallel,
@@ -77,20 +74,12 @@ from hypar_sim.sim.schedule import (
     Wait,
     task_cycles,
 )
-from hypar_sim.sim.symmetry import Classes, Sent, classify
-from hypar_sim.sim.trace import LinkCounters, summary_events, trace_events
+from hypar_sim.sim.symmetry import Classes, Sent
+from hypar_sim.sim.trace import LinkCounters
 
 #: SimPy priority of the event that grants a cycle's requests: after every other event of
 #: the cycle (SimPy's own are URGENT = 0 and NORMAL = 1).
 _AFTER_OTHERS = 2
-#: Bytes the engine holds per message of the schedule: routing and classifying them (each
-#: message's links, and its images under every symmetry tried; measured: a GPT-3-shaped graph
-#: at batch 64 on 1,024 accelerators, 15,486,624 messages, its process killed at 20.5 GB in
-#: `classify` against 1.4 GB for planning: more than 1.2 KB a message), then simulating one
-#: of each class (its `Sent`, its state in flight, its events; measured: vgg_a at batch 4096
-#: on 256 accelerators, 327,328 messages simulated one by one, 602 MB against 157 MB for the
-#: analytic engine: about 1.4 KB).
-DES_MESSAGE_BYTES = 2500
 #: Steps whose waits are for another pipeline stage's work (`stage_wait_cycles`).
 STAGE_KINDS = frozenset({TransferKind.STAGE_FEATURE, TransferKind.STAGE_ERROR})
 
@@ -110,11 +99,11 @@ class _InFlight:
         self.last_write = 0.0
 
 
-class _Step:
+class StepEngine:
     """The SimPy state of one training step, one process per class of accelerators."""
 
     def __init__(self, schedule: Schedule, topology: Topology, classes: Classes,
-                 chunk_bytes: float, max_chunks: int, trace: bool = False,
+                 running: Running, chunk_bytes: float, max_chunks: int, trace: bool = False,
                  progress: bool = False, summary: bool = False) -> None:
         config: HardwareConfig = schedule.config
         self.progress = progress
@@ -138,6 +127,9 @@ class _Step:
         for (member_class, step, round_), count in classes.expected.items():
             self.pending[(member_class, step)] += count
             self.round_pending[(member_class, step, round_)] = count
+        self.running = running  # group operations (`sim.operations`): one arrival each
+        for key, count in running.expected.items():
+            self.pending[key] += count
         self.arrived = {key: self.env.event() for key in self.pending}
         self.wait_cycles = [defaultdict(float) for _ in classes.members]  # layer -> cycles
         self.passes_end = [0.0] * len(classes.members)  # its last non-update computation's
@@ -254,6 +246,9 @@ class _Step:
             elif isinstance(task, Send):
                 self.started.add((member_class, task.step))
                 self.start_rounds(member_class, task.step)
+                for operation in self.running.reached(member_class, task.step):
+                    self.running.start(operation, env.now, self.links, self.link_rate)
+                    self.operation_ends(operation)
             elif isinstance(task, Wait):
                 arrival = self.arrived.get((member_class, task.step))
                 if arrival is None:  # nothing addressed to this member in the step
@@ -358,12 +353,30 @@ class _Step:
         sent = state.sent
         message = sent.message
         step = message.step
-        key = (sent.dst_class, step)
         self.round_pending[(sent.dst_class, step, message.round)] -= sent.dst_count
         self.start_rounds(sent.dst_class, step)
-        self.pending[key] -= sent.dst_count
-        if self.pending[key] == 0:
-            self.arrived[key].succeed()
+        self.arrive(step, (sent.dst_class,), sent.dst_count)
+
+    def operation_ends(self, operation, _event=None) -> None:
+        """At the end the operation has now (later operations sharing its links put it
+        off), its parts arrive."""
+        finish = self.running.finish[id(operation)]
+        if finish > self.env.now:
+            self.env.timeout(finish - self.env.now).callbacks.append(
+                lambda event: self.operation_ends(operation, event))
+        else:
+            if self.counters is not None:
+                self.running.count(operation, self.counters)
+            self.arrive(operation.step, self.running.receivers[id(operation)])
+
+    def arrive(self, step: StepKey, receivers, count: int = 1) -> None:
+        """`count` arrivals of `step` at each of the classes `receivers` (messages, or an
+        operation's parts): a class that has all of the step's goes on."""
+        for member_class in receivers:
+            key = (member_class, step)
+            self.pending[key] -= count
+            if self.pending[key] == 0:
+                self.arrived[key].succeed()
 
     def run(self) -> tuple[float, int]:
         """Run to the end; (latency in cycles, events processed). With `progress`, a bar on
@@ -389,56 +402,3 @@ class _Step:
             if bar is not None:
                 bar.close()
         return self.env.now, events
-
-
-def simulate_des(schedule: Schedule, topology: Topology,
-                 chunk_bytes: float = DEFAULT_CHUNK_BYTES, max_chunks: int = DEFAULT_MAX_CHUNKS,
-                 config_dict=None, trace: bool = False, progress: bool = False,
-                 symmetry: bool = True, trace_links: str = "messages") -> SimResult:
-    """Simulate one training step event by event, one accelerator of each symmetry class
-    (`sim.symmetry`; every one with `symmetry` False or a trace of every message); the
-    result reports every accelerator and link, expanded from the classes. With `trace`,
-    the result carries its trace events (`sim.trace`): every message on every link, or
-    with `trace_links` "summary" a counter per class of links (symmetry kept); with
-    `progress`, a bar on stderr for runs over 2 s."""
-    summary = trace_links == "summary"
-    started = time.perf_counter()
-    flat = schedule.sent_flat()  # a ring's rounds from one member as one message
-    check_memory(len(flat.src) * DES_MESSAGE_BYTES,
-                 f"the event-driven engine's {len(flat.src):,} messages (routed, classified "
-                 "and simulated)", "use --engine analytic, fewer accelerators or a smaller "
-                 "batch")
-    routed = Routed.of(flat.src, flat.dst, topology)  # for the classes
-    classes = classify(schedule, topology, symmetry and not (trace and not summary), routed,
-                       flat)
-    state = _Step(schedule, topology, classes, chunk_bytes, max_chunks, trace, progress, summary)
-    latency, events = state.run()
-    unfinished = [key for key, count in state.pending.items() if count]
-    if unfinished:
-        raise RuntimeError(f"simulation ended with undelivered messages: {unfinished[:3]}")
-    sizes = np.bincount(classes.member_class, minlength=len(classes.members)).tolist()
-    layers = sorted({layer for waits in state.wait_cycles for layer in waits})
-    # every member's wait, added up exactly: the same float whatever the classes
-    waits = {layer: math.fsum(chain.from_iterable(
-        [waits.get(layer, 0.0)] * size for waits, size in zip(state.wait_cycles, sizes,
-                                                               strict=True)))
-             / schedule.accelerators for layer in layers}
-    busy = [state.links[link_class].busy_cycles / link.lanes
-            for link_class, link in zip(classes.link_class.tolist(), topology.links, strict=True)]
-    link_sizes = np.bincount(classes.link_class, minlength=len(classes.links)).tolist()
-    grants = sum(lanes.grants * size for lanes, size in (*zip(state.links, link_sizes, strict=True),
-                                                         *zip(state.vaults, sizes, strict=True)))
-    result = assemble_result(schedule, topology, "des", latency, waits, busy, events,
-                             time.perf_counter() - started, config_dict, None,
-                             max(state.passes_end, default=0.0))
-    stage_wait = math.fsum(wait * size for wait, size in zip(state.stage_waits, sizes,
-                                                             strict=True))
-    if state.counters is not None:
-        traced = tuple(summary_events(schedule, topology, classes.link_class, classes.links,
-                                      classes.member_class, state.computations, state.counters,
-                                      schedule.config.clock_hz))
-    else:
-        traced = tuple(trace_events(schedule, topology, state.computations, state.spans,
-                                    schedule.config.clock_hz)) if trace else ()
-    return dataclasses.replace(result, lane_grants=grants, trace_events=traced,
-                               stage_wait_cycles=stage_wait / schedule.accelerators)

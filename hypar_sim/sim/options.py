@@ -11,6 +11,7 @@ from hypar_sim.hardware.topology_file import is_topology_file
 from hypar_sim.sim.defaults import (
     DEFAULT_BUCKET_MB,
     DEFAULT_CHUNK_BYTES,
+    DEFAULT_DES_MESSAGES,
     DEFAULT_MAX_CHUNKS,
     ENGINES,
 )
@@ -34,6 +35,8 @@ class SimOptions:
     trace_links: str = "messages"  # every message on every link, or "summary": counters
     symmetry: bool = True  # des: one accelerator per symmetry class (the same result, faster)
     progress: bool = False  # a bar on stderr for a simulation longer than 2 s (des)
+    #: des: messages simulated one by one; past them, group operations (`sim.operations`)
+    des_messages: int = DEFAULT_DES_MESSAGES
 
     def __post_init__(self) -> None:
         if self.topology not in TOPOLOGIES and not is_topology_file(self.topology):
@@ -52,6 +55,10 @@ class SimOptions:
         if isinstance(self.max_chunks, bool) or not isinstance(self.max_chunks, int) \
                 or self.max_chunks < 1:
             raise InputError(f"max_chunks: must be a positive integer, got {clip_value(self.max_chunks)}")
+        if isinstance(self.des_messages, bool) or not isinstance(self.des_messages, int) \
+                or self.des_messages < 0:
+            raise InputError(f"--des-messages: must be an integer from 0 (every step a group "
+                             f"operation) up, got {clip_value(self.des_messages)}")
         if isinstance(self.bucket_mb, bool) or not isinstance(self.bucket_mb, int | float) \
                 or not 0 <= self.bucket_mb <= 2**20:
             raise InputError(f"--bucket-mb: must be a number of MiB from 0 (off) to {2**20}, got "

@@ -180,12 +180,41 @@ def group_labels(flat: FlatMessages, message_label: np.ndarray) -> np.ndarray:
     return labels
 
 
+def _lowest_alike(columns: np.ndarray) -> np.ndarray:
+    """Each column's label: the lowest column equal to it."""
+    _, first, inverse = np.unique(columns.T, axis=0, return_index=True, return_inverse=True)
+    return first[inverse.reshape(-1)]
+
+
+def alike_classes(schedule: Schedule, topology: Topology,
+                  kept: tuple[np.ndarray, np.ndarray] | None, alike: bool = True) -> Classes:
+    """Classes where every message runs in a group operation (`sim.operations`) and none on
+    its own: members alike in all the engine reads of them (their pipeline stage, their
+    computations' cycles, the bytes each operation reads and writes at their cube:
+    `kept`'s member rows) do the same at the same times, as do links that carry the same
+    bytes in every operation (`kept`'s link rows; nothing else uses them). Exact without a
+    symmetry of the topology (with `alike` False: every member and link its own)."""
+    count, links = schedule.accelerators, len(topology.links)
+    if alike:
+        stages = max(len(schedule.stage_tasks), 1)
+        stage = (np.arange(count) * stages // count)[None, :].astype(np.float64)
+        member_rows = [stage, schedule.compute_cycles] + ([kept[0]] if kept else [])
+        member_label = _lowest_alike(np.vstack(member_rows))
+        link_label = _lowest_alike(kept[1]) if kept else np.zeros(links, dtype=np.int64)
+    else:
+        member_label, link_label = np.arange(count), np.arange(links)
+    members, member_class = np.unique(member_label, return_inverse=True)
+    links_kept, link_class = np.unique(link_label, return_inverse=True)
+    return Classes(member_class.reshape(-1), tuple(members.tolist()), link_class.reshape(-1),
+                   tuple(links_kept.tolist()), {}, {})
+
+
 def classify(schedule: Schedule, topology: Topology, symmetric: bool = True,
              routed: Routed | None = None, flat: FlatMessages | None = None) -> Classes:
     """The classes of `schedule` on `topology` under the symmetries that keep both (with
     `symmetric` False, or none found: every accelerator, link and message its own);
-    `flat`: the schedule's messages as the engine sends them (`Schedule.sent_flat`), and `routed`
-    their routes, if already known."""
+    `flat`: the schedule's messages as the engine sends them (`Schedule.sent_flat`), and
+    `routed` their routes, if already known."""
     count = schedule.accelerators
     flat = flat if flat is not None else schedule.sent_flat()
     routed = routed or Routed.of(flat.src, flat.dst, topology)

@@ -1,0 +1,166 @@
+"""Group operations: where a step's messages are too many to simulate one by one, the
+event-driven engine runs every communication step as one operation.
+
+The engine simulates every message chunk by chunk (`sim.engine`): exact, and some 200 us
+of CPU a message. A redistribution between two layouts on a thousand accelerators is
+some 60,000 messages a step (vgg_a at batch 4096 on 1,024: 268,000 of its 283,000), so
+past a budget of messages (`DEFAULT_DES_MESSAGES`, `--des-messages`) every step becomes
+one described operation (issue "Scale": its size, its group, its links):
+
+- it starts when the last of its senders reaches it;
+- alone it takes its closed form, the analytic engine's (`hardware.transfer.step_cycles`:
+  the slowest message alone, the busiest link or the busiest cube's DRAM carrying all of
+  its bytes, rounds one after another);
+- operations in flight at once that share a link share it two ways, as the analytic
+  engine's steps do (`sim.analytic`): each ends later by the time the two overlap;
+- when it ends, every member it sends to has its part.
+
+The engine keeps what the closed form does not: each member's own timeline, its waits
+and what it computes meanwhile. Members alike in all the engine reads of them are one
+class (`sim.symmetry.alike_classes`), so a thousand members that do the same thing are
+simulated once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from hypar_sim.hardware.topology import Topology
+from hypar_sim.hardware.transfer import Routed, step_cycles
+from hypar_sim.partition.steps import StepMessages
+from hypar_sim.sim.lanes import Lanes
+from hypar_sim.sim.schedule import FlatMessages, Schedule, StepKey
+from hypar_sim.sim.symmetry import Classes
+
+
+@dataclass(frozen=True)
+class Operation:
+    """One step's messages as one operation: its time alone, and the bytes on every link
+    and at every member's cube."""
+
+    step: StepKey
+    rows: int  # messages (rows: a ring member's rounds are one) it stands for
+    alone_cycles: float  # `hardware.transfer.step_cycles` of its messages
+    link_bytes: np.ndarray  # [link] bytes it carries over each link
+    sent_bytes: np.ndarray  # [member] bytes each member's cube reads for it
+    received_bytes: np.ndarray  # [member] bytes each member's cube writes for it
+
+
+def as_operations(flat: FlatMessages, budget: int | None) -> bool:
+    """Whether every step runs as a group operation: its messages (rows) are more than
+    `budget` (None: no budget)."""
+    return budget is not None and len(flat.src) > budget
+
+
+def build_operations(schedule: Schedule, flat: FlatMessages, routed: Routed,
+                     topology: Topology, chunk_bytes: float, max_chunks: int) -> list[Operation]:
+    """Every step's operation: `flat` its messages as the engine sends them
+    (`Schedule.sent_flat`, rows in `schedule.flat`'s order, steps one after another),
+    `routed` their routes."""
+    if not len(flat.src):
+        return []
+    order = np.arange(len(flat.src))
+    bounds = np.flatnonzero(np.r_[True, np.diff(flat.step) != 0, True])
+    keys = list(schedule.steps)
+    original = schedule.flat  # its rounds: a ring's as the closed form counts them
+    members, links = schedule.accelerators, len(topology.links)
+    operations = []
+    for first, last in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
+        picked = order[first:last]
+        step = keys[int(flat.step[picked[0]])]
+        source = schedule.steps[step]
+        part = routed.take(picked)
+        messages = StepMessages(source.layer, source.kind, flat.src[picked],
+                                flat.dst[picked], flat.bytes[picked], flat.level[picked],
+                                original.round[picked], source.micro,
+                                repeats=flat.repeats[picked], group=flat.group[picked])
+        sizes = flat.sent_bytes[picked]
+        operations.append(Operation(
+            step, len(picked),
+            step_cycles(messages, topology, schedule.config, chunk_bytes, max_chunks, part),
+            part.loads(sizes, links), np.bincount(flat.src[picked], sizes, minlength=members),
+            np.bincount(flat.dst[picked], sizes, minlength=members)))
+    return operations
+
+
+def kept_by(operations: list[Operation]) -> tuple[np.ndarray, np.ndarray] | None:
+    """What a symmetry must keep for the operations to stay alike on a class's members:
+    ([member] rows of bytes read and written, [link] rows of bytes carried); None: none."""
+    if not operations:
+        return None
+    return (np.stack([part for op in operations for part in (op.sent_bytes, op.received_bytes)]),
+            np.stack([op.link_bytes for op in operations]))
+
+
+
+class Running:
+    """The engine's side of the operations on classes of members and links
+    (`sim.symmetry.Classes`): the sender classes each still waits for, when each in flight
+    ends, and the links each uses."""
+
+    def __init__(self, operations: list[Operation], classes: Classes) -> None:
+        self.by_step: dict[StepKey, list[tuple[Operation, set[int]]]] = {}
+        self.expected: dict[tuple[int, StepKey], int] = {}  # (class, step) -> operations
+        self.receivers: dict[int, list[int]] = {}  # id(operation) -> classes it sends to
+        self.used: dict[int, np.ndarray] = {}  # id(operation) -> [link] whether it uses it
+        self.finish: dict[int, float] = {}  # id(operation) -> when it ends, once started
+        self.began: dict[int, float] = {}  # id(operation) -> when it started
+        self.flowing: list[tuple[Operation, float]] = []  # started, maybe in flight: start
+        member_class = classes.member_class
+        for op in operations:
+            senders = set(np.unique(member_class[op.sent_bytes > 0]).tolist())
+            self.by_step.setdefault(op.step, []).append((op, senders))
+            receivers = np.unique(member_class[op.received_bytes > 0]).tolist()
+            self.receivers[id(op)] = receivers
+            self.used[id(op)] = op.link_bytes > 0
+            for receiver in receivers:
+                self.expected[(receiver, op.step)] = self.expected.get((receiver, op.step),
+                                                                       0) + 1
+        self.classes = classes
+
+    def reached(self, member_class: int, step: StepKey) -> list[Operation]:
+        """The class has reached its Send of `step`: the operations it was the last sender
+        of, to start now."""
+        ready = []
+        for op, senders in self.by_step.get(step, ()):
+            if member_class in senders:
+                senders.discard(member_class)
+                if not senders:
+                    ready.append(op)
+        return ready
+
+    def start(self, op: Operation, now: float, links: list[Lanes],
+              link_rate: list[float]) -> float:
+        """Start `op` at `now`; when it ends: its closed form later, and later still by the
+        time it overlaps each operation in flight on a link of its own, which is later by
+        as much (`sim.analytic`'s two-way sharing). Each link's lanes count its bytes as
+        busy time (`Lanes.busy_cycles`, lane-cycles)."""
+        alone = op.alone_cycles
+        used = self.used[id(op)]
+        finish = self.finish
+        self.flowing = [item for item in self.flowing if finish[id(item[0])] > now]
+        later = 0.0
+        for other, began in self.flowing:
+            overlap = min(finish[id(other)], now + alone) - max(began, now)
+            if overlap > 0 and np.any(used & self.used[id(other)]):
+                later = max(later, overlap)
+                finish[id(other)] += overlap
+        finish[id(op)] = now + alone + later
+        self.began[id(op)] = now
+        self.flowing.append((op, now))
+        for link_class, link in enumerate(self.classes.links):
+            carried = float(op.link_bytes[link])
+            if carried > 0:
+                links[link_class].busy_cycles += carried / link_rate[link_class]
+                links[link_class].grants += 1
+        return finish[id(op)]
+
+    def count(self, op: Operation, counters) -> None:
+        """With a summary trace (`sim.trace.LinkCounters`): the ended operation's bytes on
+        one link of each link class, spread over its time."""
+        for link_class, link in enumerate(self.classes.links):
+            carried = float(op.link_bytes[link])
+            if carried > 0:
+                counters.add(link_class, self.began[id(op)], self.finish[id(op)], carried)
