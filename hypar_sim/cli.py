@@ -347,10 +347,11 @@ def _add_simulation_arguments(parser: argparse.ArgumentParser) -> None:
                              "backward pass (default: overlap it, only the update waits; "
                              "configs/hypar_paper.yaml says why)")
     parser.add_argument("--des-messages", type=int, default=DEFAULT_DES_MESSAGES, metavar="N",
-                        help="des: simulate at most about N messages one by one, chunk by "
-                             "chunk; past them the steps' redistributions and collectives "
-                             "with most messages run as group operations (closed form "
-                             "inside, sharing links and DRAM with the rest; 0: every one) "
+                        help="des: simulate messages one by one, chunk by chunk, where at "
+                             "most N would be (one of each symmetry class); past that, every "
+                             "communication step runs as one group operation (the analytic "
+                             "engine's closed form, links shared two ways between "
+                             "operations; 0: always) "
                              f"(default {DEFAULT_DES_MESSAGES:,})")
     parser.add_argument("--no-symmetry", action="store_true",
                         help="des: simulate every accelerator (default: one of each class of "

@@ -109,7 +109,9 @@ class SimResult:
     per_link: tuple[LinkResult, ...]
     events: int  # simulation events processed (0 for the analytic engine)
     wall_s: float  # wall-clock time of the simulation, seconds
-    lane_grants: int = 0  # link and vault-channel requests served (des engine)
+    #: des: link and vault-channel requests served (with group operations: each
+    #: operation's links, one grant a link)
+    lane_grants: int = 0
     #: des: communication steps run as group operations (`sim.operations`; 0: every message
     #: simulated on its own, chunk by chunk)
     group_operations: int = 0

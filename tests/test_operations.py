@@ -1,9 +1,11 @@
-"""Group operations (issue "Scale", item 1): past `--des-messages` messages, the event-driven
-engine runs every communication step as one operation (`sim.operations`): its closed form
-alone, its links and vault channels reserved behind what holds them, its members alike in
-all they do in one class."""
+"""Group operations (issue "Scale", item 1): where more than `--des-messages` messages would be
+simulated one by one, the event-driven engine runs every communication step as one
+operation (`sim.operations`): its closed form alone, links shared two ways with the
+operations in flight, its members alike in all they do in one class."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,9 +21,9 @@ from hypar_sim.sim.symmetry import Classes
 VOLATILE = ("wall_s", "version", "events", "lane_grants")
 
 
-def run(network: str, accelerators: int, batch: int, **options):
+def run(network: str, accelerators: int, batch: int, strategy: str = "hypar", **options):
     return simulate_request(make_request(network, accelerators=accelerators, batch=batch,
-                                         sim=SimOptions(**options)))
+                                         strategy=strategy, sim=SimOptions(**options)))
 
 
 def stable(result) -> dict:
@@ -44,28 +46,50 @@ def test_past_the_budget_every_step_is_one_operation():
 
 
 @pytest.mark.parametrize(("network", "accelerators", "batch", "topology"), [
-    ("vgg_a", 64, 1024, "htree"), ("resnet18", 16, 256, "torus"),
-    ("alexnet_half", 16, 256, "htree")])
+    ("vgg_a", 64, 1024, "htree"), ("lenet_c", 16, 256, "torus"),
+    pytest.param("resnet18", 16, 256, "torus", marks=pytest.mark.slow),
+    ("alexnet_half", 16, 256, "htree"), ("lenet_c", 16, 256, "per_level")])
 def test_alike_classes_give_every_member_simulated_to_the_cycle(network, accelerators, batch,
-                                                                 topology):
+                                                                 topology, tmp_path):
     """Members alike in their computations and in every operation's bytes are one class,
-    links alike in every operation's bytes likewise: the same result, events fewer."""
-    classes = run(network, accelerators, batch, topology=topology, des_messages=0)
-    every = run(network, accelerators, batch, topology=topology, des_messages=0,
+    links of the same lanes and bandwidth alike in every operation's bytes likewise (a
+    topology file's levels differ in bandwidth: a review found links of all levels in one
+    class, busy 0.059 where 0.118): the same result, events fewer."""
+    strategy = "hypar"
+    if topology == "per_level":  # each level's links twice as fast as the level above's
+        topology, strategy = str(tmp_path / "levels.yaml"), "data"
+        Path(topology).write_text("topology: htree\nlevels:\n" + "".join(
+            f"  - {{link_bandwidth_gbps: {rate}}}\n" for rate in (3.2, 6.4, 12.8, 25.6)))
+    classes = run(network, accelerators, batch, strategy, topology=topology, des_messages=0)
+    every = run(network, accelerators, batch, strategy, topology=topology, des_messages=0,
                 symmetry=False)
     assert stable(classes) == stable(every)
     assert classes.events < every.events
 
 
 @pytest.mark.parametrize(("network", "accelerators", "batch", "topology"), [
-    ("vgg_a", 16, 256, "htree"), ("resnet18", 16, 256, "torus"), ("sfc", 64, 1024, "htree"),
-    ("lenet_c", 16, 256, "torus")])
+    ("vgg_a", 16, 256, "htree"), ("sfc", 64, 1024, "htree"), ("lenet_c", 16, 256, "torus"),
+    pytest.param("resnet18", 16, 256, "torus", marks=pytest.mark.slow)])
 def test_operations_agree_with_the_closed_form(network, accelerators, batch, topology):
-    """Operations take the analytic engine's closed form alone; steps in flight at once
-    share links first come first served here, two ways there: within 2%."""
+    """Operations take the analytic engine's closed form alone and share links two ways as
+    its steps do: the same step to 0.01% (measured: equal to 4 digits on these, and on
+    alexnet_half, resnet18, bert_base, vgg_a on 64 and resnet50 on 64)."""
     grouped = run(network, accelerators, batch, topology=topology, des_messages=0)
     analytic = run(network, accelerators, batch, topology=topology, engine="analytic")
-    assert grouped.latency_cycles == pytest.approx(analytic.latency_cycles, rel=0.02)
+    assert grouped.latency_cycles == pytest.approx(analytic.latency_cycles, rel=1e-4)
+
+
+def test_the_budget_counts_the_messages_simulated_one_of_each_class():
+    """vgg_a under HyPar's reading on 128 sends 11,648 messages but simulates 91, one of
+    each symmetry class: within the default budget every message goes on its own; with a
+    budget of 50 every step is an operation, with or without symmetry."""
+    def grouped(**options):
+        return simulate_request(make_request(
+            "vgg_a", accelerators=128, batch=1024, traffic_model="paper",
+            sim=SimOptions(**options))).group_operations
+
+    assert grouped() == 0
+    assert grouped(des_messages=50) == grouped(des_messages=50, symmetry=False) > 0
 
 
 def test_link_busy_time_is_its_bytes_over_its_bandwidth():

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import math
 
 import numpy as np
@@ -264,8 +263,32 @@ def test_routes_of_a_part_equal_the_part_routed_alone(name):
     for first, last in [(0, 0), (0, 1), (3, 3), (17, 120), (120, 200), (0, 200)]:
         part, alone = whole.part(first, last), Routed.of(src[first:last], dst[first:last],
                                                          topology)
-        for field in dataclasses.fields(Routed):
-            assert np.array_equal(getattr(part, field.name), getattr(alone, field.name))
+        for name in ("shapes", "per_message", "energy_links", "switches", "src", "dst",
+                     "crossed"):
+            assert np.array_equal(getattr(part, name), getattr(alone, name))
+        sizes = rng.random(last - first)
+        assert np.array_equal(part.loads(sizes, len(topology.links)),
+                              alone.loads(sizes, len(topology.links)))
+
+
+@given(st.lists(st.integers(2, 4), min_size=1, max_size=4), st.integers(0, 2**32 - 1))
+def test_fat_tree_link_loads_are_the_links_crossed_added_up(sizes, seed):
+    """The fat tree's bytes per link without listing each message's links
+    (`FatTree.link_loads`, what `Routed.loads` reads) equal, to the last bit, the bytes added
+    up over the links every message crosses, in the messages' order."""
+    hierarchy = Hierarchy(tuple(sizes))
+    topology = make_topology("htree", CONFIG, hierarchy)
+    rng = np.random.default_rng(seed)
+    count = hierarchy.members
+    src = rng.integers(0, count, 300)
+    dst = (src + rng.integers(1, count, 300)) % count
+    sizes_bytes = rng.random(300) * 1e6
+    routed = Routed.of(src, dst, topology)
+    crossed = topology.route_arrays(src, dst)[1]
+    by_links = np.bincount(crossed, np.repeat(sizes_bytes, routed.per_message),
+                           minlength=len(topology.links))
+    assert np.array_equal(routed.loads(sizes_bytes, len(topology.links)), by_links)
+    assert np.array_equal(routed.crossed, crossed)
 
 
 @pytest.mark.parametrize(("accelerators", "links"), [(16, 32), (8, 12), (6, 9)])

@@ -127,16 +127,25 @@ class Topology:
             self._routes[key] = self._route(src, dst)
         return self._routes[key]
 
-    def route_arrays(self, src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, ...]:
+    def route_arrays(self, src: np.ndarray, dst: np.ndarray,
+                     links: bool = True) -> tuple[np.ndarray, ...]:
         """Routes of many messages as arrays (`hardware.transfer.Routed`): each one's
-        `shape_id`, the links all cross (message by message, in route order), how many each
-        crosses, `Route.energy_links` and switches; each distinct pair routed once
-        (`_pair_routes`)."""
+        `shape_id`, the links all cross (message by message, in route order; with `links`
+        False, None where a topology gives them and the bytes on them later:
+        `link_loads`), how many each crosses, `Route.energy_links` and switches; each
+        distinct pair routed once (`_pair_routes`)."""
         pairs, inverse = np.unique(src * self.accelerators + dst, return_inverse=True)
         shapes, flat, lengths, energy, switches = self._pair_routes(
             *np.divmod(pairs, self.accelerators))
         crossed, per_message = take_runs(flat, lengths, inverse)
         return shapes[inverse], crossed, per_message, energy[inverse], switches[inverse]
+
+    def link_loads(self, src: np.ndarray, dst: np.ndarray, sizes: np.ndarray,
+                   per_message: np.ndarray | None = None) -> np.ndarray | None:
+        """Bytes on every link of messages `sizes` from `src` to `dst` (`per_message`: how
+        many links each crosses, if known), without listing each message's links; None
+        where the topology cannot (then `Routed` counts them from the links crossed)."""
+        return None
 
     def _pair_routes(self, src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, ...]:
         """For distinct pairs: `route_arrays`'s five arrays, route by route (`pair_record`);
@@ -243,6 +252,12 @@ class FatTree(Topology):
         down = first[down_height] + 2 * (dst[:, None] // below[down_height]) + 1
         valid = heights < top[:, None]
         crossed = np.concatenate([up, down], axis=1)[np.concatenate([valid, valid], axis=1)]
+        return self._by_top(src, dst, top, crossed)
+
+    def _by_top(self, src: np.ndarray, dst: np.ndarray, top: np.ndarray,
+                crossed: np.ndarray | None) -> tuple[np.ndarray, ...]:
+        """`route_arrays`'s five arrays from each route's meeting height `top` (a route's
+        shape, energy and switches depend on it alone)."""
         by_top = {}  # top -> (shape_id, energy_links): equal for every route of a height
         for height in np.flatnonzero(np.bincount(top)).tolist():  # the heights in use
             at = int(np.argmax(top == height))
@@ -253,6 +268,39 @@ class FatTree(Topology):
             table[height] = shape, energy
         return (table[top, 0].astype(np.int64), crossed, 2 * top, table[top, 1],
                 (2 * top - 1).astype(np.float64))
+
+    def route_arrays(self, src: np.ndarray, dst: np.ndarray,
+                     links: bool = True) -> tuple[np.ndarray, ...]:
+        """As `Topology.route_arrays`; with `links` False without the links crossed (None:
+        `link_loads` gives the bytes on them)."""
+        if links or not len(src):
+            return super().route_arrays(src, dst)
+        return self._by_top(src, dst, self.levels - self.hierarchy.meeting_levels(src, dst),
+                            None)
+
+    def link_loads(self, src: np.ndarray, dst: np.ndarray, sizes: np.ndarray,
+                   per_message: np.ndarray | None = None) -> np.ndarray:
+        """Bytes on every link, height by height: a message crosses the up link above its
+        source and the down link above its destination at every height below the switch
+        where they meet (each link's bytes added in the messages' order, as from the links
+        crossed)."""
+        loads = np.zeros(len(self.links))
+        if not len(src):
+            return loads
+        top = per_message // 2 if per_message is not None else \
+            self.levels - self.hierarchy.meeting_levels(src, dst)
+        first = np.concatenate(([0], np.cumsum([2 * (self.accelerators // self.below[h])
+                                                for h in range(self.levels)])))
+        for height in range(self.levels):
+            rows = np.flatnonzero(top > height)
+            if not len(rows):
+                break
+            span = 2 * (self.accelerators // self.below[height])
+            nodes = np.bincount(2 * (src[rows] // self.below[height]), sizes[rows],
+                                minlength=span) + np.bincount(
+                2 * (dst[rows] // self.below[height]) + 1, sizes[rows], minlength=span)
+            loads[first[height]:first[height] + span] = nodes
+        return loads
 
     def symmetries(self) -> list[tuple[np.ndarray, np.ndarray]]:
         """The hierarchy's translations (`Hierarchy.translations`): one moves whole subtrees

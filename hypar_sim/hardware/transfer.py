@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 
 import numpy as np
@@ -94,19 +94,34 @@ def rounds_shortfall_cycles(route: Route, total_bytes: float, rounds: int,
 @dataclass(frozen=True)
 class Routed:
     """Many messages' routes as arrays: each message's route shape (`Topology.shape_id`),
-    the links it crosses (all messages' in a row, message by message) and how many, its
-    links weighted by their energy per bit (`Route.energy_links`) and its switches."""
+    how many links it crosses, its links weighted by their energy per bit
+    (`Route.energy_links`) and its switches; the links themselves (`crossed`: all messages'
+    in a row, message by message) only when asked, where the topology can give the bytes
+    on every link without them (`Topology.link_loads`: a fat tree's, link by link in the
+    messages' order, the same sums)."""
 
     shapes: np.ndarray
-    crossed: np.ndarray
     per_message: np.ndarray
     energy_links: np.ndarray
     switches: np.ndarray
+    src: np.ndarray
+    dst: np.ndarray
+    topology: Topology = field(repr=False, compare=False)
+    known: np.ndarray | None = field(default=None, repr=False, compare=False)  # `crossed`
 
     @classmethod
     def of(cls, src: np.ndarray, dst: np.ndarray, topology: Topology) -> Routed:
-        return cls(*topology.route_arrays(np.asarray(src, dtype=np.int64),
-                                          np.asarray(dst, dtype=np.int64)))
+        src, dst = np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64)
+        shapes, crossed, per_message, energy, switches = topology.route_arrays(src, dst,
+                                                                               links=False)
+        return cls(shapes, per_message, energy, switches, src, dst, topology, crossed)
+
+    @cached_property
+    def crossed(self) -> np.ndarray:
+        """The links every message crosses, message by message, in route order."""
+        if self.known is not None:
+            return self.known
+        return self.topology.route_arrays(self.src, self.dst)[1]
 
     @cached_property
     def link_ends(self) -> np.ndarray:
@@ -115,20 +130,29 @@ class Routed:
 
     def part(self, first: int, last: int) -> Routed:
         """The routes of messages `first` .. `last` - 1."""
-        low = int(self.link_ends[first - 1]) if first else 0
-        high = int(self.link_ends[last - 1]) if last > first else low
-        return Routed(self.shapes[first:last], self.crossed[low:high],
-                      self.per_message[first:last], self.energy_links[first:last],
-                      self.switches[first:last])
+        known = None
+        if self.known is not None:
+            low = int(self.link_ends[first - 1]) if first else 0
+            high = int(self.link_ends[last - 1]) if last > first else low
+            known = self.known[low:high]
+        return Routed(self.shapes[first:last], self.per_message[first:last],
+                      self.energy_links[first:last], self.switches[first:last],
+                      self.src[first:last], self.dst[first:last], self.topology, known)
 
     def take(self, rows: np.ndarray) -> Routed:
         """The routes of messages `rows` (positions, in that order)."""
-        crossed, lengths = take_runs(self.crossed, self.per_message, rows)
-        return Routed(self.shapes[rows], crossed, lengths, self.energy_links[rows],
-                      self.switches[rows])
+        known = None if self.known is None else \
+            take_runs(self.known, self.per_message, rows)[0]
+        return Routed(self.shapes[rows], self.per_message[rows], self.energy_links[rows],
+                      self.switches[rows], self.src[rows], self.dst[rows], self.topology,
+                      known)
 
     def loads(self, sizes: np.ndarray, links: int) -> np.ndarray:
         """Bytes on each link (each link's added in the messages' order)."""
+        if self.known is None:
+            loads = self.topology.link_loads(self.src, self.dst, sizes, self.per_message)
+            if loads is not None:
+                return loads
         return np.bincount(self.crossed, np.repeat(sizes, self.per_message), minlength=links)
 
 

@@ -138,7 +138,15 @@ class Hierarchy:
         raise ValueError(f"members {a} and {b} are the same member")
 
     def meeting_levels(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        """`meeting_level` of many pairs at once (members a[i] != b[i])."""
+        """`meeting_level` of many pairs at once (members a[i] != b[i]). Where every stride
+        is a power of two, a pair meets at the first level whose stride is at most a XOR b
+        (the levels above it have strides beyond the highest bit in which they differ)."""
+        if all(stride & (stride - 1) == 0 for stride in self.strides):
+            differ = np.bitwise_xor(a, b)
+            if np.any(differ == 0):
+                raise ValueError("meeting_levels: a pair of the same member")
+            ascending = np.array(self.strides[::-1], dtype=np.int64)
+            return self.levels - np.searchsorted(ascending, differ, side="right")
         result = np.full(len(a), -1, dtype=np.int64)
         for level in reversed(range(self.levels)):
             stride = self.strides[level]

@@ -71,7 +71,8 @@ def make_grid(extents: Sequence[int], bounds: Sequence[np.ndarray]) -> Grid:
 
 
 #: Up to this many member pairs (4,096 members), pairs' sums are gathered in one array of
-#: them all (128 MiB of float64 at most); beyond, by sorting the pairs that occur.
+#: them all (128 MiB of float64 at most) where the entries are at least a sixteenth of the
+#: pairs; otherwise by sorting the pairs that occur.
 _DENSE_SUMS = 4096 * 4096
 
 
@@ -179,7 +180,9 @@ class Moved:
                amount: np.ndarray) -> Moved:
         """Entries with the same (src, dst) added up, in their order; zeros dropped."""
         keys = src * members + dst
-        if members * members <= _DENSE_SUMS:  # summed in place: faster than sorting the keys
+        # summed in place where the pairs are many: faster than sorting the keys; where
+        # they are few among many members, scanning every pair costs more than the sort
+        if members * members <= min(_DENSE_SUMS, 16 * len(keys)):
             total = np.bincount(keys, amount, minlength=members * members)
             keys = np.flatnonzero(total)
             total = total[keys]

@@ -60,8 +60,8 @@ def simulate_analytic(schedule: Schedule, topology: Topology,
             start = float(now[senders[task.step]].max(initial=0.0))
             alone = step_cycles(schedule.steps[task.step], topology, schedule.config,
                                 chunk_bytes, max_chunks, parts[task.step])
-            links = np.zeros(len(topology.links), dtype=bool)
-            links[parts[task.step].crossed] = True
+            part = parts[task.step]
+            links = part.loads(np.ones(len(part.shapes)), len(topology.links)) > 0
             earliest = float(now.min())  # no step starts before it
             flowing = [item for item in flowing if arrival[item[0]] > earliest]
             later = 0.0

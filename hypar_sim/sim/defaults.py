@@ -15,9 +15,9 @@ DEFAULT_CHUNK_BYTES = 1024 * 1024
 #: of the heaviest plans (model parallelism moves 315 GB for VGG-E).
 DEFAULT_MAX_CHUNKS = 32
 
-#: Messages the event-driven engine simulates one by one (rows: a ring member's rounds are
-#: one); past it, the steps' redistributions and collectives with most messages run as
-#: group operations (`sim.operations`). At some 200 us of CPU a message, about 2 s.
+#: Messages the event-driven engine simulates one by one (one of each symmetry class; a
+#: ring member's rounds are one); past it, every communication step runs as one group
+#: operation (`sim.operations`). At some 200 us of CPU a message, about 2 s.
 DEFAULT_DES_MESSAGES = 10_000
 
 #: Gradient bucket of a graph's step, MiB: PyTorch DDP's default bucket_cap_mb = 25.

@@ -18,7 +18,7 @@ from hypar_sim.results import SimResult
 from hypar_sim.sim.accounting import assemble_result
 from hypar_sim.sim.defaults import DEFAULT_CHUNK_BYTES, DEFAULT_DES_MESSAGES, DEFAULT_MAX_CHUNKS
 from hypar_sim.sim.engine import StepEngine
-from hypar_sim.sim.operations import Running, as_operations, build_operations, kept_by
+from hypar_sim.sim.operations import Running, build_operations, grouped_steps, kept_by
 from hypar_sim.sim.schedule import Schedule
 from hypar_sim.sim.symmetry import alike_classes, classify
 from hypar_sim.sim.trace import summary_events, trace_events
@@ -46,33 +46,41 @@ def simulate_des(schedule: Schedule, topology: Topology,
     result reports every accelerator and link, expanded from the classes. With `trace`,
     the result carries its trace events (`sim.trace`): every message on every link, or
     with `trace_links` "summary" a counter per class of links (symmetry kept); with
-    `progress`, a bar on stderr for runs over 2 s. Past `des_messages` messages (None: no
-    limit; a trace of every message has none), the steps' redistributions and collectives
-    with most messages run as group operations (`sim.operations`)."""
+    `progress`, a bar on stderr for runs over 2 s. Where more than `des_messages` messages
+    (None: no limit; a trace of every message has none) would be simulated one by one (one
+    of each symmetry class), every communication step runs as a group operation instead
+    (`sim.operations`, `grouped`); so with `symmetry` False or not."""
     summary = trace_links == "summary"
+    every = trace and not summary  # a trace of every message: no classes, no operations
     started = time.perf_counter()
     flat = schedule.sent_flat()  # a ring's rounds from one member as one message
-    grouped = as_operations(flat, None if trace and not summary else des_messages)
+    budget = None if every else des_messages
+    grouped = grouped_steps(len(flat.src), budget)
     check_memory(len(flat.src) * (OPERATION_ROW_BYTES if grouped else DES_MESSAGE_BYTES),
                  f"the event-driven engine's {len(flat.src):,} messages ("
                  + ("routed, in group operations)" if grouped else
                     "routed, classified and simulated)"),
-                 "use --engine analytic, fewer accelerators or a smaller batch")
+                 "use --engine analytic, a smaller --des-messages, fewer accelerators or a "
+                 "smaller batch")
     routed = Routed.of(flat.src, flat.dst, topology)  # for the classes or the operations
+    classes = None
+    if grouped is None:  # as many message classes as the budget? (the same with symmetry)
+        classes = classify(schedule, topology, True, routed, flat, most=budget)
+        grouped = classes is None
     operations = []
     if grouped:  # no message on its own: members alike in all they do are a class
         operations = build_operations(schedule, flat, routed, topology, chunk_bytes,
                                       max_chunks)
         classes = alike_classes(schedule, topology, kept_by(operations), symmetry)
-    else:
-        classes = classify(schedule, topology, symmetry and not (trace and not summary),
-                           routed, flat)
+    elif classes is None or not symmetry or every:
+        classes = classify(schedule, topology, symmetry and not every, routed, flat)
     state = StepEngine(schedule, topology, classes, Running(operations, classes), chunk_bytes,
                   max_chunks, trace, progress, summary)
     latency, events = state.run()
     unfinished = [key for key, count in state.pending.items() if count]
     if unfinished:
-        raise RuntimeError(f"simulation ended with undelivered messages: {unfinished[:3]}")
+        raise RuntimeError("simulation ended with steps not delivered to every receiver: "
+                           f"{unfinished[:3]}")
     sizes = np.bincount(classes.member_class, minlength=len(classes.members)).tolist()
     layers = sorted({layer for waits in state.wait_cycles for layer in waits})
     # every member's wait, added up exactly: the same float whatever the classes

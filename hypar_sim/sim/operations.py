@@ -4,8 +4,9 @@ event-driven engine runs every communication step as one operation.
 The engine simulates every message chunk by chunk (`sim.engine`): exact, and some 200 us
 of CPU a message. A redistribution between two layouts on a thousand accelerators is
 some 60,000 messages a step (vgg_a at batch 4096 on 1,024: 268,000 of its 283,000), so
-past a budget of messages (`DEFAULT_DES_MESSAGES`, `--des-messages`) every step becomes
-one described operation (issue "Scale": its size, its group, its links):
+where more messages than a budget (`DEFAULT_DES_MESSAGES`, `--des-messages`) would be
+simulated one by one, one of each symmetry class (`sim.symmetry`), every step becomes one
+described operation (issue "Scale": its size, its group, its links):
 
 - it starts when the last of its senders reaches it;
 - alone it takes its closed form, the analytic engine's (`hardware.transfer.step_cycles`:
@@ -48,10 +49,20 @@ class Operation:
     received_bytes: np.ndarray  # [member] bytes each member's cube writes for it
 
 
-def as_operations(flat: FlatMessages, budget: int | None) -> bool:
-    """Whether every step runs as a group operation: its messages (rows) are more than
-    `budget` (None: no budget)."""
-    return budget is not None and len(flat.src) > budget
+#: Past this many messages for each one the budget allows, classifying them to count the
+#: classes would take long (vgg_a at batch 4096 on 1,024 accelerators: 283,000 messages, no
+#: symmetry kept, 8 s to classify): every step is an operation without counting.
+CLASSIFIED_PER_MESSAGE = 20
+
+
+def grouped_steps(messages: int, budget: int | None) -> bool | None:
+    """Whether every step runs as a group operation, given a schedule's `messages` (rows)
+    and the `budget` of messages simulated one by one (None: no budget): False within
+    it; True past `CLASSIFIED_PER_MESSAGE` times it; None between, where the message
+    classes decide (`sim.symmetry.classify`'s `most`)."""
+    if budget is None or messages <= budget:
+        return False
+    return True if messages > CLASSIFIED_PER_MESSAGE * budget else None
 
 
 def build_operations(schedule: Schedule, flat: FlatMessages, routed: Routed,

@@ -191,8 +191,9 @@ def alike_classes(schedule: Schedule, topology: Topology,
     """Classes where every message runs in a group operation (`sim.operations`) and none on
     its own: members alike in all the engine reads of them (their pipeline stage, their
     computations' cycles, the bytes each operation reads and writes at their cube:
-    `kept`'s member rows) do the same at the same times, as do links that carry the same
-    bytes in every operation (`kept`'s link rows; nothing else uses them). Exact without a
+    `kept`'s member rows) do the same at the same times, as do links of the same lanes and
+    bandwidth that carry the same bytes in every operation (`kept`'s link rows; nothing
+    else uses them). Exact without a
     symmetry of the topology (with `alike` False: every member and link its own)."""
     count, links = schedule.accelerators, len(topology.links)
     if alike:
@@ -200,7 +201,9 @@ def alike_classes(schedule: Schedule, topology: Topology,
         stage = (np.arange(count) * stages // count)[None, :].astype(np.float64)
         member_rows = [stage, schedule.compute_cycles] + ([kept[0]] if kept else [])
         member_label = _lowest_alike(np.vstack(member_rows))
-        link_label = _lowest_alike(kept[1]) if kept else np.zeros(links, dtype=np.int64)
+        alike_links = np.array([[link.lanes, link.spec.bandwidth_bytes_per_cycle]
+                                for link in topology.links], dtype=np.float64).T
+        link_label = _lowest_alike(np.vstack([alike_links] + ([kept[1]] if kept else [])))
     else:
         member_label, link_label = np.arange(count), np.arange(links)
     members, member_class = np.unique(member_label, return_inverse=True)
@@ -210,11 +213,13 @@ def alike_classes(schedule: Schedule, topology: Topology,
 
 
 def classify(schedule: Schedule, topology: Topology, symmetric: bool = True,
-             routed: Routed | None = None, flat: FlatMessages | None = None) -> Classes:
+             routed: Routed | None = None, flat: FlatMessages | None = None,
+             most: int | None = None) -> Classes | None:
     """The classes of `schedule` on `topology` under the symmetries that keep both (with
     `symmetric` False, or none found: every accelerator, link and message its own);
     `flat`: the schedule's messages as the engine sends them (`Schedule.sent_flat`), and
-    `routed` their routes, if already known."""
+    `routed` their routes, if already known. None where there are more than `most`
+    message classes (the engine groups the steps instead: `sim.operations`)."""
     count = schedule.accelerators
     flat = flat if flat is not None else schedule.sent_flat()
     routed = routed or Routed.of(flat.src, flat.dst, topology)
@@ -247,6 +252,8 @@ def classify(schedule: Schedule, topology: Topology, symmetric: bool = True,
     chosen = np.flatnonzero(from_representative)
     _, first = np.unique(message_label[chosen], return_index=True)
     picked = np.sort(chosen[first])
+    if most is not None and len(picked) > most:
+        return None
     crossed, lengths = take_runs(routed.crossed, routed.per_message, picked)
     crossed = crossed.tolist()  # the picked messages' links, one after another
     # the loop reads Python lists of the picked messages alone: numpy scalar indexing costs
