@@ -254,9 +254,13 @@ def sent(matrices: Mapping[StepKey, Moved], buckets: Sequence[Sequence[int]] = (
     order = list(TransferKind)
     steps = {}
     held = 0
+    known: dict[tuple[int, bool], Transfers] = {}  # a matrix's (a repeated block's), once
     for key, matrix in sorted(fused.items(),
                               key=lambda item: (item[0][0], order.index(item[0][1]))):
-        transfers = COLLECTIVES[collective](matrix, hierarchy, key[1].reduces)
+        if (id(matrix), key[1].reduces) not in known:
+            known[(id(matrix), key[1].reduces)] = COLLECTIVES[collective](
+                matrix, hierarchy, key[1].reduces)
+        transfers = known[(id(matrix), key[1].reduces)]
         if len(transfers):
             steps[key] = transfers
             held += len(transfers)

@@ -246,7 +246,16 @@ def member_costs(graph: Graph, layouts: Sequence[node_layout.NodeLayout],
     shapes = [np.column_stack([own.box_sizes(), part]) for own, part in zip(layouts, shards,
                                                                             strict=True)]
 
+    known: dict[tuple, tuple[PieceCost, ...]] = {}  # a repeated block's costs, once
+
     def costs(i: int, phase: Phase) -> tuple[PieceCost, ...]:
+        key = (layouts[i].shape_key, phase, graph.nodes[i].name in fed, i in copies,
+               shards[i].tobytes())
+        if key not in known:
+            known[key] = _costs(i, phase)
+        return known[key]
+
+    def _costs(i: int, phase: Phase) -> tuple[PieceCost, ...]:
         _, first, inverse = np.unique(shapes[i], axis=0, return_index=True,
                                       return_inverse=True)
         if phase is Phase.UPDATE and i in copies:
