@@ -271,18 +271,20 @@ def test_routes_of_a_part_equal_the_part_routed_alone(name):
                               alone.loads(sizes, len(topology.links)))
 
 
-@given(st.lists(st.integers(2, 4), min_size=1, max_size=4), st.integers(0, 2**32 - 1))
-def test_fat_tree_link_loads_are_the_links_crossed_added_up(sizes, seed):
+@given(st.lists(st.integers(2, 4), min_size=1, max_size=4), st.integers(0, 2**32 - 1),
+       st.sampled_from([300, 40_000]))
+def test_fat_tree_link_loads_are_the_links_crossed_added_up(sizes, seed, messages):
     """The fat tree's bytes per link without listing each message's links
-    (`FatTree.link_loads`, what `Routed.loads` reads) equal, to the last bit, the bytes added
-    up over the links every message crosses, in the messages' order."""
+    (`FatTree.link_loads`, what `Routed.loads` reads: few messages all at once, many height
+    by height) equal, to the last bit, the bytes added up over the links every message
+    crosses, in the messages' order."""
     hierarchy = Hierarchy(tuple(sizes))
     topology = make_topology("htree", CONFIG, hierarchy)
     rng = np.random.default_rng(seed)
     count = hierarchy.members
-    src = rng.integers(0, count, 300)
-    dst = (src + rng.integers(1, count, 300)) % count
-    sizes_bytes = rng.random(300) * 1e6
+    src = rng.integers(0, count, messages)
+    dst = (src + rng.integers(1, count, messages)) % count
+    sizes_bytes = rng.random(messages) * 1e6
     routed = Routed.of(src, dst, topology)
     crossed = topology.route_arrays(src, dst)[1]
     by_links = np.bincount(crossed, np.repeat(sizes_bytes, routed.per_message),

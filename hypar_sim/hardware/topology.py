@@ -191,6 +191,11 @@ def register_topology(cls: T) -> T:
     return cls
 
 
+#: Up to this many (message, height) pairs, a fat tree's link loads are added up over every
+#: link crossed at once; beyond, height by height (in bounded memory).
+_FEW_LINKS = 2**16
+
+
 @register_topology
 class FatTree(Topology):
     """Fat tree over the hierarchy, switches at every group (HyPar Fig. 4(c) if binary).
@@ -289,17 +294,25 @@ class FatTree(Topology):
             return loads
         top = per_message // 2 if per_message is not None else \
             self.levels - self.hierarchy.meeting_levels(src, dst)
-        first = np.concatenate(([0], np.cumsum([2 * (self.accelerators // self.below[h])
-                                                for h in range(self.levels)])))
+        if len(src) * self.levels <= _FEW_LINKS:  # few: every link crossed at once
+            below = np.array(self.below[:self.levels])
+            first = np.concatenate(([0], np.cumsum(2 * (self.accelerators // below))))[:-1]
+            valid = np.arange(self.levels) < top[:, None]
+            weights = np.broadcast_to(sizes[:, None], valid.shape)[valid]
+            ups = (first + 2 * (src[:, None] // below))[valid]
+            downs = (first + 2 * (dst[:, None] // below) + 1)[valid]
+            return np.bincount(np.concatenate([ups, downs]), np.concatenate([weights, weights]),
+                               minlength=len(self.links))
+        first = 0  # the height's first link
         for height in range(self.levels):
             rows = np.flatnonzero(top > height)
             if not len(rows):
                 break
-            span = 2 * (self.accelerators // self.below[height])
-            nodes = np.bincount(2 * (src[rows] // self.below[height]), sizes[rows],
-                                minlength=span) + np.bincount(
-                2 * (dst[rows] // self.below[height]) + 1, sizes[rows], minlength=span)
-            loads[first[height]:first[height] + span] = nodes
+            below, span = self.below[height], 2 * (self.accelerators // self.below[height])
+            ups, downs, weights = src[rows] // below, dst[rows] // below, sizes[rows]
+            loads[first:first + span] = np.bincount(2 * ups, weights, minlength=span) \
+                + np.bincount(2 * downs + 1, weights, minlength=span)
+            first += span
         return loads
 
     def symmetries(self) -> list[tuple[np.ndarray, np.ndarray]]:

@@ -24,7 +24,7 @@ import numpy as np
 
 from hypar_sim.hardware.config import HardwareConfig
 from hypar_sim.hardware.interconnect import switch_latency_cycles
-from hypar_sim.hardware.topology import Route, Topology, take_runs
+from hypar_sim.hardware.topology import Route, Topology
 from hypar_sim.partition.hierarchy import Hierarchy
 from hypar_sim.partition.steps import StepMessages
 
@@ -138,14 +138,6 @@ class Routed:
         return Routed(self.shapes[first:last], self.per_message[first:last],
                       self.energy_links[first:last], self.switches[first:last],
                       self.src[first:last], self.dst[first:last], self.topology, known)
-
-    def take(self, rows: np.ndarray) -> Routed:
-        """The routes of messages `rows` (positions, in that order)."""
-        known = None if self.known is None else \
-            take_runs(self.known, self.per_message, rows)[0]
-        return Routed(self.shapes[rows], self.per_message[rows], self.energy_links[rows],
-                      self.switches[rows], self.src[rows], self.dst[rows], self.topology,
-                      known)
 
     def loads(self, sizes: np.ndarray, links: int) -> np.ndarray:
         """Bytes on each link (each link's added in the messages' order)."""

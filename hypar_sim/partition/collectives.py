@@ -116,7 +116,8 @@ def _ring_part(block: np.ndarray, size: float) -> tuple[np.ndarray, ...]:
     """k - 1 rounds in each of which every member sends `size` to its successor: one row
     per member, repeated k - 1 times (one ring: every row's ring 0)."""
     k = len(block)
-    return (block, np.roll(block, -1), np.full(k, size), np.zeros(k, dtype=np.int64),
+    return (block, np.concatenate((block[1:], block[:1])), np.full(k, size),
+            np.zeros(k, dtype=np.int64),
             np.full(k, k - 1, dtype=np.int64), np.zeros(k, dtype=np.int64))
 
 
@@ -168,13 +169,18 @@ def _collective(moved: Moved, uniform_block) -> Transfers:
     blocks, label = _blocks(moved)
     kept = np.ones(len(moved.src), dtype=bool)
     by_block = label[moved.src]
-    for block in blocks:
-        inside = by_block == block[0]
+    order = np.argsort(by_block, kind="stable")  # each block's entries, one run each
+    runs = by_block[order]
+    roots = [block[0] for block in blocks]
+    starts = np.searchsorted(runs, roots, side="left").tolist()
+    ends = np.searchsorted(runs, roots, side="right").tolist()
+    for block, start, end in zip(blocks, starts, ends, strict=True):
+        inside = order[start:end]
         size = _uniform(moved.amount[inside], block)
         sent = uniform_block(block, size) if size else None
         if sent is not None:
             parts.append(sent)
-            kept &= ~inside
+            kept[inside] = False
     if parts:  # each ring of each collective its own number
         span = max(int(part[5].max()) for part in parts) + 1
         rings = np.concatenate([index * span + part[5] for index, part in enumerate(parts)])

@@ -30,7 +30,6 @@ import numpy as np
 
 from hypar_sim.hardware.topology import Topology
 from hypar_sim.hardware.transfer import Routed, step_cycles
-from hypar_sim.partition.steps import StepMessages
 from hypar_sim.sim.lanes import Lanes
 from hypar_sim.sim.schedule import FlatMessages, Schedule, StepKey
 from hypar_sim.sim.symmetry import Classes
@@ -72,27 +71,21 @@ def build_operations(schedule: Schedule, flat: FlatMessages, routed: Routed,
     `routed` their routes."""
     if not len(flat.src):
         return []
-    order = np.arange(len(flat.src))
-    bounds = np.flatnonzero(np.r_[True, np.diff(flat.step) != 0, True])
+    bounds = np.flatnonzero(np.r_[True, np.diff(flat.step) != 0, True]).tolist()
     keys = list(schedule.steps)
-    original = schedule.flat  # its rounds: a ring's as the closed form counts them
     members, links = schedule.accelerators, len(topology.links)
+    sent = flat.sent_bytes
     operations = []
-    for first, last in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
-        picked = order[first:last]
-        step = keys[int(flat.step[picked[0]])]
-        source = schedule.steps[step]
-        part = routed.take(picked)
-        messages = StepMessages(source.layer, source.kind, flat.src[picked],
-                                flat.dst[picked], flat.bytes[picked], flat.level[picked],
-                                original.round[picked], source.micro,
-                                repeats=flat.repeats[picked], group=flat.group[picked])
-        sizes = flat.sent_bytes[picked]
+    for first, last in zip(bounds[:-1], bounds[1:], strict=True):
+        step = keys[int(flat.step[first])]
+        part, sizes = routed.part(first, last), sent[first:last]
         operations.append(Operation(
-            step, len(picked),
-            step_cycles(messages, topology, schedule.config, chunk_bytes, max_chunks, part),
-            part.loads(sizes, links), np.bincount(flat.src[picked], sizes, minlength=members),
-            np.bincount(flat.dst[picked], sizes, minlength=members)))
+            step, last - first,  # the step's own rows: their rounds as the closed form's
+            step_cycles(schedule.steps[step], topology, schedule.config, chunk_bytes,
+                        max_chunks, part),
+            part.loads(sizes, links),
+            np.bincount(flat.src[first:last], sizes, minlength=members),
+            np.bincount(flat.dst[first:last], sizes, minlength=members)))
     return operations
 
 
