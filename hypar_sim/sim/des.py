@@ -56,7 +56,11 @@ def simulate_des(schedule: Schedule, topology: Topology,
     flat = schedule.sent_flat()  # a ring's rounds from one member as one message
     budget = None if every else des_messages
     grouped = grouped_steps(len(flat.src), budget)
-    check_memory(len(flat.src) * (OPERATION_ROW_BYTES if grouped else DES_MESSAGE_BYTES),
+    # an operation holds a float per link and two per member, twice (its own and what a
+    # class must keep: `kept_by`)
+    held = len(schedule.steps) * (len(topology.links) + 2 * schedule.accelerators) * 16.0
+    check_memory(len(flat.src) * (OPERATION_ROW_BYTES if grouped else DES_MESSAGE_BYTES)
+                 + (held if grouped or grouped is None else 0.0),
                  f"the event-driven engine's {len(flat.src):,} messages ("
                  + ("routed, in group operations)" if grouped else
                     "routed, classified and simulated)"),
