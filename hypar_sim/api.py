@@ -32,6 +32,7 @@ from hypar_sim.planner.traffic import DEFAULT_TRAFFIC_MODEL
 from hypar_sim.request import RunRequest, make_request, plan_request
 from hypar_sim.results import SimResult
 from hypar_sim.runner import SimOptions, simulate_request
+from hypar_sim.sim.defaults import DEFAULT_DES_MESSAGES
 from hypar_sim.workload.graph import Graph
 from hypar_sim.workload.network import Network
 
@@ -55,7 +56,8 @@ def request(network: str | Network | Graph, strategy: str = "hypar", topology: s
             trace: bool = False, objective: str = "bytes", phases: str = "training",
             optimizer: str = "sgd", precision: str = "fp32", recompute: str = "none",
             zero: int = 0, pipeline: int = 1, microbatches: int = 1, schedule: str = "1f1b",
-            stages: Sequence[str] | None = None, **config_overrides: Any) -> RunRequest:
+            stages: Sequence[str] | None = None, des_messages: int = DEFAULT_DES_MESSAGES,
+            **config_overrides: Any) -> RunRequest:
     """The run's request, built as the command line builds it (`hypar_sim.request`):
     `accelerators` and `batch` None take the config file's, else 16 and 256; any other
     keyword is a hardware key (`hardware()`)."""
@@ -77,7 +79,8 @@ def request(network: str | Network | Graph, strategy: str = "hypar", topology: s
                             pipeline=pipeline, microbatches=microbatches, schedule=schedule,
                             stages=stages,
                             sim=SimOptions(topology=topology, engine=engine,
-                                           overlap_gradients=overlap_gradients, trace=trace))
+                                           overlap_gradients=overlap_gradients, trace=trace,
+                                           des_messages=des_messages))
     except InputError as error:
         raise InputError(_as_argument(str(error))) from None
 

@@ -125,3 +125,10 @@ def test_an_operation_waits_for_its_last_sender_and_shares_its_links_two_ways():
     assert running.start(second, 20.0, links, [10.0]) == 120.0
     assert running.finish[id(first)] == 150.0
     assert links[0].busy_cycles == 2 * 1000 / 10  # lane-cycles: bytes over a lane's rate
+
+
+def test_the_api_takes_the_budget():
+    from hypar_sim import api
+
+    assert api.simulate("lenet_c", accelerators=16, batch=256, des_messages=0).group_operations
+    assert not api.simulate("lenet_c", accelerators=16, batch=256).group_operations
