@@ -254,19 +254,27 @@ def sent(matrices: Mapping[StepKey, Moved], buckets: Sequence[Sequence[int]] = (
     order = list(TransferKind)
     steps = {}
     held = 0
-    known: dict[tuple[int, bool], Transfers] = {}  # a matrix's (a repeated block's), once
+    known: dict[tuple, Transfers] = {}  # equal matrices' (a repeated block's), once
     for key, matrix in sorted(fused.items(),
                               key=lambda item: (item[0][0], order.index(item[0][1]))):
-        if (id(matrix), key[1].reduces) not in known:
-            known[(id(matrix), key[1].reduces)] = COLLECTIVES[collective](
-                matrix, hierarchy, key[1].reduces)
-        transfers = known[(id(matrix), key[1].reduces)]
+        content = (_content(matrix), key[1].reduces)
+        if content not in known:
+            known[content] = COLLECTIVES[collective](matrix, hierarchy, key[1].reduces)
+        transfers = known[content]
         if len(transfers):
             steps[key] = transfers
             held += len(transfers)
             check_memory(held * ROW_BYTES, f"the plan's messages ({held:,} rows so far, "
                          f"{matrix.members:,} members)", MESSAGES_ADVICE)
     return steps
+
+
+def _content(matrix: Moved) -> tuple:
+    """What a collective's messages depend on: the matrix's entries and groups, as bytes
+    (a network's repeated blocks give equal matrices that are different objects)."""
+    return (matrix.members, matrix.src.tobytes(), matrix.dst.tobytes(),
+            matrix.amount.tobytes(), tuple((block.members.tobytes(), block.amount)
+                                           for block in matrix.blocks))
 
 
 def graph_layouts(graph: Graph, batch: int, hierarchy: Hierarchy, columns: Sequence[Column],
