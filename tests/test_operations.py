@@ -107,7 +107,7 @@ def test_link_busy_time_is_its_bytes_over_its_bandwidth():
 
 def _running(*alone_cycles: float) -> tuple[Running, list[Operation]]:
     """Operations over two members and one link, each 1,000 bytes from member 0 to 1."""
-    ops = [Operation((index, TransferKind.GRADIENT), 1, alone, np.array([1000.0]),
+    ops = [Operation((index, TransferKind.GRADIENT), alone, np.array([1000.0]),
                      np.array([1000.0, 0.0]), np.array([0.0, 1000.0]))
            for index, alone in enumerate(alone_cycles)]
     classes = Classes(np.array([0, 1]), (0, 1), np.array([0]), (0,), {}, {})

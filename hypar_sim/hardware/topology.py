@@ -248,6 +248,11 @@ class FatTree(Topology):
             empty = np.zeros(0, dtype=np.int64)
             return empty, empty, empty, np.zeros(0), np.zeros(0)
         top = self.levels - self.hierarchy.meeting_levels(src, dst)  # meeting switch height
+        return self._by_top(src, dst, top, self._crossed(src, dst, top))
+
+    def _crossed(self, src: np.ndarray, dst: np.ndarray, top: np.ndarray) -> np.ndarray:
+        """The links of every message, message by message, in route order, given each one's
+        meeting height `top`."""
         heights = np.arange(self.levels)
         below = np.array(self.below[:self.levels])
         first = np.concatenate(([0], np.cumsum(2 * (self.accelerators // below))))[:-1]
@@ -255,8 +260,7 @@ class FatTree(Topology):
         down_height = np.maximum(top[:, None] - 1 - heights, 0)  # the i-th link down
         down = first[down_height] + 2 * (dst[:, None] // below[down_height]) + 1
         valid = heights < top[:, None]
-        crossed = np.concatenate([up, down], axis=1)[np.concatenate([valid, valid], axis=1)]
-        return self._by_top(src, dst, top, crossed)
+        return np.concatenate([up, down], axis=1)[np.concatenate([valid, valid], axis=1)]
 
     def _by_top(self, src: np.ndarray, dst: np.ndarray, top: np.ndarray,
                 crossed: np.ndarray | None) -> tuple[np.ndarray, ...]:
@@ -294,13 +298,7 @@ class FatTree(Topology):
         top = per_message // 2 if per_message is not None else \
             self.levels - self.hierarchy.meeting_levels(src, dst)
         if len(src) * self.levels <= _FEW_LINKS:  # few: every link crossed at once
-            below = np.array(self.below[:self.levels])
-            first = np.concatenate(([0], np.cumsum(2 * (self.accelerators // below))))[:-1]
-            valid = np.arange(self.levels) < top[:, None]
-            weights = np.broadcast_to(sizes[:, None], valid.shape)[valid]
-            ups = (first + 2 * (src[:, None] // below))[valid]
-            downs = (first + 2 * (dst[:, None] // below) + 1)[valid]
-            return np.bincount(np.concatenate([ups, downs]), np.concatenate([weights, weights]),
+            return np.bincount(self._crossed(src, dst, top), np.repeat(sizes, 2 * top),
                                minlength=len(self.links))
         first = 0  # the height's first link
         for height in range(self.levels):

@@ -36,6 +36,7 @@ DES_MESSAGE_BYTES = 2500
 #: 197,120 messages, 0.16 GB in all).
 OPERATION_ROW_BYTES = 400
 
+
 def simulate_des(schedule: Schedule, topology: Topology,
                  chunk_bytes: float = DEFAULT_CHUNK_BYTES, max_chunks: int = DEFAULT_MAX_CHUNKS,
                  config_dict=None, trace: bool = False, progress: bool = False,
@@ -60,7 +61,7 @@ def simulate_des(schedule: Schedule, topology: Topology,
     # class must keep: `kept_by`)
     held = len(schedule.steps) * (len(topology.links) + 2 * schedule.accelerators) * 16.0
     check_memory(len(flat.src) * (OPERATION_ROW_BYTES if grouped else DES_MESSAGE_BYTES)
-                 + (held if grouped or grouped is None else 0.0),
+                 + (held if grouped is not False else 0.0),
                  f"the event-driven engine's {len(flat.src):,} messages ("
                  + ("routed, in group operations)" if grouped else
                     "routed, classified and simulated)"),

@@ -41,7 +41,6 @@ class Operation:
     and at every member's cube."""
 
     step: StepKey
-    rows: int  # messages (rows: a ring member's rounds are one) it stands for
     alone_cycles: float  # `hardware.transfer.step_cycles` of its messages
     link_bytes: np.ndarray  # [link] bytes it carries over each link
     sent_bytes: np.ndarray  # [member] bytes each member's cube reads for it
@@ -80,7 +79,7 @@ def build_operations(schedule: Schedule, flat: FlatMessages, routed: Routed,
         step = keys[int(flat.step[first])]
         part, sizes = routed.part(first, last), sent[first:last]
         operations.append(Operation(
-            step, last - first,  # the step's own rows: their rounds as the closed form's
+            step,  # the step's own rows: their rounds as the closed form's
             step_cycles(schedule.steps[step], topology, schedule.config, chunk_bytes,
                         max_chunks, part),
             part.loads(sizes, links),
@@ -90,13 +89,13 @@ def build_operations(schedule: Schedule, flat: FlatMessages, routed: Routed,
 
 
 def kept_by(operations: list[Operation]) -> tuple[np.ndarray, np.ndarray] | None:
-    """What a symmetry must keep for the operations to stay alike on a class's members:
-    ([member] rows of bytes read and written, [link] rows of bytes carried); None: none."""
+    """What members and links of a class must share for the operations to stay alike on
+    them (`sim.symmetry.alike_classes`): ([member] rows of bytes read and written, [link]
+    rows of bytes carried); None: no operations."""
     if not operations:
         return None
     return (np.stack([part for op in operations for part in (op.sent_bytes, op.received_bytes)]),
             np.stack([op.link_bytes for op in operations]))
-
 
 
 class Running:
@@ -109,6 +108,9 @@ class Running:
         self.expected: dict[tuple[int, StepKey], int] = {}  # (class, step) -> operations
         self.receivers: dict[int, list[int]] = {}  # id(operation) -> classes it sends to
         self.used: dict[int, np.ndarray] = {}  # id(operation) -> [link] whether it uses it
+        # id(operation) -> (link class, bytes on its representative link) where it carries any
+        self.carried: dict[int, list[tuple[int, float]]] = {}
+        representatives = np.asarray(classes.links, dtype=np.int64)
         self.finish: dict[int, float] = {}  # id(operation) -> when it ends, once started
         self.began: dict[int, float] = {}  # id(operation) -> when it started
         self.flowing: list[tuple[Operation, float]] = []  # started, maybe in flight: start
@@ -119,10 +121,13 @@ class Running:
             receivers = np.unique(member_class[op.received_bytes > 0]).tolist()
             self.receivers[id(op)] = receivers
             self.used[id(op)] = op.link_bytes > 0
+            on_classes = op.link_bytes[representatives]
+            carrying = np.flatnonzero(on_classes > 0)
+            self.carried[id(op)] = list(zip(carrying.tolist(), on_classes[carrying].tolist(),
+                                            strict=True))
             for receiver in receivers:
                 self.expected[(receiver, op.step)] = self.expected.get((receiver, op.step),
                                                                        0) + 1
-        self.classes = classes
 
     def reached(self, member_class: int, step: StepKey) -> list[Operation]:
         """The class has reached its Send of `step`: the operations it was the last sender
@@ -154,17 +159,13 @@ class Running:
         finish[id(op)] = now + alone + later
         self.began[id(op)] = now
         self.flowing.append((op, now))
-        for link_class, link in enumerate(self.classes.links):
-            carried = float(op.link_bytes[link])
-            if carried > 0:
-                links[link_class].busy_cycles += carried / link_rate[link_class]
-                links[link_class].grants += 1
+        for link_class, carried in self.carried[id(op)]:
+            links[link_class].busy_cycles += carried / link_rate[link_class]
+            links[link_class].grants += 1
         return finish[id(op)]
 
     def count(self, op: Operation, counters) -> None:
         """With a summary trace (`sim.trace.LinkCounters`): the ended operation's bytes on
         one link of each link class, spread over its time."""
-        for link_class, link in enumerate(self.classes.links):
-            carried = float(op.link_bytes[link])
-            if carried > 0:
-                counters.add(link_class, self.began[id(op)], self.finish[id(op)], carried)
+        for link_class, carried in self.carried[id(op)]:
+            counters.add(link_class, self.began[id(op)], self.finish[id(op)], carried)

@@ -176,9 +176,9 @@ class FlatMessages:
                    np.concatenate([step.counts for step in steps]),
                    np.concatenate([step.groups for step in steps]))
 
-    @property
+    @cached_property
     def sent_bytes(self) -> np.ndarray:
-        """Bytes of each row, all its rounds."""
+        """Bytes of each row, all its rounds (once: the accounting reads it thrice)."""
         return self.bytes * self.repeats
 
     @property
