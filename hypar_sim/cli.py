@@ -13,7 +13,7 @@ from hypar_sim import __version__
 from hypar_sim.arguments import DEFAULT_LEVELS
 from hypar_sim.commands import COMMANDS
 from hypar_sim.errors import InputError, Terminated, Unfinished
-from hypar_sim.resources import memory_limit_bytes
+from hypar_sim.resources import keep_freed_memory, memory_limit_bytes
 from hypar_sim.sim.defaults import (
     DEFAULT_BUCKET_MB,
     DEFAULT_CHUNK_BYTES,
@@ -392,7 +392,8 @@ def one_line(text: str) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    gc.set_threshold(GC_THRESHOLD)  # this process's setting (the command owns the process)
+    gc.set_threshold(GC_THRESHOLD)  # this process's settings (the command owns the process)
+    keep_freed_memory()
     argv = sys.argv[1:] if argv is None else list(argv)
     command = argv[0] if argv and argv[0] in _SUBCOMMANDS else ""  # "": the names alone
     args = build_parser(only=command).parse_args(argv)

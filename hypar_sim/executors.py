@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from hypar_sim import __version__
 from hypar_sim.errors import InputError, clip_value
+from hypar_sim.resources import keep_freed_memory
 
 if TYPE_CHECKING:
     from hypar_sim.sweep import Case
@@ -52,12 +53,19 @@ def _leave_interrupts_to_the_parent(parent: int | None = None) -> None:
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
+def _start_worker(parent: int | None) -> None:
+    """A pool worker's settings: interrupts left to `parent`, freed memory kept (as the
+    command line's own process does: a forked worker has them already, a spawned one not)."""
+    keep_freed_memory()
+    _leave_interrupts_to_the_parent(parent)
+
+
 def _pool(workers: int) -> ProcessPoolExecutor:
     """A process pool whose workers leave interrupts to this process and die with it (a
     worker started by a fork server, whose parent is the server, is not checked against
     this process)."""
     forked = multiprocessing.get_start_method() == "fork"
-    return ProcessPoolExecutor(workers, initializer=_leave_interrupts_to_the_parent,
+    return ProcessPoolExecutor(workers, initializer=_start_worker,
                                initargs=(os.getpid() if forked else None,))
 
 

@@ -244,9 +244,9 @@ def _result(g: Piece, spec: PEArraySpec, prices: Prices, rows,
     """The winner's cost, its n searched over every value in "psum" order."""
     i, p, q, n, m, order = point
     e, r, t, folds, _ = (int(a[i]) for a in rows)
-    if order == 0:  # every n whose pass fits, m the most psums that then fit
-        pt = p * t
-        ns = np.arange(1, g.images + 1)
+    if order == 0:  # every n whose pass fits (n <= the buffer's words), m the most psums
+        pt = p * t  # that then fit
+        ns = np.arange(1, min(g.images, spec.buffer_words) + 1)
         ms = _most_psums(g, spec, e, q * r, pt, ns)
         ns, ms = ns[ms >= pt], ms[ms >= pt]
         values = _evaluate(g, spec, prices, e, r, t, p, q, ns, ms, 0)
