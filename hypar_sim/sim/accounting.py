@@ -80,6 +80,19 @@ def phase_cycles(schedule: Schedule) -> dict[tuple[int, Phase], float]:
     return dict(cycles)
 
 
+def _cost_classes(computes, members: int) -> list[bytes]:
+    """Each member's key: equal for members whose every computation is the same cost
+    object. A repeated block's computations share their tuple of costs, so each distinct
+    tuple is read once: a member's label in it (which of its distinct objects is the
+    member's), the labels of every distinct tuple side by side."""
+    labels = []
+    for costs in {id(task.costs): task.costs for task in computes}.values():
+        index: dict[int, int] = {}
+        labels.append([index.setdefault(id(cost), len(index)) for cost in costs])
+    table = np.array(labels, dtype=np.int64).reshape(len(labels), members)
+    return [table[:, member].tobytes() for member in range(members)]
+
+
 def per_accelerator(schedule: Schedule, config: HardwareConfig) -> tuple[AcceleratorResult, ...]:
     """Every member's busy time, bytes sent and received, and energy (its computations and
     its messages' DRAM accesses; links, switches and static power are the array's)."""
@@ -88,10 +101,9 @@ def per_accelerator(schedule: Schedule, config: HardwareConfig) -> tuple[Acceler
     computes = schedule.computes
     # members whose every computation is the same cost object are busy as long and count
     # the same actions: each is added up once (in the same order, so the same floats)
-    alike: dict[tuple[int, ...], tuple[float, dict[Action, float]]] = {}
+    alike: dict[bytes, tuple[float, dict[Action, float]]] = {}
     own = []
-    for member in range(members):
-        key = tuple(id(task.costs[member]) for task in computes)
+    for member, key in enumerate(_cost_classes(computes, members)):
         if key not in alike:
             busy = 0.0
             for task in tasks:
