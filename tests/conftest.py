@@ -12,6 +12,7 @@ import pytest
 from hypothesis import settings
 
 from hypar_sim.planner.options import PlanOptions
+from hypar_sim.resources import keep_freed_memory
 from hypar_sim.workload.layers import FeatureShape, Layer, Pool, make_conv, make_fc
 
 #: Property tests draw the same examples on every run (`derandomize`), so that a failure in
@@ -19,6 +20,9 @@ from hypar_sim.workload.layers import FeatureShape, Layer, Pool, make_conv, make
 settings.register_profile("fixed", derandomize=True, print_blob=True)
 settings.register_profile("explore", derandomize=False, print_blob=True)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "fixed"))
+
+#: The test processes keep freed memory for the next arrays, as the command line does.
+keep_freed_memory()
 
 REPO = Path(__file__).resolve().parents[1]
 #: HyPar's reading of its Tables 1 and 2, which the figures (and the tests of them) ask for.
