@@ -34,7 +34,7 @@ import numpy as np
 from hypar_sim.partition.axes import Site
 from hypar_sim.partition.hierarchy import Hierarchy
 from hypar_sim.partition.kinds import KINDS, Dim
-from hypar_sim.partition.redistribute import Moved, Region, redistribute
+from hypar_sim.partition.redistribute import Moved, Region, redistribute, redistribute_both_ways
 from hypar_sim.partition.regions import Box, region, volume, weight_shape
 from hypar_sim.partition.shares import Column, level_intervals
 from hypar_sim.workload.tdl import Description
@@ -288,8 +288,8 @@ def edge_matrices(producer: NodeLayout, consumer: NodeLayout, index: int, batch:
         zero = Moved.none(len(made))
         return dict.fromkeys(("forward reduce", "forward gather", "backward reduce",
                               "backward gather"), zero)
-    forward = redistribute(shape, made, read, producer.replicas)
-    backward = redistribute(shape, read, made, consumer.replicas)
+    forward, backward = redistribute_both_ways(shape, made, read, producer.replicas,
+                                               consumer.replicas)
     # a partial output is reduced before its folded pooling: pre-pooling elements
     pooled = producer.site.desc.pooled_ratio
     return {"forward reduce": forward.reduce * (word_bytes * pooled),

@@ -406,16 +406,42 @@ def redistribute(extents: Sequence[int], contributions: Sequence[Region],
     loss takes the reduced values wherever the reduction leaves them). `replicas`: each
     member's replica class (a member whose contribution is a copy of its class's first
     member's, the node computed whole at a `replicate` level): see `_with_copies`."""
+    return _stages(*_covers(extents, contributions, needs), replicas)
+
+
+def redistribute_both_ways(extents: Sequence[int], made: Sequence[Region],
+                           read: Sequence[Region], made_replicas: np.ndarray | None,
+                           read_replicas: np.ndarray | None) -> tuple[Stages, Stages]:
+    """(`redistribute(extents, made, read, made_replicas)`, `redistribute(extents, read,
+    made, read_replicas)`): an edge's forward pass and its error's way back, on the one grid
+    both cut (the same cells, the two covers swapping roles)."""
+    contrib, need, volume = _covers(extents, made, read)
+    return (_stages(contrib, need, volume, made_replicas),
+            _stages(need, contrib, volume, read_replicas))
+
+
+def _covers(extents: Sequence[int], contributions: Sequence[Region],
+            needs: Sequence[Region] | None) -> tuple[Cover, Cover, np.ndarray]:
+    """(the contributions' cover, the needs', the cells' volumes) on the grid both cut; the
+    same regions given as both (an all-reduce) covered once."""
     made = _bounds(contributions, len(extents))
-    wanted = _bounds(needs, len(extents)) if needs is not None else None
+    same = needs is contributions
+    wanted = None if needs is None or same else _bounds(needs, len(extents))
     grid = make_grid(extents, [made[1]] if wanted is None else [made[1], wanted[1]])
     contrib = masks(grid, len(contributions), *made)
-    need = masks(grid, len(needs), *wanted) if needs is not None else Cover.of(
-        contrib.members, contrib.cells, np.zeros(0, np.int64), np.zeros(0, np.int64))
+    if needs is None:
+        empty = np.zeros(0, np.int64)
+        return contrib, Cover.of(contrib.members, contrib.cells, empty, empty), grid.volume
+    return contrib, contrib if same else masks(grid, len(needs), *wanted), grid.volume
+
+
+def _stages(contrib: Cover, need: Cover, volume: np.ndarray,
+            replicas: np.ndarray | None) -> Stages:
+    """Both stages of the rule from the covers (`redistribute`)."""
     if replicas is not None and len(np.unique(replicas)) < len(replicas):
-        return _with_copies(contrib, need, grid.volume, replicas)
-    moved, holders = reduce_stage(contrib, need, grid.volume)
-    return Stages(moved, gather_stage(holders, need, grid.volume), holders, contrib, grid.volume)
+        return _with_copies(contrib, need, volume, replicas)
+    moved, holders = reduce_stage(contrib, need, volume)
+    return Stages(moved, gather_stage(holders, need, volume), holders, contrib, volume)
 
 
 def _with_copies(contrib: Cover, need: Cover, volume: np.ndarray,

@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from hypar_sim.partition.node_layout import NodeLayout
-from hypar_sim.partition.redistribute import Moved, redistribute
+from hypar_sim.partition.redistribute import Moved, redistribute_both_ways
 
 
 def _side_by_side(first: NodeLayout, second: NodeLayout) -> np.ndarray | None:
@@ -54,8 +54,8 @@ def stage_edge_matrices(producer: NodeLayout, consumer: NodeLayout, index: int, 
     nothing: list[tuple] = [()] * m
     made, read = producer.outputs(), consumer.reads(index)
     replicas = _side_by_side(producer, consumer)
-    forward = redistribute(shape, made + nothing, nothing + read, replicas)
-    backward = redistribute(shape, nothing + read, made + nothing, replicas)
+    forward, backward = redistribute_both_ways(shape, made + nothing, nothing + read,
+                                               replicas, replicas)
     pooled = producer.site.desc.pooled_ratio
 
     def on_array(moved: Moved, scale: float) -> Moved:
