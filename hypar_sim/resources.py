@@ -32,11 +32,14 @@ def _size(value: float) -> str:
     return f"{value / 2**30:,.1f} GiB" if value >= 2**30 else f"{value / 2**20:,.1f} MiB"
 
 
-#: glibc's mallopt parameters (malloc.h) and the values `keep_freed_memory` sets: every
-#: block from the heap (none mapped on its own), up to 256 MiB of free memory kept at the
-#: heap's top, and 64 MiB more taken each time the heap grows.
+#: glibc's mallopt parameters (malloc.h) and the values `keep_freed_memory` sets: the
+#: main heap's blocks all from the heap (none mapped on their own, but where the heap cannot
+#: grow), up to 256 MiB of free memory kept at its top, and 64 MiB more taken each time it
+#: grows (not under an address-space limit, where an allocation within 64 MiB of the limit
+#: would fail with the pad).
 _M_TRIM_THRESHOLD, _M_TOP_PAD, _M_MMAP_MAX = -1, -2, -4
-_SETTINGS = ((_M_MMAP_MAX, 0), (_M_TRIM_THRESHOLD, 256 * 2**20), (_M_TOP_PAD, 64 * 2**20))
+_KEEP = ((_M_MMAP_MAX, 0), (_M_TRIM_THRESHOLD, 256 * 2**20))
+_PAD = (_M_TOP_PAD, 64 * 2**20)
 
 
 def keep_freed_memory() -> None:
@@ -44,16 +47,21 @@ def keep_freed_memory() -> None:
 
     By default it maps every block above 128 KiB afresh (the threshold then grows only as
     large blocks are freed, to 32 MiB at most) and gives the heap's top back to the system
-    once more than twice that is free there; numpy's temporaries are freed and allocated
-    again thousands of times a second, and every page taken back costs a page fault when
-    it is touched again. Measured (whole processes, 2026-12-07): `plan gpt3_2_7b` with
-    optimal choosing how to train spent 20.1 s of its 89 s CPU in the kernel, 0.5 s with
-    these settings (48 s wall against 33 s); the GPT-3-shaped graph on 1,024 accelerators
-    59 s against 51-52 s (its 124 MB arrays of 15.5M messages reused, not mapped again),
-    its peak memory 3.97 against 4.04 GB. A process setting, like the garbage collector's:
-    the command line and its pool workers set it; without glibc (macOS, musl) nothing
-    changes."""
+    once more than a threshold (128 KiB, then twice the mapping threshold) is free there;
+    numpy's temporaries are freed and allocated again thousands of times a second, and
+    every page given back costs a page fault when it is touched again. Measured (whole
+    processes, 2026-12-07): `plan gpt3_2_7b` with optimal choosing how to train spent 20.1 s
+    of its 89 s CPU in the kernel, 0.5 s with these settings (48 s wall against 33 s); the
+    GPT-3-shaped graph on 1,024 accelerators 59 s against 51-55 s (its 124 MB arrays of
+    15.5M messages reused, not mapped again), its peak memory 3.97 against 4.04 GB. The
+    price: memory freed below a live block is not given back, so a process stays near its
+    peak (a sweep's worker near the largest case it has run). A process setting, like the
+    garbage collector's: the command line and its pool workers set it; without glibc (macOS,
+    musl) nothing changes."""
     mallopt = getattr(ctypes.CDLL(None), "mallopt", None)
-    if mallopt is not None:
-        for parameter, value in _SETTINGS:
-            mallopt(parameter, value)
+    if mallopt is None:
+        return
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    limited = soft not in (resource.RLIM_INFINITY, -1)
+    for parameter, value in (*_KEEP, *(() if limited else (_PAD,))):
+        mallopt(parameter, value)

@@ -63,7 +63,6 @@ def test_running_out_of_memory_is_one_line(monkeypatch, capsys):
     assert "--engine analytic" in error and "Traceback" not in error
 
 
-
 _REUSE = """
 import resource, numpy as np
 from hypar_sim.resources import keep_freed_memory

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from hypar_sim.partition import node_layout
 from hypar_sim.partition.hierarchy import Hierarchy
-from hypar_sim.partition.redistribute import Moved, redistribute
+from hypar_sim.partition.redistribute import Moved, redistribute, redistribute_both_ways
 from hypar_sim.partition.regions import weight_shape
 from hypar_sim.partition.stage_edges import placed, stage_edge_matrices
 from hypar_sim.partition.steps import StepMessages, TransferKind, step_key
@@ -116,8 +116,8 @@ def pipeline_messages(graph: Graph, layouts: Sequence[node_layout.NodeLayout],
         add(once, (t, TransferKind.GRADIENT_GATHER),
             _offset(parts.gather * word_bytes, s, m, total))
         nothing: list[tuple] = [()] * m
-        there = redistribute(shape, both[:m] + nothing, nothing + both[m:]).gather
-        back = redistribute(shape, nothing + both[m:], both[:m] + nothing).gather
+        there, back = (stages.gather for stages in redistribute_both_ways(
+            shape, both[:m] + nothing, nothing + both[m:], None, None))
         add(once, (owner, TransferKind.TIED_GRADIENT),
             placed(there * word_bytes, stages[owner], s, m, total))
         add(once, (t, TransferKind.TIED_GRADIENT),
