@@ -80,7 +80,7 @@ def phase_cycles(schedule: Schedule) -> dict[tuple[int, Phase], float]:
     return dict(cycles)
 
 
-def _cost_classes(computes, members: int) -> list[bytes]:
+def _cost_classes(computes: Sequence[Compute], members: int) -> list[bytes]:
     """Each member's key: equal for members whose every computation is the same cost
     object. A repeated block's computations share their tuple of costs, so each distinct
     tuple is read once: a member's label in it (which of its distinct objects is the
