@@ -15,7 +15,8 @@ from hypar_sim.hardware.config import load_hardware
 from hypar_sim.hardware.transfer import rounds_cycles
 from hypar_sim.partition.collectives import COLLECTIVES, levels
 from hypar_sim.partition.hierarchy import Hierarchy
-from hypar_sim.partition.redistribute import Moved, member_products
+from hypar_sim.partition.moved import Moved
+from hypar_sim.partition.redistribute import member_products
 from hypar_sim.partition.steps import StepMessages, TransferKind
 from hypar_sim.planner.options import PlanOptions
 from hypar_sim.planner.plan import make_plan

@@ -1,5 +1,5 @@
 """Collectives by group (issue "Scale", item 1): a uniform all-to-all among k members is kept
-as its group from the redistribution to the engines (`redistribute.Block`, rows with
+as its group from the redistribution to the engines (`moved.Block`, rows with
 `repeats`), never k (k - 1) pairs, and means exactly what its pairs meant."""
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ from hypar_sim.hardware.transfer import step_cycles
 from hypar_sim.partition import redistribute as redistribute_module
 from hypar_sim.partition.collectives import COLLECTIVES
 from hypar_sim.partition.hierarchy import Hierarchy
-from hypar_sim.partition.redistribute import Block, Cover, Moved, gather_stage, redistribute
+from hypar_sim.partition.moved import Block, Moved
+from hypar_sim.partition.redistribute import Cover, gather_stage, redistribute
 from hypar_sim.partition.steps import TransferKind
 from hypar_sim.planner.plan_messages import sent
 

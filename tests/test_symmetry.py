@@ -148,7 +148,7 @@ def test_rings_sharing_an_edge_keep_their_own_groups(order):
     image, whatever order the collectives are numbered in, so that each ring's members wait
     for their own ring (`Sent.group`) and symmetric and full runs agree to the cycle."""
     from hypar_sim.partition.collectives import COLLECTIVES
-    from hypar_sim.partition.redistribute import Block, Moved
+    from hypar_sim.partition.moved import Block, Moved
     from hypar_sim.partition.steps import TransferKind
     from hypar_sim.sim.schedule import Schedule, Send, Units, Wait
 

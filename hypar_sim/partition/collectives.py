@@ -1,6 +1,6 @@
 """Collective algorithms: how a step's bytes between members become messages (registry).
 
-A step of the layout model is bytes between members (`redistribute.Moved`: the
+A step of the layout model is bytes between members (`moved.Moved`: the
 nonzero entries of a [src, dst] matrix). Where a block of k > 2 members
 exchange equal bytes b all-to-all (a reduce-scatter or an all-gather among
 them: each member's part goes to every other), the `ring` algorithm sends it
@@ -36,7 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from hypar_sim.partition.hierarchy import Hierarchy
-from hypar_sim.partition.redistribute import Moved
+from hypar_sim.partition.moved import Moved
 from hypar_sim.partition.steps import StepMessages, TransferKind
 
 

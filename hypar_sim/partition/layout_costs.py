@@ -14,6 +14,7 @@ from hypar_sim.partition import totals
 from hypar_sim.partition.axes import Site
 from hypar_sim.partition.hierarchy import Hierarchy
 from hypar_sim.partition.kinds import KINDS
+from hypar_sim.partition.moved import Moved
 from hypar_sim.partition.node_layout import (
     FORWARD_STAGES,
     NodeLayout,
@@ -23,7 +24,6 @@ from hypar_sim.partition.node_layout import (
     offered,
     own_matrices,
 )
-from hypar_sim.partition.redistribute import Moved
 from hypar_sim.partition.shares import Column
 from hypar_sim.workload.layers import Layer
 from hypar_sim.workload.network import layer_of

@@ -34,7 +34,8 @@ import numpy as np
 from hypar_sim.partition.axes import Site
 from hypar_sim.partition.hierarchy import Hierarchy
 from hypar_sim.partition.kinds import KINDS, Dim
-from hypar_sim.partition.redistribute import Moved, Region, redistribute, redistribute_both_ways
+from hypar_sim.partition.moved import Moved
+from hypar_sim.partition.redistribute import Region, redistribute, redistribute_both_ways
 from hypar_sim.partition.regions import Box, region, volume, weight_shape
 from hypar_sim.partition.shares import Column, level_intervals
 from hypar_sim.workload.tdl import Description

@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from hypar_sim.partition.moved import Moved
 from hypar_sim.partition.node_layout import NodeLayout
-from hypar_sim.partition.redistribute import Moved, redistribute_both_ways
+from hypar_sim.partition.redistribute import redistribute_both_ways
 
 
 def _side_by_side(first: NodeLayout, second: NodeLayout) -> np.ndarray | None:

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 
 from hypar_sim.partition import node_layout
 from hypar_sim.partition.hierarchy import Hierarchy
-from hypar_sim.partition.redistribute import Moved, redistribute, redistribute_both_ways
+from hypar_sim.partition.moved import Moved
+from hypar_sim.partition.redistribute import redistribute, redistribute_both_ways
 from hypar_sim.partition.regions import weight_shape
 from hypar_sim.partition.stage_edges import placed, stage_edge_matrices
 from hypar_sim.partition.steps import StepMessages, TransferKind, step_key

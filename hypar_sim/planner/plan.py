@@ -29,7 +29,7 @@ from hypar_sim.partition.axes import Site
 from hypar_sim.partition.axes import sites as graph_sites
 from hypar_sim.partition.hierarchy import Hierarchy, as_hierarchy
 from hypar_sim.partition.kinds import DEFAULT_KINDS, KINDS
-from hypar_sim.partition.redistribute import Moved
+from hypar_sim.partition.moved import Moved
 from hypar_sim.partition.shares import Column
 from hypar_sim.partition.steps import TransferKind
 from hypar_sim.planner import memory

@@ -21,7 +21,7 @@ from hypar_sim.partition.axes import Site
 from hypar_sim.partition.axes import sites as graph_sites
 from hypar_sim.partition.collectives import COLLECTIVES, Transfers
 from hypar_sim.partition.hierarchy import Hierarchy
-from hypar_sim.partition.redistribute import Moved
+from hypar_sim.partition.moved import Moved
 from hypar_sim.partition.shares import Column
 from hypar_sim.partition.steps import StepMessages, TransferKind
 from hypar_sim.planner.traffic import TRAFFIC_MODELS, TrafficModel

@@ -42,7 +42,7 @@ from hypar_sim.partition import layout_costs, node_layout
 from hypar_sim.partition.axes import Site
 from hypar_sim.partition.collectives import COLLECTIVES
 from hypar_sim.partition.hierarchy import Hierarchy
-from hypar_sim.partition.redistribute import Moved
+from hypar_sim.partition.moved import Moved
 from hypar_sim.partition.shares import Column
 from hypar_sim.partition.steps import STEP_PHASES, Phase, StepMessages, TransferKind
 from hypar_sim.planner.plan_messages import EDGE_STAGES, OWN_STAGES

@@ -24,7 +24,7 @@ from hypar_sim.partition import layout_costs, node_layout, shares, totals
 from hypar_sim.partition.axes import Site
 from hypar_sim.partition.hierarchy import Hierarchy
 from hypar_sim.partition.kinds import BATCH, IN, KINDS, Dim
-from hypar_sim.partition.redistribute import Moved
+from hypar_sim.partition.moved import Moved
 from hypar_sim.partition.shares import Column, Share
 from hypar_sim.partition.steps import Phase, StepMessages, TransferKind
 from hypar_sim.planner.comm_model import LayerSplit, Parallelism, layer_transfers, pair_costs

@@ -197,8 +197,8 @@ def alike_classes(schedule: Schedule, topology: Topology,
     computations' cycles, the bytes each operation reads and writes at their cube:
     `kept`'s member rows) do the same at the same times, as do links of the same lanes and
     bandwidth that carry the same bytes in every operation (`kept`'s link rows; nothing
-    else uses them). Exact without a
-    symmetry of the topology (with `alike` False: every member and link its own)."""
+    else uses them). Exact without a symmetry of the topology (with `alike` False: every
+    member and link its own)."""
     count, links = schedule.accelerators, len(topology.links)
     if alike:
         stages = max(len(schedule.stage_tasks), 1)
