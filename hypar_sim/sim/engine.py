@@ -357,13 +357,13 @@ class StepEngine:
         self.start_rounds(sent.dst_class, step)
         self.arrive(step, (sent.dst_class,), sent.dst_count)
 
-    def operation_ends(self, operation, _event=None) -> None:
+    def operation_ends(self, operation) -> None:
         """At the end the operation has now (later operations sharing its links put it
         off), its parts arrive."""
         finish = self.running.finish[id(operation)]
         if finish > self.env.now:
             self.env.timeout(finish - self.env.now).callbacks.append(
-                lambda event: self.operation_ends(operation, event))
+                lambda _: self.operation_ends(operation))
         else:
             if self.counters is not None:
                 self.running.count(operation, self.counters)
