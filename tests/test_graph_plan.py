@@ -365,3 +365,41 @@ def test_shared_tables_equal_the_cell_by_cell_cost(kinds):
                 columns[n] = column
             assert value == pytest.approx(shared_cost(costs, sites, edges, columns, hierarchy),
                                           rel=1e-12, abs=1e-9)
+
+
+def test_edges_that_move_alike_share_their_matrices_and_equal_fresh_ones():
+    """`Costs.edge_matrices` computes a redistribution once per what the edge's two ends
+    hold (regions, replicas, the tensor's shape and pooling), whatever the nodes: on every
+    edge under every pair of columns at two levels, each stage equals
+    `node_layout.edge_matrices` computed afresh, and fewer redistributions are computed
+    than edges asked for. The graph has two branches whose outputs are held alike but one
+    pooled (its partial sums reduced before the pooling), and a `replicate` level (copies
+    held where an `in` level holds partial sums, in the same regions)."""
+    graph = parse_graph({"inputs": {"x": [4, 4, 4]}, "nodes": [
+        {"name": "a", "type": "conv", "out_channels": 8, "kernel": 1},
+        {"name": "pool", "type": "pool", "kernel": 2, "stride": 2},
+        {"name": "b", "type": "conv", "out_channels": 8, "kernel": 1, "stride": 2,
+         "inputs": ["x"]},
+        {"name": "sum", "type": "add", "inputs": ["pool", "b"]},
+        {"name": "fc", "type": "fc", "out_features": 8}]}, "alike")
+    hierarchy, batch = Hierarchy.binary(2), 4
+    sites = graph_sites(graph)
+    kinds = ("batch", "in", "out", "spatial", "replicate")
+    options = [[c for c in itertools.product(kinds, repeat=hierarchy.levels)
+                if node_layout.offered(s, batch, c, hierarchy)] for s in sites]
+    costs = layout_costs.Costs(batch, 4)
+    asked, index = 0, {node.name: i for i, node in enumerate(graph.nodes)}
+    for c, node in enumerate(graph.nodes):
+        for k, name in enumerate(node.inputs):
+            if name not in index:
+                continue  # a graph input
+            p = index[name]
+            for a, b in itertools.product(options[p], options[c]):
+                shared = costs.edge_matrices(sites[p], sites[c], k, a, b, hierarchy)
+                fresh = node_layout.edge_matrices(
+                    node_layout.layout(sites[p], batch, a, hierarchy),
+                    node_layout.layout(sites[c], batch, b, hierarchy), k, batch, 4)
+                assert {s: m.entries().dense().tolist() for s, m in shared.items()} == \
+                    {s: m.entries().dense().tolist() for s, m in fresh.items()}
+                asked += 1
+    assert len(costs._matrices) < asked

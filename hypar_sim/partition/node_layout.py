@@ -274,7 +274,8 @@ def member_footprint_bytes(own: NodeLayout, word_bytes: int,
 FORWARD_STAGES = frozenset({"forward reduce", "forward gather", "loss reduce"})
 
 
-def _tensor(site: Site, batch: int) -> tuple[int, ...]:
+def tensor_shape(site: Site, batch: int) -> tuple[int, ...]:
+    """The shape of the node's output with `batch` samples."""
     return (batch, *site.node.shape)
 
 
@@ -283,7 +284,7 @@ def edge_matrices(producer: NodeLayout, consumer: NodeLayout, index: int, batch:
     """Bytes [src, dst] of the four stages of the edge into the consumer's input `index`
     (where every member reads exactly what it alone made, nothing moves: zeros, without
     running the cell rule)."""
-    shape = _tensor(producer.site, batch)
+    shape = tensor_shape(producer.site, batch)
     made, read = producer.outputs(), consumer.reads(index)
     if made == read and len(set(made)) == len(made):
         zero = Moved.none(len(made))
@@ -324,7 +325,7 @@ def own_matrices(own: NodeLayout, batch: int, word_bytes: int,
         result.update(_all_reduce((own.site.node.shape[channel - 1],), regions,
                                   word_bytes * vectors, "vector", own.replicas))
     if is_output:
-        loss = redistribute(_tensor(own.site, batch), outputs, None, own.replicas)
+        loss = redistribute(tensor_shape(own.site, batch), outputs, None, own.replicas)
         result.update({"loss reduce": loss.reduce * (word_bytes * desc.pooled_ratio),
                        "loss gather": loss.returned()
                        * word_bytes})

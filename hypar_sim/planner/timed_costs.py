@@ -174,13 +174,15 @@ class TimedCosts(layout_costs.Costs):
         reduce and gather back), each its own transfer kind, timed once."""
         key = ("edge", producer.geometry, consumer.geometry, index,
                producer_column, column, hierarchy)
-        if key not in self._parts:
-            matrices = node_layout.edge_matrices(
-                self._layout(producer, producer_column, hierarchy),
-                self._layout(consumer, column, hierarchy), index,
-                self.batch, self.word_bytes)
-            self._parts[key] = {stage: self._total({stage: matrix})
-                                for stage, matrix in matrices.items()}
+        if key not in self._parts:  # (edges that move alike: timed once)
+            alike = ("edge", *self.edge_key(producer, consumer, index, producer_column, column,
+                                            hierarchy))
+            if alike not in self._parts:
+                matrices = self.edge_matrices(producer, consumer, index, producer_column,
+                                              column, hierarchy)
+                self._parts[alike] = {stage: self._total({stage: matrix})
+                                      for stage, matrix in matrices.items()}
+            self._parts[key] = self._parts[alike]
         return self._parts[key]
 
     def _total(self, matrices: dict[str, Moved]) -> float:
