@@ -19,10 +19,9 @@ from hypar_sim.partition.node_layout import (
     FORWARD_STAGES,
     edge_matrices,
     layout,
-    offered,
     own_matrices,
 )
-from hypar_sim.partition.regions import flat_boxes, region
+from hypar_sim.partition.regions import flat_boxes
 from hypar_sim.partition.shares import column_shares, member_intervals, whole_share
 from hypar_sim.partition.steps import Phase, TransferKind
 from hypar_sim.planner.options import PlanOptions
@@ -31,7 +30,7 @@ from hypar_sim.planner.plan_messages import graph_layouts, graph_matrices
 from hypar_sim.runner import SimOptions, simulate
 from hypar_sim.sim.schedule import build_schedule
 from hypar_sim.workload.layers import FeatureShape, make_conv, make_fc
-from hypar_sim.workload.network import Network, as_graph, load_network, load_workload
+from hypar_sim.workload.network import Network, as_graph, load_network
 from tests.conftest import assert_sent_equals_received_equals
 from tests.test_planner_properties import networks
 
@@ -369,29 +368,3 @@ def test_three_way_ring_uses_only_its_successor_links():
     torus = simulate(net, plan, config, SimOptions(topology="torus"))
     ideal = simulate(net, plan, config, SimOptions(topology="ideal"))
     assert torus.latency_cycles > ideal.latency_cycles  # the rounds take link time
-
-
-@pytest.mark.parametrize("name", ["inception_v1", "mobilenet_v2", "resnet50", "gpt2_small"])
-def test_members_alike_in_the_loops_an_access_reads_share_its_region(name):
-    """A layout computes a region once for the members whose boxes agree on the loops the
-    access reads (`regions.dims_read`): on every node of networks with concatenations
-    (shifted ranges), grouped convolutions, folded poolings, flattened maps and attention's
-    reshapes, under mixed columns on 8 members, every member's region of the output and of
-    every input equals `region` of its own box."""
-    graph = load_workload(name, 64, {"layers": 1}) if name.startswith("gpt") else \
-        load_workload(name)
-    hierarchy, batch = Hierarchy.binary(3), 8
-    columns = [("batch", "out", "in"), ("out", "in", "batch"), ("in", "spatial", "out"),
-               ("groups", "batch", "out"), ("heads", "batch", "out"), ("replicate", "out", "in")]
-    checked = 0
-    for site in graph_sites(graph):
-        for column in columns:
-            if not offered(site, batch, column, hierarchy):
-                continue
-            own = layout(site, batch, column, hierarchy)
-            accesses = [(None, site.desc.makes), *enumerate(site.desc.reads)]
-            for index, access in accesses:
-                got = own.outputs() if index is None else own.reads(index)
-                assert got == [region(access, own.box(m)) for m in range(own.members)]
-                checked += 1
-    assert checked > len(graph.nodes)

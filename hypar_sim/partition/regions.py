@@ -41,27 +41,6 @@ def region(access: Access, box: Box) -> Region:
                  for combo in itertools.product(*parts))
 
 
-def dims_read(access: Access) -> tuple[Dim, ...]:
-    """The loops `region` reads of a member's box for `access` (the batch, the loops of
-    `needs`, and those of every axis' expression): members whose boxes agree on them touch
-    the same region."""
-    found = [Dim.N, *access.needs]
-    for expr in access.axes:
-        while isinstance(expr, Window):  # a window of a window: its loop at the end
-            expr = expr.dim
-        if isinstance(expr, Ix | Shift):
-            found.append(expr.dim)
-        elif isinstance(expr, Grouped):
-            found += [expr.group, expr.dim]
-        elif isinstance(expr, Flat):
-            found += expr.dims
-        elif isinstance(expr, Dim):
-            found.append(expr)
-        elif not isinstance(expr, Whole):
-            raise TypeError(f"dims_read: an index expression it does not know: {expr!r}")
-    return tuple(dict.fromkeys(found))
-
-
 def volume(region: Region) -> int:
     """Elements of a region (its boxes are disjoint)."""
     return sum(math.prod(max(0, hi - lo) for lo, hi in box) for box in region)
