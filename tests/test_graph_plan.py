@@ -367,39 +367,53 @@ def test_shared_tables_equal_the_cell_by_cell_cost(kinds):
                                           rel=1e-12, abs=1e-9)
 
 
-def test_edges_that_move_alike_share_their_matrices_and_equal_fresh_ones():
+def test_steps_held_alike_share_their_matrices_and_equal_fresh_ones():
     """`Costs.edge_matrices` computes a redistribution once per what the edge's two ends
-    hold (regions, replicas, the tensor's shape and pooling), whatever the nodes: on every
-    edge under every pair of columns at two levels, each stage equals
-    `node_layout.edge_matrices` computed afresh, and fewer redistributions are computed
-    than edges asked for. The graph has two branches whose outputs are held alike but one
-    pooled (its partial sums reduced before the pooling), and a `replicate` level (copies
-    held where an `in` level holds partial sums, in the same regions)."""
+    hold (regions, replicas, the tensor's shape and pooling), and `Costs.own_matrices` a
+    node's own steps once per `node_layout.own_key`, whatever the nodes: on every edge under
+    every pair of columns at two levels, and every node under every column (as an output
+    and not), each stage equals the matrices computed afresh, and fewer are computed than
+    asked for. The graph has two branches whose outputs are held alike but one pooled (its
+    partial sums reduced before the pooling), a `replicate` level (copies held where an
+    `in` level holds partial sums, in the same regions), biases and a norm's vectors."""
     graph = parse_graph({"inputs": {"x": [4, 4, 4]}, "nodes": [
         {"name": "a", "type": "conv", "out_channels": 8, "kernel": 1},
         {"name": "pool", "type": "pool", "kernel": 2, "stride": 2},
         {"name": "b", "type": "conv", "out_channels": 8, "kernel": 1, "stride": 2,
          "inputs": ["x"]},
         {"name": "sum", "type": "add", "inputs": ["pool", "b"]},
-        {"name": "fc", "type": "fc", "out_features": 8}]}, "alike")
+        {"name": "fc", "type": "fc", "out_features": 8, "bias": True},
+        {"name": "ln", "type": "layer_norm"},
+        {"name": "out", "type": "fc", "out_features": 8, "bias": True}]}, "alike")
     hierarchy, batch = Hierarchy.binary(2), 4
     sites = graph_sites(graph)
     kinds = ("batch", "in", "out", "spatial", "replicate")
     options = [[c for c in itertools.product(kinds, repeat=hierarchy.levels)
                 if node_layout.offered(s, batch, c, hierarchy)] for s in sites]
     costs = layout_costs.Costs(batch, 4)
-    asked, index = 0, {node.name: i for i, node in enumerate(graph.nodes)}
+
+    def same(shared, fresh):
+        assert {s: m.entries().dense().tolist() for s, m in shared.items()} == \
+            {s: m.entries().dense().tolist() for s, m in fresh.items()}
+
+    edges, index = 0, {node.name: i for i, node in enumerate(graph.nodes)}
     for c, node in enumerate(graph.nodes):
         for k, name in enumerate(node.inputs):
             if name not in index:
                 continue  # a graph input
             p = index[name]
             for a, b in itertools.product(options[p], options[c]):
-                shared = costs.edge_matrices(sites[p], sites[c], k, a, b, hierarchy)
-                fresh = node_layout.edge_matrices(
-                    node_layout.layout(sites[p], batch, a, hierarchy),
-                    node_layout.layout(sites[c], batch, b, hierarchy), k, batch, 4)
-                assert {s: m.entries().dense().tolist() for s, m in shared.items()} == \
-                    {s: m.entries().dense().tolist() for s, m in fresh.items()}
-                asked += 1
-    assert len(costs._matrices) < asked
+                same(costs.edge_matrices(sites[p], sites[c], k, a, b, hierarchy),
+                     node_layout.edge_matrices(
+                         node_layout.layout(sites[p], batch, a, hierarchy),
+                         node_layout.layout(sites[c], batch, b, hierarchy), k, batch, 4))
+                edges += 1
+    assert len(costs._matrices) < edges
+    owns = 0
+    for site, column, is_output in itertools.product(sites, kinds, (False, True)):
+        for column in options[sites.index(site)]:
+            same(costs.own_matrices(site, column, hierarchy, is_output),
+                 node_layout.own_matrices(node_layout.layout(site, batch, column, hierarchy),
+                                          batch, 4, is_output))
+            owns += 1
+    assert len(costs._own_matrices) < owns

@@ -306,6 +306,26 @@ def _all_reduce(shape: tuple[int, ...], regions: list[Region], scale: float,
     return {f"{name} reduce": stages.reduce * scale, f"{name} gather": stages.gather * scale}
 
 
+def _vector_regions(own: NodeLayout) -> tuple[int, list[Region]]:
+    """(output channels, every member's range of them): what a bias or a norm's scale and
+    shift is held in."""
+    channel = 1 + own.site.output.index(Dim.K)
+    return (own.site.node.shape[channel - 1],
+            [tuple((made[channel],) for made in out) for out in own.outputs()])
+
+
+def own_key(own: NodeLayout, is_output: bool) -> tuple:
+    """Everything `own_matrices` reads of the layout (besides the batch and the word):
+    layouts of different nodes with equal keys have equal matrices."""
+    desc = own.site.desc
+    scale = desc.weights.scale if desc.weights is not None else 0
+    extent, vector_regions = _vector_regions(own) if desc.vectors else (0, [])
+    return ((weight_shape(desc), scale, tuple(weight_regions(own))) if scale else None,
+            (desc.vectors, extent, tuple(vector_regions)) if desc.vectors else None,
+            (own.site.node.shape, desc.pooled_ratio, tuple(own.outputs())) if is_output
+            else None, None if own.replicas is None else own.replicas.tobytes())
+
+
 def own_matrices(own: NodeLayout, batch: int, word_bytes: int,
                  is_output: bool) -> dict[str, Moved]:
     """Bytes [src, dst] of a node's gradient all-reduce (weights, biases, a norm's scale
@@ -314,18 +334,16 @@ def own_matrices(own: NodeLayout, batch: int, word_bytes: int,
     desc = own.site.desc
     result = {}
     scale = desc.weights.scale if desc.weights is not None else 0
-    outputs = own.outputs()
-    channel = 1 + own.site.output.index(Dim.K) if Dim.K in own.site.output else None
     if scale:
         result.update(_all_reduce(weight_shape(desc), weight_regions(own), word_bytes * scale,
                                   "gradient", own.replicas))
     vectors = desc.vectors
     if vectors:  # a bias or a norm's scale and shift: one value per output channel each
-        regions = [tuple((made[channel],) for made in out) for out in outputs]
-        result.update(_all_reduce((own.site.node.shape[channel - 1],), regions,
-                                  word_bytes * vectors, "vector", own.replicas))
+        extent, regions = _vector_regions(own)
+        result.update(_all_reduce((extent,), regions, word_bytes * vectors, "vector",
+                                  own.replicas))
     if is_output:
-        loss = redistribute(tensor_shape(own.site, batch), outputs, None, own.replicas)
+        loss = redistribute(tensor_shape(own.site, batch), own.outputs(), None, own.replicas)
         result.update({"loss reduce": loss.reduce * (word_bytes * desc.pooled_ratio),
                        "loss gather": loss.returned()
                        * word_bytes})

@@ -139,9 +139,7 @@ class TimedCosts(layout_costs.Costs):
         again with its partial sums)."""
         key = ("parts", site.geometry, column, hierarchy, is_output)
         if key not in self._parts:
-            matrices = node_layout.own_matrices(
-                self._layout(site, column, hierarchy), self.batch,
-                self.word_bytes, is_output)
+            matrices = self.own_matrices(site, column, hierarchy, is_output)
             loss = {s: m for s, m in matrices.items() if s.startswith("loss")}
             gathers = {s: m for s, m in matrices.items() if s.endswith("gather")
                        and s not in loss}
