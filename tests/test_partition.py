@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -19,9 +20,10 @@ from hypar_sim.partition.node_layout import (
     FORWARD_STAGES,
     edge_matrices,
     layout,
+    offered,
     own_matrices,
 )
-from hypar_sim.partition.regions import flat_boxes
+from hypar_sim.partition.regions import flat_boxes, member_regions, region
 from hypar_sim.partition.shares import column_shares, member_intervals, whole_share
 from hypar_sim.partition.steps import Phase, TransferKind
 from hypar_sim.planner.options import PlanOptions
@@ -29,8 +31,9 @@ from hypar_sim.planner.plan import make_plan
 from hypar_sim.planner.plan_messages import graph_layouts, graph_matrices
 from hypar_sim.runner import SimOptions, simulate
 from hypar_sim.sim.schedule import build_schedule
+from hypar_sim.workload.graph import parse_graph
 from hypar_sim.workload.layers import FeatureShape, make_conv, make_fc
-from hypar_sim.workload.network import Network, as_graph, load_network
+from hypar_sim.workload.network import Network, as_graph, load_network, load_workload
 from tests.conftest import assert_sent_equals_received_equals
 from tests.test_planner_properties import networks
 
@@ -368,3 +371,47 @@ def test_three_way_ring_uses_only_its_successor_links():
     torus = simulate(net, plan, config, SimOptions(topology="torus"))
     ideal = simulate(net, plan, config, SimOptions(topology="ideal"))
     assert torus.latency_cycles > ideal.latency_cycles  # the rounds take link time
+
+
+def sliced_graph():
+    """A slice of a token stream's channels (a shifted range, unclipped), concatenated with
+    the stream: an fc reads both."""
+    return parse_graph({"inputs": {"x": [8, 6]}, "nodes": [
+        {"name": "s", "type": "slice", "axis": 1, "start": 2, "stop": 5},
+        {"name": "cat", "type": "concat", "inputs": ["s", "x"], "axis": 1},
+        {"name": "fc", "type": "fc", "out_features": 4}]}, "sliced")
+
+
+@pytest.mark.parametrize("name", ["inception_v1", "mobilenet_v2", "resnet50", "alexnet",
+                                  "gpt2_small", "sliced"])
+def test_every_members_region_at_once_equals_each_members_own(name):
+    """`member_regions` (every member's region of a tensor as arrays over the members)
+    equals `region` of each member's box: on every node of networks with concatenations
+    and slices (shifted ranges, clipped and not), grouped convolutions, folded poolings
+    (windows of windows), strided windows, flattened maps and attention's reshapes, for the
+    output and every input, under mixed columns on 12 members (uneven shares among them);
+    and for boxes with empty intervals, which no offered column gives."""
+    graph = load_workload(name, 64, {"layers": 1}) if name.startswith("gpt") else \
+        sliced_graph() if name == "sliced" else load_workload(name)
+    hierarchy, batch = Hierarchy((2, 3, 2)), 6
+    columns = [("batch", "out", "in"), ("out", "in", "batch"), ("in", "spatial", "out"),
+               ("groups", "batch", "out"), ("heads", "batch", "out"), ("spatial", "spatial",
+                                                                       "spatial"),
+               ("replicate", "out", "in")]
+    checked = 0
+    for site in graph_sites(graph):
+        for column in columns:
+            if not offered(site, batch, column, hierarchy):
+                continue
+            own = layout(site, batch, column, hierarchy)
+            for access in (site.desc.makes, *site.desc.reads):
+                assert member_regions(access, own.boxes) == tuple(
+                    region(access, own.box(m)) for m in range(own.members))
+                checked += 1
+    assert checked > 2 * len(graph.nodes)
+    for site in graph_sites(graph):  # member 1's intervals all empty
+        boxes = {dim: np.array([[0, extent], [0, 0]]) for dim, extent in
+                 {**site.desc.loops, Dim.N: batch}.items()}
+        for access in (site.desc.makes, *site.desc.reads):
+            assert member_regions(access, boxes) == tuple(
+                region(access, {d: tuple(b[m]) for d, b in boxes.items()}) for m in range(2))

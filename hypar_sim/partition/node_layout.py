@@ -36,7 +36,7 @@ from hypar_sim.partition.hierarchy import Hierarchy
 from hypar_sim.partition.kinds import KINDS, Dim
 from hypar_sim.partition.moved import Moved
 from hypar_sim.partition.redistribute import Region, redistribute, redistribute_both_ways
-from hypar_sim.partition.regions import Box, region, volume, weight_shape
+from hypar_sim.partition.regions import Box, member_regions, region, volume, weight_shape
 from hypar_sim.partition.shares import Column, level_intervals
 from hypar_sim.workload.tdl import Description
 
@@ -119,7 +119,7 @@ class NodeLayout:
         cache = self.__dict__.setdefault("_region_cache", {})  # frozen: not a field
         if index not in cache:
             access = self.site.desc.makes if index is None else self.site.desc.reads[index]
-            cache[index] = tuple(region(access, box) for box in self._member_boxes)
+            cache[index] = member_regions(access, self.boxes)
         return cache[index]
 
     @cached_property

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+
+import numpy as np
 
 from hypar_sim.partition.redistribute import Region
 from hypar_sim.workload.dims import Dim
@@ -39,6 +41,51 @@ def region(access: Access, box: Box) -> Region:
     parts = [_expr(expr, box) for expr in access.axes]
     return tuple((box[Dim.N], *itertools.chain.from_iterable(combo))
                  for combo in itertools.product(*parts))
+
+
+def member_regions(access: Access, boxes: Mapping[Dim, np.ndarray]) -> tuple[Region, ...]:
+    """`region` of every member at once, from `boxes` ([members, 2] intervals of every loop,
+    `NodeLayout.boxes`): where every axis is a loop, a window, a whole axis or a shift (one
+    interval a member), as arrays over the members; else member by member."""
+    if not all(isinstance(expr, Ix | Window | Whole | Shift) for expr in access.axes):
+        dims = list(boxes)
+        rows = zip(*([tuple(pair) for pair in boxes[d].tolist()] for d in dims), strict=True)
+        return tuple(region(access, dict(zip(dims, row, strict=True))) for row in rows)
+    members = len(boxes[Dim.N])
+    empty = np.zeros(members, dtype=bool)
+    for dim in access.needs:
+        empty |= boxes[dim][:, 1] <= boxes[dim][:, 0]
+    axes = [boxes[Dim.N]]
+    for expr in access.axes:
+        if isinstance(expr, Shift) and expr.clip:
+            lo, hi = boxes[expr.dim][:, 0], boxes[expr.dim][:, 1]
+            lo = np.maximum(lo, expr.offset) - expr.offset
+            hi = np.minimum(hi, expr.offset + expr.size) - expr.offset
+            empty |= hi <= lo  # no part of the tensor: no box
+            axes.append(np.stack([lo, hi], axis=1))
+        else:
+            axes.append(_intervals(expr, boxes, members))
+    every = np.stack(axes, axis=1).tolist()  # [members, axes, 2]
+    return tuple(() if nothing else (tuple(tuple(pair) for pair in box),)
+                 for box, nothing in zip(every, empty.tolist(), strict=True))
+
+
+def _intervals(expr: Ix | Window | Whole | Shift, boxes: Mapping[Dim, np.ndarray],
+               members: int) -> np.ndarray:
+    """[members, 2] every member's interval of one axis (`_expr`'s, a shift unclipped)."""
+    if isinstance(expr, Ix):
+        return boxes[expr.dim]
+    if isinstance(expr, Whole):
+        return np.tile(np.array([0, expr.size], dtype=np.int64), (members, 1))
+    if isinstance(expr, Shift):
+        return boxes[expr.dim] - expr.offset
+    inner = _intervals(expr.dim, boxes, members) if isinstance(expr.dim, Window) else \
+        boxes[expr.dim]
+    lo, hi = inner[:, 0], inner[:, 1]
+    window = np.stack([np.maximum(0, lo * expr.stride - expr.before),
+                       np.minimum(expr.size, (hi - 1) * expr.stride - expr.before
+                                  + expr.span)], axis=1)
+    return np.where((hi <= lo)[:, None], 0, window)
 
 
 def volume(region: Region) -> int:
