@@ -84,9 +84,7 @@ class NodeLayout:
         return len(self.boxes[Dim.N])
 
     def box(self, member: int) -> Box:
-        cached = self.__dict__.get("_member_boxes")  # every member's, once one loop wanted all
-        if cached is not None:
-            return cached[member]
+        """The member's interval of every loop."""
         return {dim: (int(parts[member, 0]), int(parts[member, 1]))
                 for dim, parts in self.boxes.items()}
 
@@ -99,12 +97,6 @@ class NodeLayout:
         """(`member_params`, `weight_copies`, `member_kept`) of this layout, once: a memory
         picture reads them for every way to train it is checked under."""
         return member_params(self), weight_copies(self), member_kept(self)
-
-    @cached_property
-    def _member_boxes(self) -> list[Box]:
-        dims = list(self.boxes)
-        columns = [[tuple(pair) for pair in self.boxes[d].tolist()] for d in dims]
-        return [dict(zip(dims, row, strict=True)) for row in zip(*columns, strict=True)]
 
     def outputs(self) -> list[Region]:
         """Every member's region of the node's output (computed once per layout)."""
@@ -132,9 +124,8 @@ class NodeLayout:
                                           for dim, parts in self.boxes.items()), replicas)
 
     def sharing(self, twin: NodeLayout) -> NodeLayout:
-        """This layout, its members' boxes and regions computed once with `twin`'s (a node
-        of the same `shape_key`): each keeps its own node."""
-        self.__dict__["_member_boxes"] = twin._member_boxes
+        """This layout, its members' regions computed once with `twin`'s (a node of the
+        same `shape_key`): each keeps its own node."""
         self.__dict__["_region_cache"] = twin.__dict__.setdefault("_region_cache", {})
         return self
 
