@@ -372,8 +372,8 @@ def test_steps_held_alike_share_their_matrices_and_equal_fresh_ones():
     hold (regions, replicas, the tensor's shape and pooling), and `Costs.own_matrices` a
     node's own steps once per `node_layout.own_key`, whatever the nodes: on every edge under
     every pair of columns at two levels, and every node under every column (as an output
-    and not), each stage equals the matrices computed afresh, and fewer are computed than
-    asked for. The graph has two branches whose outputs are held alike but one pooled (its
+    and not), each stage equals the matrices computed afresh (and an edge's bytes, in
+    closed form, their sum), and fewer are computed than asked for. The graph has two branches whose outputs are held alike but one pooled (its
     partial sums reduced before the pooling), a `replicate` level (copies held where an
     `in` level holds partial sums, in the same regions), biases and a norm's vectors."""
     graph = parse_graph({"inputs": {"x": [4, 4, 4]}, "nodes": [
@@ -403,10 +403,12 @@ def test_steps_held_alike_share_their_matrices_and_equal_fresh_ones():
                 continue  # a graph input
             p = index[name]
             for a, b in itertools.product(options[p], options[c]):
-                same(costs.edge_matrices(sites[p], sites[c], k, a, b, hierarchy),
-                     node_layout.edge_matrices(
-                         node_layout.layout(sites[p], batch, a, hierarchy),
-                         node_layout.layout(sites[c], batch, b, hierarchy), k, batch, 4))
+                fresh = node_layout.edge_matrices(
+                    node_layout.layout(sites[p], batch, a, hierarchy),
+                    node_layout.layout(sites[c], batch, b, hierarchy), k, batch, 4)
+                same(costs.edge_matrices(sites[p], sites[c], k, a, b, hierarchy), fresh)
+                assert costs.edge(sites[p], sites[c], k, a, b, hierarchy) == pytest.approx(
+                    sum(m.sum() for m in fresh.values()), rel=1e-12)  # (in closed form)
                 edges += 1
     assert len(costs._matrices) < edges
     owns = 0

@@ -185,3 +185,43 @@ def test_every_level_ring_is_its_own_collective():
     assert sorted(map(tuple, rings.values())) == sorted(
         [tuple(range(4 * i, 4 * i + 4)) for i in range(4)] + [tuple(range(i, 16, 4))
                                                            for i in range(4)])
+
+
+def _boxes_2d(rng: np.random.Generator, members: int, extents: tuple[int, int]) -> list[tuple]:
+    """Each member one or two disjoint boxes of a 2-d tensor (cut from one box along its
+    rows), some the whole of it, some nothing."""
+    regions = []
+    for _ in range(members):
+        pick = rng.random()
+        if pick < 0.1:
+            regions.append(())
+            continue
+        if pick < 0.4:
+            regions.append((((0, extents[0]), (0, extents[1])),))
+            continue
+        lo = [int(rng.integers(0, e)) for e in extents]
+        hi = [int(rng.integers(a + 1, e + 1)) for a, e in zip(lo, extents, strict=True)]
+        if hi[0] - lo[0] > 1 and rng.random() < 0.5:
+            cut = int(rng.integers(lo[0] + 1, hi[0]))
+            regions.append((((lo[0], cut), (lo[1], hi[1])), ((cut, hi[0]), (lo[1], hi[1]))))
+        else:
+            regions.append((((lo[0], hi[0]), (lo[1], hi[1])),))
+    return regions
+
+
+@settings(max_examples=150, deadline=None)
+@given(members=st.integers(1, 9), rows=st.integers(1, 7), cols=st.integers(1, 5),
+       copies=st.booleans(), seed=st.integers(0, 2**32 - 1))
+def test_stage_totals_equal_the_sums_of_the_stages_matrices(members, rows, cols, copies, seed):
+    """`totals_both_ways` (each stage's elements in closed form, cell by cell) equals the
+    sums of `redistribute_both_ways`' matrices, for random regions of a 2-d tensor (members
+    holding nothing, the whole, or two boxes) with and without replica classes."""
+    rng = np.random.default_rng(seed)
+    made, read = _boxes_2d(rng, members, (rows, cols)), _boxes_2d(rng, members, (rows, cols))
+    replicas = [rng.integers(0, max(1, members // 2), members) if copies else None
+                for _ in range(2)]
+    matrices = redistribute_module.redistribute_both_ways((rows, cols), made, read, *replicas)
+    totals = redistribute_module.totals_both_ways((rows, cols), made, read, *replicas)
+    for stages, (reduced, gathered) in zip(matrices, totals, strict=True):
+        assert reduced == pytest.approx(stages.reduce.sum(), rel=1e-12, abs=1e-12)
+        assert gathered == pytest.approx(stages.gather.sum(), rel=1e-12, abs=1e-12)

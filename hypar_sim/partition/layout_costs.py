@@ -18,6 +18,7 @@ from hypar_sim.partition.moved import Moved
 from hypar_sim.partition.node_layout import (
     FORWARD_STAGES,
     NodeLayout,
+    edge_bytes,
     edge_matrices,
     layout,
     member_footprint_bytes,
@@ -44,6 +45,7 @@ class Costs:
         self._reads: dict[tuple, tuple] = {}
         self._layouts: dict[tuple, NodeLayout] = {}
         self._matrices: dict[tuple[int, int], dict[str, Moved]] = {}
+        self._edge_bytes: dict[tuple[int, int], float] = {}
         self._own_matrices: dict[tuple, dict[str, Moved]] = {}
         self._holdings: dict[tuple, int] = {}  # (geometry, column, hierarchy, index) -> id
         self._holding_ids: dict[tuple, int] = {}  # what the members hold -> id
@@ -132,8 +134,16 @@ class Costs:
         key = (producer.geometry, consumer.geometry, index, producer_column, column,
                hierarchy)
         if key not in self._edges:
-            self._edges[key] = self._total(self.edge_matrices(
-                producer, consumer, index, producer_column, column, hierarchy))
+            alike = self.edge_key(producer, consumer, index, producer_column, column,
+                                  hierarchy)
+            if alike not in self._edge_bytes:
+                stages = edge_bytes(self._layout(producer, producer_column, hierarchy),
+                                    self._layout(consumer, column, hierarchy), index,
+                                    self.batch, self.word_bytes)
+                self._edge_bytes[alike] = float(sum(
+                    value for stage, value in stages.items()
+                    if not self.forward_only or stage in FORWARD_STAGES))
+            self._edges[key] = self._edge_bytes[alike]
         return self._edges[key]
 
     def edge_matrices(self, producer: Site, consumer: Site, index: int,

@@ -35,7 +35,12 @@ from hypar_sim.partition.axes import Site
 from hypar_sim.partition.hierarchy import Hierarchy
 from hypar_sim.partition.kinds import KINDS, Dim
 from hypar_sim.partition.moved import Moved
-from hypar_sim.partition.redistribute import Region, redistribute, redistribute_both_ways
+from hypar_sim.partition.redistribute import (
+    Region,
+    redistribute,
+    redistribute_both_ways,
+    totals_both_ways,
+)
 from hypar_sim.partition.regions import Box, member_regions, region, volume, weight_shape
 from hypar_sim.partition.shares import Column, level_intervals
 from hypar_sim.workload.tdl import Description
@@ -270,25 +275,43 @@ def tensor_shape(site: Site, batch: int) -> tuple[int, ...]:
     return (batch, *site.node.shape)
 
 
+#: An edge's stages, in the order `edge_matrices` and `edge_bytes` give them.
+EDGE_STAGE_NAMES = ("forward reduce", "forward gather", "backward reduce", "backward gather")
+
+
 def edge_matrices(producer: NodeLayout, consumer: NodeLayout, index: int, batch: int,
                   word_bytes: int) -> dict[str, Moved]:
     """Bytes [src, dst] of the four stages of the edge into the consumer's input `index`
     (where every member reads exactly what it alone made, nothing moves: zeros, without
     running the cell rule)."""
-    shape = tensor_shape(producer.site, batch)
+    return _edge(producer, consumer, index, batch, word_bytes, True)
+
+
+def edge_bytes(producer: NodeLayout, consumer: NodeLayout, index: int, batch: int,
+               word_bytes: int) -> dict[str, float]:
+    """The bytes of each of `edge_matrices`' stages, in closed form
+    (`redistribute.totals_both_ways`): a cost in bytes, without the matrices."""
+    return _edge(producer, consumer, index, batch, word_bytes, False)
+
+
+def _edge(producer: NodeLayout, consumer: NodeLayout, index: int, batch: int,
+          word_bytes: int, matrices: bool) -> dict:
+    """`edge_matrices` (`matrices`), else `edge_bytes`."""
     made, read = producer.outputs(), consumer.reads(index)
     if made == read and len(set(made)) == len(made):
-        zero = Moved.none(len(made))
-        return dict.fromkeys(("forward reduce", "forward gather", "backward reduce",
-                              "backward gather"), zero)
-    forward, backward = redistribute_both_ways(shape, made, read, producer.replicas,
-                                               consumer.replicas)
+        return dict.fromkeys(EDGE_STAGE_NAMES, Moved.none(len(made)) if matrices else 0.0)
+    shape, replicas = tensor_shape(producer.site, batch), (producer.replicas,
+                                                           consumer.replicas)
+    if matrices:
+        forward, backward = ((stages.reduce, stages.gather) for stages in
+                             redistribute_both_ways(shape, made, read, *replicas))
+    else:
+        forward, backward = totals_both_ways(shape, made, read, *replicas)
     # a partial output is reduced before its folded pooling: pre-pooling elements
     pooled = producer.site.desc.pooled_ratio
-    return {"forward reduce": forward.reduce * (word_bytes * pooled),
-            "forward gather": forward.gather * word_bytes,
-            "backward reduce": backward.reduce * word_bytes,
-            "backward gather": backward.gather * word_bytes}
+    return dict(zip(EDGE_STAGE_NAMES, (forward[0] * (word_bytes * pooled),
+                                       forward[1] * word_bytes, backward[0] * word_bytes,
+                                       backward[1] * word_bytes), strict=True))
 
 
 def _all_reduce(shape: tuple[int, ...], regions: list[Region], scale: float,

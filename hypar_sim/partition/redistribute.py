@@ -289,6 +289,39 @@ def redistribute_both_ways(extents: Sequence[int], made: Sequence[Region],
             _stages(need, contrib, volume, read_replicas))
 
 
+def totals_both_ways(extents: Sequence[int], made: Sequence[Region], read: Sequence[Region],
+                     made_replicas: np.ndarray | None, read_replicas: np.ndarray | None
+                     ) -> tuple[tuple[float, float], tuple[float, float]]:
+    """The elements `redistribute_both_ways` moves, each stage's summed ((forward reduce,
+    gather), (backward reduce, gather)), in closed form (`stage_totals`): what a cost in
+    bytes needs, without the matrices."""
+    contrib, need, volume = _covers(extents, made, read)
+    return (stage_totals(contrib, need, volume, made_replicas),
+            stage_totals(need, contrib, volume, read_replicas))
+
+
+def stage_totals(contrib: Cover, need: Cover, volume: np.ndarray,
+                 replicas: np.ndarray | None) -> tuple[float, float]:
+    """(elements of the reduce stage, of the gather stage): the sums of `_stages`' matrices,
+    cell by cell. A cell of v elements that |S| members contributed and |W| need, B of
+    them both, is reduced at its owners (S & W, or S if B is empty): every other
+    contributor sends each owner its part, v (|S| - 1) in all; then each needer receives
+    what its owners do not hold, v (|W| - 1) if B is not empty, else v |W| (nothing where
+    no member contributed). With copies (`_with_copies`), in each universe apart."""
+    cells = contrib.cells
+    universe = _ranks(replicas) if replicas is not None and \
+        len(np.unique(replicas)) < len(replicas) else np.zeros(contrib.members, np.int64)
+    size = (int(universe.max()) + 1) * cells
+    made = universe[contrib.member] * cells + contrib.cell  # (universe, cell) of each pair
+    contributors = np.bincount(made, minlength=size)
+    needers = np.bincount(universe[need.member] * cells + need.cell, minlength=size)
+    both = np.bincount(made[_found(contrib.keys(), need.keys())], minlength=size)
+    volumes = np.tile(volume, size // cells)
+    reduced = float(np.dot(volumes, np.maximum(contributors - 1, 0)))
+    gathered = float(np.dot(volumes, np.where(contributors > 0, needers - (both > 0), 0)))
+    return reduced, gathered
+
+
 def _covers(extents: Sequence[int], contributions: Sequence[Region],
             needs: Sequence[Region] | None) -> tuple[Cover, Cover, np.ndarray]:
     """(the contributions' cover, the needs', the cells' volumes) on the grid both cut; the
@@ -320,10 +353,7 @@ def _with_copies(contrib: Cover, need: Cover, volume: np.ndarray,
     replica of every class); each universe holds one copy of every class's contribution and
     redistributes it to its own needers by the plain rule, side by side with the others (so
     a tensor replicated above a batch split is reduced within each replica, not across)."""
-    order = np.argsort(replicas, kind="stable")
-    rank = np.empty(len(replicas), dtype=np.int64)
-    first_of = np.searchsorted(replicas[order], replicas[order])  # each class's first slot
-    rank[order] = np.arange(len(replicas)) - first_of
+    rank = _ranks(replicas)
     moved, gathered, universes = Moved.none(contrib.members), Moved.none(contrib.members), []
     for universe in range(int(rank.max()) + 1):
         part = contrib.where(rank[contrib.member] == universe)
@@ -333,3 +363,12 @@ def _with_copies(contrib: Cover, need: Cover, volume: np.ndarray,
         gathered = gathered + gather_stage(holders, needed, volume)
         universes.append((holders, part))
     return Stages(moved, gathered, universes[0][0], contrib, volume, tuple(universes))
+
+
+def _ranks(replicas: np.ndarray) -> np.ndarray:
+    """[members] each member's rank among its replica class's members (its universe)."""
+    order = np.argsort(replicas, kind="stable")
+    rank = np.empty(len(replicas), dtype=np.int64)
+    first_of = np.searchsorted(replicas[order], replicas[order])  # each class's first slot
+    rank[order] = np.arange(len(replicas)) - first_of
+    return rank
