@@ -373,9 +373,10 @@ def test_steps_held_alike_share_their_matrices_and_equal_fresh_ones():
     node's own steps once per `node_layout.own_key`, whatever the nodes: on every edge under
     every pair of columns at two levels, and every node under every column (as an output
     and not), each stage equals the matrices computed afresh (and an edge's bytes, in
-    closed form, their sum), and fewer are computed than asked for. The graph has two branches whose outputs are held alike but one pooled (its
-    partial sums reduced before the pooling), a `replicate` level (copies held where an
-    `in` level holds partial sums, in the same regions), biases and a norm's vectors."""
+    closed form, their sum), and fewer are computed than asked for. The graph has two
+    branches whose outputs are held alike but one pooled (its partial sums reduced before
+    the pooling), a `replicate` level (copies held where an `in` level holds partial sums,
+    in the same regions), biases and a norm's vectors."""
     graph = parse_graph({"inputs": {"x": [4, 4, 4]}, "nodes": [
         {"name": "a", "type": "conv", "out_channels": 8, "kernel": 1},
         {"name": "pool", "type": "pool", "kernel": 2, "stride": 2},
