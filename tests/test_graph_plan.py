@@ -367,22 +367,29 @@ def test_shared_tables_equal_the_cell_by_cell_cost(kinds):
                                           rel=1e-12, abs=1e-9)
 
 
-def test_steps_held_alike_share_their_matrices_and_equal_fresh_ones():
-    """`Costs.edge_matrices` computes a redistribution once per what the edge's two ends
-    hold (regions, replicas, the tensor's shape and pooling), and `Costs.own_matrices` a
-    node's own steps once per `node_layout.own_key`, whatever the nodes: on every edge under
-    every pair of columns at two levels, and every node under every column (as an output
-    and not), each stage equals the matrices computed afresh (and an edge's bytes, in
-    closed form, their sum), and fewer are computed than asked for. The graph has two
-    branches whose outputs are held alike but one pooled (its partial sums reduced before
-    the pooling), a `replicate` level (copies held where an `in` level holds partial sums,
-    in the same regions), biases and a norm's vectors."""
+def test_steps_held_alike_share_their_costs_and_equal_fresh_ones():
+    """`Costs` computes an edge's bytes (in closed form) once per what the edge's two ends
+    hold (regions, replicas, the tensor's shape and pooling), a node's own steps once per
+    `node_layout.own_key`, and `TimedCosts` times an edge's stages once per the same key,
+    whatever the nodes: on every edge under every pair of columns at two levels, and every
+    node under every column (as an output and not), each equals its value from matrices
+    computed afresh, and fewer are computed than asked for. The graph has two branches
+    whose outputs are held alike but one pooled (its partial sums reduced before the
+    pooling), a 3x3 and a 1x1 convolution of the same channels (weights alike but for
+    their kernel), a `replicate` level (copies held where an `in` level holds partial
+    sums, in the same regions), biases and a norm's vectors."""
+    from hypar_sim.hardware.config import load_hardware
+    from hypar_sim.hardware.topology import make_topology
+    from hypar_sim.planner.timed_costs import TimedCosts
+
     graph = parse_graph({"inputs": {"x": [4, 4, 4]}, "nodes": [
         {"name": "a", "type": "conv", "out_channels": 8, "kernel": 1},
         {"name": "pool", "type": "pool", "kernel": 2, "stride": 2},
         {"name": "b", "type": "conv", "out_channels": 8, "kernel": 1, "stride": 2,
          "inputs": ["x"]},
-        {"name": "sum", "type": "add", "inputs": ["pool", "b"]},
+        {"name": "c", "type": "conv", "out_channels": 8, "kernel": 3, "stride": 2,
+         "padding": 1, "inputs": ["x"]},
+        {"name": "sum", "type": "add", "inputs": ["pool", "b", "c"]},
         {"name": "fc", "type": "fc", "out_features": 8, "bias": True},
         {"name": "ln", "type": "layer_norm"},
         {"name": "out", "type": "fc", "out_features": 8, "bias": True}]}, "alike")
@@ -392,11 +399,9 @@ def test_steps_held_alike_share_their_matrices_and_equal_fresh_ones():
     options = [[c for c in itertools.product(kinds, repeat=hierarchy.levels)
                 if node_layout.offered(s, batch, c, hierarchy)] for s in sites]
     costs = layout_costs.Costs(batch, 4)
-
-    def same(shared, fresh):
-        assert {s: m.entries().dense().tolist() for s, m in shared.items()} == \
-            {s: m.entries().dense().tolist() for s, m in fresh.items()}
-
+    config = load_hardware()
+    timed = TimedCosts(batch, 4, False, "time", config,
+                       make_topology("htree", config, hierarchy), set())
     edges, index = 0, {node.name: i for i, node in enumerate(graph.nodes)}
     for c, node in enumerate(graph.nodes):
         for k, name in enumerate(node.inputs):
@@ -407,16 +412,19 @@ def test_steps_held_alike_share_their_matrices_and_equal_fresh_ones():
                 fresh = node_layout.edge_matrices(
                     node_layout.layout(sites[p], batch, a, hierarchy),
                     node_layout.layout(sites[c], batch, b, hierarchy), k, batch, 4)
-                same(costs.edge_matrices(sites[p], sites[c], k, a, b, hierarchy), fresh)
                 assert costs.edge(sites[p], sites[c], k, a, b, hierarchy) == pytest.approx(
-                    sum(m.sum() for m in fresh.values()), rel=1e-12)  # (in closed form)
+                    sum(m.sum() for m in fresh.values()), rel=1e-12)
+                assert timed.edge_stages(sites[p], sites[c], k, a, b, hierarchy) == {
+                    stage: timed.matrices_value({stage: m}) for stage, m in fresh.items()}
                 edges += 1
-    assert len(costs._matrices) < edges
+    assert len(costs._edge_bytes) < edges
     owns = 0
-    for site, column, is_output in itertools.product(sites, kinds, (False, True)):
-        for column in options[sites.index(site)]:
-            same(costs.own_matrices(site, column, hierarchy, is_output),
-                 node_layout.own_matrices(node_layout.layout(site, batch, column, hierarchy),
-                                          batch, 4, is_output))
+    for (i, site), is_output in itertools.product(enumerate(sites), (False, True)):
+        for column in options[i]:
+            fresh = node_layout.own_matrices(node_layout.layout(site, batch, column, hierarchy),
+                                             batch, 4, is_output)
+            assert {s: m.entries().dense().tolist() for s, m in
+                    costs.own_matrices(site, column, hierarchy, is_output).items()} == \
+                {s: m.entries().dense().tolist() for s, m in fresh.items()}
             owns += 1
     assert len(costs._own_matrices) < owns

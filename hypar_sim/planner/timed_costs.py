@@ -176,8 +176,10 @@ class TimedCosts(layout_costs.Costs):
             alike = ("edge", *self.edge_key(producer, consumer, index, producer_column, column,
                                             hierarchy))
             if alike not in self._parts:
-                matrices = self.edge_matrices(producer, consumer, index, producer_column,
-                                              column, hierarchy)
+                matrices = node_layout.edge_matrices(
+                    self._layout(producer, producer_column, hierarchy),
+                    self._layout(consumer, column, hierarchy), index, self.batch,
+                    self.word_bytes)
                 self._parts[alike] = {stage: self._total({stage: matrix})
                                       for stage, matrix in matrices.items()}
             self._parts[key] = self._parts[alike]
