@@ -218,6 +218,10 @@ def _sweep_arguments(sweep: argparse.ArgumentParser) -> None:
     sweep.add_argument("--config", default=None, help="a hardware YAML file (base of every run)")
     sweep.add_argument("--engine", default="des",
                        help=f"comma-separated, from {', '.join(ENGINES)} (default des)")
+    sweep.add_argument("--des-messages", type=int, default=DEFAULT_DES_MESSAGES, metavar="N",
+                       help="des: every case's budget of messages simulated one by one, as "
+                            "run's --des-messages (past it, group operations; 0: always; "
+                            f"default {DEFAULT_DES_MESSAGES:,}); a column of the CSV")
     sweep.add_argument("--objectives", default="bytes",
                        help=f"comma-separated, from {', '.join(OBJECTIVES)} (default bytes); for "
                             "the strategies that take them, the others run once")

@@ -126,6 +126,7 @@ def cmd_sweep(args: argparse.Namespace) -> str:
     from hypar_sim.planner.search import SEARCHES
     from hypar_sim.planner.traffic import PHASES, TRAFFIC_MODELS
     from hypar_sim.planner.training import AUTO, PIPELINE_SCHEDULES, PRECISIONS, RECOMPUTES
+    from hypar_sim.sim.options import SimOptions
 
     networks = sweep.parse_list(args.networks, None, "--networks")
     if networks == ("all",):
@@ -165,6 +166,7 @@ def cmd_sweep(args: argparse.Namespace) -> str:
         pipelines=sweep.parse_ints(args.pipelines, "--pipelines", MAX_MEMBERS, auto=True),
         microbatches=sweep.parse_ints(args.microbatches, "--microbatches", MAX_BATCH),
         schedules=sweep.parse_list(args.schedules, tuple(PIPELINE_SCHEDULES), "--schedules"),
+        des_messages=SimOptions(des_messages=args.des_messages).des_messages,  # (checked)
     )
     sweep.check_axes(spec)
     check_scheduler(args.executor, args.scheduler)

@@ -49,7 +49,7 @@ from hypar_sim.planner.training import AUTO
 from hypar_sim.request import RunRequest, chooses_training, make_request
 from hypar_sim.results import flatten
 from hypar_sim.runner import SimOptions, simulate_request
-from hypar_sim.sim.defaults import ENGINES
+from hypar_sim.sim.defaults import DEFAULT_DES_MESSAGES, ENGINES
 from hypar_sim.workload.network import available_networks
 
 EXECUTORS = ("process", "serial", "dask")
@@ -57,7 +57,8 @@ EXECUTORS = ("process", "serial", "dask")
 INPUT_COLUMNS = ("network", "strategy", "topology", "accelerators", "batch", "hierarchy", "kinds",
                  "search", "traffic_model", "objective", "engine", "overlap", "overrides",
                  "plan_input", "config_file", "config_digest", "phases", "optimizer",
-                 "precision", "zero", "recompute", "pipeline", "microbatches", "schedule")
+                 "precision", "zero", "recompute", "pipeline", "microbatches", "schedule",
+                 "des_messages")
 
 
 @dataclass(frozen=True)
@@ -88,6 +89,7 @@ class Case:
     pipeline: int | str = 1  # pipeline stages (1: none), or auto
     microbatches: int = 1  # a pipeline's micro-batches
     schedule: str = "1f1b"  # a pipeline's schedule
+    des_messages: int = DEFAULT_DES_MESSAGES  # the DES's budget of messages one by one
 
     def key(self) -> str:
         """What identifies the case in a CSV (its input columns as text)."""
@@ -107,14 +109,14 @@ class Case:
                 "phases": self.phases, "optimizer": self.optimizer,
                 "precision": self.precision, "zero": self.zero, "recompute": self.recompute,
                 "pipeline": self.pipeline, "microbatches": self.microbatches,
-                "schedule": self.schedule}
+                "schedule": self.schedule, "des_messages": self.des_messages}
 
 
 #: Input columns added after sweeps were first written, with the value a row without them
 #: ran with, its Case default (so an older CSV resumes instead of running again).
 ADDED_COLUMNS = {column: Case.__dataclass_fields__[column].default
                  for column in ("phases", "optimizer", "precision", "zero", "recompute",
-                                "pipeline", "microbatches", "schedule")}
+                                "pipeline", "microbatches", "schedule", "des_messages")}
 
 
 def row_key(row: Mapping[str, Any]) -> str:
@@ -162,6 +164,7 @@ class SweepSpec:
     pipelines: tuple[int | str, ...] = (1,)
     microbatches: tuple[int, ...] = (1,)
     schedules: tuple[str, ...] = ("1f1b",)
+    des_messages: int = DEFAULT_DES_MESSAGES  # every case's (`--des-messages`)
 
     def cases(self) -> list[Case]:
         keys = [key for key, _ in self.overrides]
@@ -193,7 +196,8 @@ class SweepSpec:
                                    if strategy in STRATEGIES else objective, overlap=overlap,
                                    phases=phases, optimizer=optimizer, precision=precision,
                                    zero=zero, recompute=recompute, pipeline=stages,
-                                   microbatches=micro, schedule=schedule))
+                                   microbatches=micro, schedule=schedule,
+                                   des_messages=self.des_messages))
         return list(dict.fromkeys(result))  # a strategy that takes no objective runs once
 
 
@@ -230,8 +234,9 @@ def parse_ints(text: str, what: str, most: int, auto: bool = False) -> tuple[int
 
 def case_request(case: Case, options: Mapping[str, Any] | None = None) -> RunRequest:
     """The run's request of one case (`hypar_sim.request`, as the command line builds it)."""
-    sim = SimOptions(topology=case.topology, engine=case.engine, overlap_gradients=case.overlap,
-                     **(options or {}))
+    sim = SimOptions(**{"topology": case.topology, "engine": case.engine,
+                        "overlap_gradients": case.overlap,
+                        "des_messages": int(case.des_messages), **(options or {})})
     return make_request(case.network, accelerators=case.accelerators, batch=case.batch,
                         hierarchy=case.hierarchy or None, config=case.config_file,
                         overrides=case.overrides, strategy=case.strategy,

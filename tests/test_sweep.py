@@ -5,6 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
+from hypar_sim.sim.defaults import DEFAULT_DES_MESSAGES
 from hypar_sim.sweep import Case, SweepSpec, run_case, run_sweep
 
 SPEC = SweepSpec(networks=("lenet_c", "sconv"), strategies=("data", "hypar"),
@@ -366,3 +367,25 @@ def test_auto_is_an_axis_optimal_chooses(tmp_path):
     assert rows[0]["config.zero"] == 0 and rows[2]["config.recompute"] == "none"
     again = pd.read_csv(out)
     assert len(run_sweep(cases, out, "serial")) == 3 and pd.read_csv(out).equals(again)
+
+
+def test_the_des_budget_is_every_cases_and_an_older_csv_resumes(tmp_path):
+    """`sweep --des-messages N` gives every case the DES's budget of messages simulated one
+    by one (`run --des-messages`): 0 groups every step (`group_operations` counts them),
+    the default none on a small array; the budget is an input column, and a CSV written
+    before it existed resumes as the default's rows instead of running again."""
+    def spec(budget):
+        return SweepSpec(networks=("lenet_c",), strategies=("data",), accelerators=(4,),
+                         batches=(64,), des_messages=budget)
+    out = tmp_path / "s.csv"
+    run_sweep([*spec(0).cases(), *SweepSpec(networks=("lenet_c",), strategies=("data",),
+                                            accelerators=(4,), batches=(64,)).cases()],
+              out, executor="serial", progress=False)
+    table = pd.read_csv(out).set_index("des_messages")
+    assert table.loc[0].group_operations > 0 == table.loc[DEFAULT_DES_MESSAGES].group_operations
+    older = tmp_path / "old.csv"
+    table.reset_index().query("des_messages != 0").drop(columns="des_messages").to_csv(
+        older, index=False)
+    walls = pd.read_csv(older).wall_s.tolist()
+    run_sweep(spec(DEFAULT_DES_MESSAGES).cases(), older, executor="serial", progress=False)
+    assert pd.read_csv(older).wall_s.tolist() == walls  # resumed, not rerun
