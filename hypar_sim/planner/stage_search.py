@@ -49,8 +49,8 @@ MICROBATCH_FACTORS = (1, 2, 4)
 #: minute on GPT-3 2.7B over 64 cubes).
 SEED_LIMIT = 2**13
 #: Most nodes x accelerators searched in this process alone; above it the stage counts are
-#: searched side by side, a process per core (GPT-3 2.7B on 64 cubes, 709 nodes: 44 s
-#: alone, its S = 1 taking 22 s with the seeds).
+#: searched side by side, a process per core (GPT-3 2.7B on 64 cubes, 709 nodes: 28-47 s
+#: alone, 20-24 s side by side; its S = 1 takes 12-18 s with the seeds).
 PARALLEL_ABOVE = 2**15
 #: Strategies whose plans are never seeds: they need a plan or try every plan.
 NOT_SEEDS = ("explicit", "exhaustive")
