@@ -309,8 +309,8 @@ def stage_totals(contrib: Cover, need: Cover, volume: np.ndarray,
     what its owners do not hold, v (|W| - 1) if B is not empty, else v |W| (nothing where
     no member contributed). With copies (`_with_copies`), in each universe apart."""
     cells = contrib.cells
-    universe = _ranks(replicas) if replicas is not None and \
-        len(np.unique(replicas)) < len(replicas) else np.zeros(contrib.members, np.int64)
+    universe = _ranks(replicas) if _has_copies(replicas) else \
+        np.zeros(contrib.members, np.int64)
     size = (int(universe.max()) + 1) * cells
     made = universe[contrib.member] * cells + contrib.cell  # (universe, cell) of each pair
     contributors = np.bincount(made, minlength=size)
@@ -340,7 +340,7 @@ def _covers(extents: Sequence[int], contributions: Sequence[Region],
 def _stages(contrib: Cover, need: Cover, volume: np.ndarray,
             replicas: np.ndarray | None) -> Stages:
     """Both stages of the rule from the covers (`redistribute`)."""
-    if replicas is not None and len(np.unique(replicas)) < len(replicas):
+    if _has_copies(replicas):
         return _with_copies(contrib, need, volume, replicas)
     moved, holders = reduce_stage(contrib, need, volume)
     return Stages(moved, gather_stage(holders, need, volume), holders, contrib, volume)
@@ -363,6 +363,11 @@ def _with_copies(contrib: Cover, need: Cover, volume: np.ndarray,
         gathered = gathered + gather_stage(holders, needed, volume)
         universes.append((holders, part))
     return Stages(moved, gathered, universes[0][0], contrib, volume, tuple(universes))
+
+
+def _has_copies(replicas: np.ndarray | None) -> bool:
+    """Whether some members hold copies of another's contribution (a class of two or more)."""
+    return replicas is not None and len(np.unique(replicas)) < len(replicas)
 
 
 def _ranks(replicas: np.ndarray) -> np.ndarray:
