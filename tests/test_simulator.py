@@ -225,6 +225,22 @@ def test_one_accelerator_has_no_traffic(engine):
     assert result.latency_s == pytest.approx(hand / config.clock_hz, rel=1e-12)
 
 
+def test_a_members_computations_between_messages_are_one_event():
+    """The engine waits out a member's computations up to its next message task as one
+    timeout, ending exactly where their one-by-one timeouts would: on one accelerator, the
+    process's start, that timeout and its end are the step's only events (17 one by one on
+    lenet_c), and the step ends at the float sum of the computations in order."""
+    net = load_network("lenet_c")
+    plan = make_plan(net, "hypar", Hierarchy.for_count(1), 16, options=PAPER)
+    result = simulate(net, plan, CONFIG, SimOptions())
+    schedule = build_schedule(net, plan, CONFIG)
+    end = 0.0
+    for task in schedule.tasks:
+        if isinstance(task, Compute) and task.costs[0].cycles > 0:
+            end += task.costs[0].cycles
+    assert result.events == 3 and result.latency_cycles == end
+
+
 # A lone message's route: (links, switches). The H-tree joins 2 accelerators through one
 # switch (A0>S1.0>A1); the 1 x 2 torus by one direct link.
 LONE_ROUTE = {"htree": (2, 1), "torus": (1, 0)}

@@ -2,7 +2,8 @@
 
 Each accelerator is a process that works through its tasks: a computation
 keeps its cube's PUs busy for the piece's cycles (compute and DRAM overlapped,
-from the hardware models); a send starts its messages and goes on; a wait
+from the hardware models; the computations up to its next message task one timeout,
+ending exactly where theirs one by one would); a send starts its messages and goes on; a wait
 blocks until every message of that step addressed to the accelerator has
 arrived. A collective's messages of round r + 1 (a level stage's next ring)
 leave a member once all of its round r has left it (is wholly on its first
@@ -159,6 +160,7 @@ class StepEngine:
                 if sent.rounds > 1:
                     self.rings.setdefault((step, round_, sent.group), [0.0, 0, []])[1] += 1
         self.rounds_late: dict[tuple[int, float, int], tuple[float, float]] = {}  # `late`'s
+        self.updates: dict[int, bool] = {}  # id(task) -> whether it is a weight update
 
     def ask(self, lanes: Lanes, service: float, not_before: float, count: int,
             state: _InFlight, size: float, stage: int) -> None:
@@ -232,18 +234,22 @@ class StepEngine:
         env = self.env
         member = self.classes.members[member_class]
         waits = self.wait_cycles[member_class]
-        for task in self.schedule.member_tasks(member):
+        tasks = self.schedule.member_tasks(member)
+        at, count = 0, len(tasks)
+        while at < count:
+            task = tasks[at]
+            if isinstance(task, Compute | Parallel):
+                first = at
+                end, at = self._computations(member_class, member, tasks, at)
+                if end > env.now:
+                    yield env.timeout(end - env.now)
+                if bar is not None:
+                    bar.update(at - first)
+                continue
+            at += 1
             if bar is not None:
                 bar.update(1)
-            if isinstance(task, Compute | Parallel):
-                cycles = task_cycles(task, member)
-                if cycles > 0:
-                    if self.computations is not None:
-                        self.computations.append((member, env.now, env.now + cycles, task))
-                    yield env.timeout(cycles)
-                    if not is_update(task):
-                        self.passes_end[member_class] = env.now
-            elif isinstance(task, Send):
+            if isinstance(task, Send):
                 self.started.add((member_class, task.step))
                 self.start_rounds(member_class, task.step)
                 for operation in self.running.reached(member_class, task.step):
@@ -259,6 +265,32 @@ class StepEngine:
                     self.stage_waits[member_class] += env.now - started
                 else:
                     waits[task.step[0]] += env.now - started
+
+    def _computations(self, member_class: int, member: int, tasks, at: int
+                      ) -> tuple[float, int]:
+        """The member's computations from task `at` on, up to its next message task, one
+        after another from now: (when the last ends, the next task's position). They are
+        one timeout, not one each (half of a step's events): where now plus that timeout is
+        not the very end their one-by-one timeouts would reach (float sums differ in their
+        last bit), the first alone."""
+        now = end = self.env.now
+        start, count = at, len(tasks)
+        while at < count and isinstance(tasks[at], Compute | Parallel):
+            task = tasks[at]
+            cycles = task_cycles(task, member)
+            if cycles > 0:
+                if at > start and now + ((end + cycles) - now) != end + cycles:
+                    break  # the run so far: its end is exact
+                if self.computations is not None:
+                    self.computations.append((member, end, end + cycles, task))
+                end += cycles
+                update = self.updates.get(id(task))
+                if update is None:
+                    update = self.updates[id(task)] = is_update(task)
+                if not update:
+                    self.passes_end[member_class] = end
+            at += 1
+        return end, at
 
     def read(self, state: _InFlight) -> None:
         """Ask the source's vault channels for the message's next chunk, if any."""
