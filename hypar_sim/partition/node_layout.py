@@ -41,7 +41,7 @@ from hypar_sim.partition.redistribute import (
     redistribute_both_ways,
     totals_both_ways,
 )
-from hypar_sim.partition.regions import Box, member_regions, region, volume, weight_shape
+from hypar_sim.partition.regions import Box, member_regions, volume, weight_shape
 from hypar_sim.partition.shares import Column, level_intervals
 from hypar_sim.workload.tdl import Description
 
@@ -245,15 +245,12 @@ def member_kept(own: NodeLayout) -> np.ndarray:
 
 
 def _read_volumes(own: NodeLayout) -> np.ndarray:
-    """[members] the elements each member reads of all the node's inputs (members with the
-    same box read the same: each distinct box is evaluated once)."""
-    boxes = np.concatenate(list(own.boxes.values()), axis=1)  # [members, 2 x dimensions]
-    _, first, inverse = np.unique(boxes, axis=0, return_index=True, return_inverse=True)
-    total = np.zeros(len(first), dtype=np.int64)
-    for access in own.site.desc.reads:
-        total += np.array([volume(region(access, own.box(int(m)))) for m in first],
-                          dtype=np.int64)
-    return total[inverse.reshape(-1)]
+    """[members] the elements each member reads of all the node's inputs (its regions, as
+    the edges' costs read them: `NodeLayout.reads`)."""
+    total = np.zeros(own.members, dtype=np.int64)
+    for index in range(len(own.site.desc.reads)):
+        total += np.array([volume(read) for read in own.reads(index)], dtype=np.int64)
+    return total
 
 
 def member_footprint_bytes(own: NodeLayout, word_bytes: int,

@@ -25,6 +25,7 @@ has one contributor set and one needer set), so the counts are exact.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -107,25 +108,37 @@ class Cover:
 
 def masks(grid: Grid, members: int, owners: np.ndarray, bounds: np.ndarray) -> Cover:
     """The cells each of `members` covers with its boxes (`_bounds`: each box's owner and
-    bounds): every box's cells, enumerated."""
-    cells = int(np.prod(grid.shape))
+    bounds): every box's cells, enumerated (a box of one cell, the common case, its first)."""
+    shape = grid.shape
+    cells = math.prod(shape)
     if not len(owners):
         empty = np.zeros(0, dtype=np.int64)
         return Cover.of(members, cells, empty, empty)
-    lo = np.stack([np.searchsorted(e, bounds[:, a, 0]) for a, e in enumerate(grid.edges)], 1)
-    hi = np.stack([np.searchsorted(e, bounds[:, a, 1]) for a, e in enumerate(grid.edges)], 1)
-    spans = np.maximum(hi - lo, 0)  # atoms along each axis, per box
-    sizes = np.prod(spans, axis=1)
-    box = np.repeat(np.arange(len(owners)), sizes)
-    rest = np.arange(int(sizes.sum())) - np.repeat(np.cumsum(sizes) - sizes, sizes)
-    cell = np.zeros(len(box), dtype=np.int64)
-    stride = 1
-    for axis in reversed(range(len(grid.edges))):  # the last axis varies fastest (C order)
-        span = spans[box, axis]
-        cell += (lo[box, axis] + rest % span) * stride
-        rest //= span
-        stride *= len(grid.edges[axis]) - 1
-    return Cover.of(members, cells, owners[box], cell)
+    axes = len(shape)
+    lo = np.empty((len(owners), axes), dtype=np.int64)
+    spans = np.empty((len(owners), axes), dtype=np.int64)
+    for axis, cuts in enumerate(grid.edges):  # atoms along each axis, per box
+        lo[:, axis] = cuts.searchsorted(bounds[:, axis, 0])
+        spans[:, axis] = cuts.searchsorted(bounds[:, axis, 1]) - lo[:, axis]
+    np.maximum(spans, 0, out=spans)
+    strides = np.ones(axes, dtype=np.int64)  # the last axis varies fastest (C order)
+    for axis in range(axes - 2, -1, -1):
+        strides[axis] = strides[axis + 1] * shape[axis + 1]
+    first = lo @ strides  # each box's first cell
+    sizes = spans.prod(axis=1)
+    if (sizes == 1).all():
+        member, cell = owners, first
+    else:
+        box = np.repeat(np.arange(len(owners)), sizes)
+        rest = np.arange(int(sizes.sum())) - np.repeat(sizes.cumsum() - sizes, sizes)
+        cell = first[box]
+        for axis in range(axes - 1, -1, -1):
+            span = spans[box, axis]
+            cell += rest % span * strides[axis]
+            rest //= span
+        member = owners[box]
+    order = (cell * members + member).argsort(kind="stable")  # by cell, then member
+    return Cover(members, cells, member[order], cell[order], np.ones(len(member)))
 
 
 def _without_diagonal(moved: Moved) -> Moved:

@@ -66,7 +66,7 @@ def member_regions(access: Access, boxes: Mapping[Dim, np.ndarray]) -> tuple[Reg
         else:
             axes.append(_intervals(expr, boxes, members))
     every = np.stack(axes, axis=1).tolist()  # [members, axes, 2]
-    return tuple(() if nothing else (tuple(tuple(pair) for pair in box),)
+    return tuple(() if nothing else (tuple(map(tuple, box)),)
                  for box, nothing in zip(every, empty.tolist(), strict=True))
 
 
