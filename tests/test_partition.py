@@ -23,7 +23,8 @@ from hypar_sim.partition.node_layout import (
     offered,
     own_matrices,
 )
-from hypar_sim.partition.regions import flat_boxes, member_regions, region
+from hypar_sim.partition.redistribute import _bounds
+from hypar_sim.partition.regions import flat_boxes, member_boxes, member_regions, region
 from hypar_sim.partition.shares import column_shares, member_intervals, whole_share
 from hypar_sim.partition.steps import Phase, TransferKind
 from hypar_sim.planner.options import PlanOptions
@@ -398,17 +399,26 @@ def test_every_members_region_at_once_equals_each_members_own(name):
                ("groups", "batch", "out"), ("heads", "batch", "out"), ("spatial", "spatial",
                                                                        "spatial"),
                ("replicate", "out", "in")]
-    checked = 0
+    checked, key_of, regions_of = 0, {}, {}
     for site in graph_sites(graph):
         for column in columns:
             if not offered(site, batch, column, hierarchy):
                 continue
             own = layout(site, batch, column, hierarchy)
             for access in (site.desc.makes, *site.desc.reads):
-                assert member_regions(access, own.boxes) == tuple(
-                    region(access, own.box(m)) for m in range(own.members))
+                regions = member_regions(access, own.boxes)
+                assert regions == tuple(region(access, own.box(m)) for m in range(own.members))
                 checked += 1
-    assert checked > 2 * len(graph.nodes)
+                arrays = member_boxes(access, own.boxes)
+                if arrays is None:
+                    continue
+                # the arrays' boxes are the regions', and equal keys mean equal regions
+                expected = _bounds(regions, len(access.axes) + 1)
+                assert all(np.array_equal(a, b) for a, b in zip(arrays.owned(), expected,
+                                                                strict=True))
+                assert key_of.setdefault(regions, arrays.key) == arrays.key
+                assert regions_of.setdefault(arrays.key, regions) == regions
+    assert checked > 2 * len(graph.nodes) and len(key_of) > len(graph.nodes)
     for site in graph_sites(graph):  # member 1's intervals all empty
         boxes = {dim: np.array([[0, extent], [0, 0]]) for dim, extent in
                  {**site.desc.loops, Dim.N: batch}.items()}

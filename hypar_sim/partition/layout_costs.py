@@ -163,8 +163,7 @@ class Costs:
         if key not in self._holdings:
             own = self._layout(site, column, hierarchy)
             replicas = None if own.replicas is None else own.replicas.tobytes()
-            regions = own.outputs() if index is None else own.reads(index)
-            held = (tuple(regions), replicas, *(() if index is not None else (
+            held = (own.holding_key(index), replicas, *(() if index is not None else (
                 tensor_shape(site, self.batch), site.desc.pooled_ratio)))
             self._holdings[key] = self._holding_ids.setdefault(held, len(self._holding_ids))
         return self._holdings[key]

@@ -34,6 +34,7 @@ import numpy as np
 from hypar_sim.partition.axes import Site
 from hypar_sim.partition.hierarchy import Hierarchy
 from hypar_sim.partition.kinds import KINDS, Dim
+from hypar_sim.partition.member_boxes import MemberBoxes
 from hypar_sim.partition.moved import Moved
 from hypar_sim.partition.redistribute import (
     Region,
@@ -41,7 +42,7 @@ from hypar_sim.partition.redistribute import (
     redistribute_both_ways,
     totals_both_ways,
 )
-from hypar_sim.partition.regions import Box, member_regions, volume, weight_shape
+from hypar_sim.partition.regions import Box, member_boxes, member_regions, volume, weight_shape
 from hypar_sim.partition.shares import Column, level_intervals
 from hypar_sim.workload.tdl import Description
 
@@ -113,11 +114,24 @@ class NodeLayout:
 
     def _regions(self, index: int | None) -> tuple[Region, ...]:
         """Every member's region of input `index` (None: of the output), once."""
+        held = self.holding(index)
+        return held.regions if isinstance(held, MemberBoxes) else held
+
+    def holding(self, index: int | None) -> MemberBoxes | tuple[Region, ...]:
+        """Every member's region of input `index` (None: of the output), once: as arrays
+        where each is one box (`regions.member_boxes`), else as tuples."""
         cache = self.__dict__.setdefault("_region_cache", {})  # frozen: not a field
         if index not in cache:
             access = self.site.desc.makes if index is None else self.site.desc.reads[index]
-            cache[index] = member_regions(access, self.boxes)
+            arrays = member_boxes(access, self.boxes)
+            cache[index] = member_regions(access, self.boxes) if arrays is None else arrays
         return cache[index]
+
+    def holding_key(self, index: int | None) -> tuple:
+        """Equal for layouts whose members hold equal regions of input `index` (None: of
+        the output): `MemberBoxes.key`, or the regions."""
+        held = self.holding(index)
+        return held.key if isinstance(held, MemberBoxes) else held
 
     @cached_property
     def shape_key(self) -> tuple:
@@ -294,8 +308,8 @@ def edge_bytes(producer: NodeLayout, consumer: NodeLayout, index: int, batch: in
 def _edge(producer: NodeLayout, consumer: NodeLayout, index: int, batch: int,
           word_bytes: int, matrices: bool) -> dict:
     """`edge_matrices` (`matrices`), else `edge_bytes`."""
-    made, read = producer.outputs(), consumer.reads(index)
-    if made == read and len(set(made)) == len(made):
+    made, read = producer.holding(None), consumer.holding(index)
+    if _same_and_distinct(made, read):
         return dict.fromkeys(EDGE_STAGE_NAMES, Moved.none(len(made)) if matrices else 0.0)
     shape, replicas = tensor_shape(producer.site, batch), (producer.replicas,
                                                            consumer.replicas)
@@ -309,6 +323,17 @@ def _edge(producer: NodeLayout, consumer: NodeLayout, index: int, batch: int,
     return dict(zip(EDGE_STAGE_NAMES, (forward[0] * (word_bytes * pooled),
                                        forward[1] * word_bytes, backward[0] * word_bytes,
                                        backward[1] * word_bytes), strict=True))
+
+
+def _same_and_distinct(made: MemberBoxes | tuple[Region, ...],
+                       read: MemberBoxes | tuple[Region, ...]) -> bool:
+    """Whether every member reads the region it made, and no two members the same one
+    (nothing moves)."""
+    if isinstance(made, MemberBoxes) and isinstance(read, MemberBoxes):
+        return made.same_as(read) and made.all_differ()
+    made = made.regions if isinstance(made, MemberBoxes) else made
+    read = read.regions if isinstance(read, MemberBoxes) else read
+    return made == read and len(set(made)) == len(made)
 
 
 def _all_reduce(shape: tuple[int, ...], regions: list[Region], scale: float,

@@ -31,12 +31,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from hypar_sim.partition.member_boxes import MemberBoxes
 from hypar_sim.partition.moved import Block, Moved, merge_blocks
 from hypar_sim.resources import check_memory
 
 Interval = tuple[int, int]
 Box = tuple[Interval, ...]  # one interval per axis
 Region = tuple[Box, ...]  # disjoint boxes
+#: Every member's region: as tuples, or as arrays where each is one box (`MemberBoxes`).
+Regions = Sequence[Region] | MemberBoxes
 
 
 @dataclass(frozen=True)
@@ -51,8 +54,11 @@ class Grid:
         return tuple(len(e) - 1 for e in self.edges)
 
 
-def _bounds(regions: Sequence[Region], axes: int) -> tuple[np.ndarray, np.ndarray]:
+def _bounds(regions: Regions, axes: int
+            ) -> tuple[np.ndarray, np.ndarray]:
     """Every box of every region: (its member, [boxes, axes, 2] bounds)."""
+    if isinstance(regions, MemberBoxes):
+        return regions.owned()
     owners = np.repeat(np.arange(len(regions), dtype=np.int64),
                        [len(region) for region in regions])
     boxes = [box for region in regions for box in region]
@@ -282,8 +288,8 @@ class Stages:
         return total
 
 
-def redistribute(extents: Sequence[int], contributions: Sequence[Region],
-                 needs: Sequence[Region] | None, replicas: np.ndarray | None = None) -> Stages:
+def redistribute(extents: Sequence[int], contributions: Regions,
+                 needs: Regions | None, replicas: np.ndarray | None = None) -> Stages:
     """Both stages for one tensor. `needs` None: nobody needs it in a given layout (the
     loss takes the reduced values wherever the reduction leaves them). `replicas`: each
     member's replica class (a member whose contribution is a copy of its class's first
@@ -291,8 +297,8 @@ def redistribute(extents: Sequence[int], contributions: Sequence[Region],
     return _stages(*_covers(extents, contributions, needs), replicas)
 
 
-def redistribute_both_ways(extents: Sequence[int], made: Sequence[Region],
-                           read: Sequence[Region], made_replicas: np.ndarray | None,
+def redistribute_both_ways(extents: Sequence[int], made: Regions,
+                           read: Regions, made_replicas: np.ndarray | None,
                            read_replicas: np.ndarray | None) -> tuple[Stages, Stages]:
     """(`redistribute(extents, made, read, made_replicas)`, `redistribute(extents, read,
     made, read_replicas)`): an edge's forward pass and its error's way back, on the one grid
@@ -302,7 +308,7 @@ def redistribute_both_ways(extents: Sequence[int], made: Sequence[Region],
             _stages(need, contrib, volume, read_replicas))
 
 
-def totals_both_ways(extents: Sequence[int], made: Sequence[Region], read: Sequence[Region],
+def totals_both_ways(extents: Sequence[int], made: Regions, read: Regions,
                      made_replicas: np.ndarray | None, read_replicas: np.ndarray | None
                      ) -> tuple[tuple[float, float], tuple[float, float]]:
     """The elements `redistribute_both_ways` moves, each stage's summed ((forward reduce,
@@ -335,8 +341,8 @@ def stage_totals(contrib: Cover, need: Cover, volume: np.ndarray,
     return reduced, gathered
 
 
-def _covers(extents: Sequence[int], contributions: Sequence[Region],
-            needs: Sequence[Region] | None) -> tuple[Cover, Cover, np.ndarray]:
+def _covers(extents: Sequence[int], contributions: Regions,
+            needs: Regions | None) -> tuple[Cover, Cover, np.ndarray]:
     """(the contributions' cover, the needs', the cells' volumes) on the grid both cut; the
     same regions given as both (an all-reduce) covered once."""
     made = _bounds(contributions, len(extents))

@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from hypar_sim.partition.member_boxes import MemberBoxes
 from hypar_sim.partition.redistribute import Region
 from hypar_sim.workload.dims import Dim
 from hypar_sim.workload.tdl import (
@@ -45,12 +46,20 @@ def region(access: Access, box: Box) -> Region:
 
 def member_regions(access: Access, boxes: Mapping[Dim, np.ndarray]) -> tuple[Region, ...]:
     """`region` of every member at once, from `boxes` ([members, 2] intervals of every loop,
-    `NodeLayout.boxes`): where every axis is a loop, a window, a whole axis or a shift (one
-    interval a member), as arrays over the members; else member by member."""
+    `NodeLayout.boxes`): `member_boxes`' where it applies, else member by member."""
+    arrays = member_boxes(access, boxes)
+    if arrays is not None:
+        return arrays.regions
+    dims = list(boxes)
+    rows = zip(*([tuple(pair) for pair in boxes[d].tolist()] for d in dims), strict=True)
+    return tuple(region(access, dict(zip(dims, row, strict=True))) for row in rows)
+
+
+def member_boxes(access: Access, boxes: Mapping[Dim, np.ndarray]) -> MemberBoxes | None:
+    """`region` of every member as arrays over the members, where every axis is a loop, a
+    window, a whole axis or a shift (one interval a member, one box a region); else None."""
     if not all(isinstance(expr, Ix | Window | Whole | Shift) for expr in access.axes):
-        dims = list(boxes)
-        rows = zip(*([tuple(pair) for pair in boxes[d].tolist()] for d in dims), strict=True)
-        return tuple(region(access, dict(zip(dims, row, strict=True))) for row in rows)
+        return None
     members = len(boxes[Dim.N])
     empty = np.zeros(members, dtype=bool)
     for dim in access.needs:
@@ -65,9 +74,7 @@ def member_regions(access: Access, boxes: Mapping[Dim, np.ndarray]) -> tuple[Reg
             axes.append(np.stack([lo, hi], axis=1))
         else:
             axes.append(_intervals(expr, boxes, members))
-    every = np.stack(axes, axis=1).tolist()  # [members, axes, 2]
-    return tuple(() if nothing else (tuple(map(tuple, box)),)
-                 for box, nothing in zip(every, empty.tolist(), strict=True))
+    return MemberBoxes.of(np.stack(axes, axis=1), empty)  # [members, axes, 2]
 
 
 def _intervals(expr: Ix | Window | Whole | Shift, boxes: Mapping[Dim, np.ndarray],
