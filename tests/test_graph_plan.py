@@ -426,5 +426,10 @@ def test_steps_held_alike_share_their_costs_and_equal_fresh_ones():
             assert {s: m.entries().dense().tolist() for s, m in
                     costs.own_matrices(site, column, hierarchy, is_output).items()} == \
                 {s: m.entries().dense().tolist() for s, m in fresh.items()}
+            closed = node_layout.own_bytes(node_layout.layout(site, batch, column, hierarchy),
+                                           batch, 4, is_output)
+            assert closed == pytest.approx({s: m.sum() for s, m in fresh.items()}, rel=1e-12)
+            assert costs.own(site, column, hierarchy, is_output) == pytest.approx(
+                sum(m.sum() for m in fresh.values()), rel=1e-12)
             owns += 1
-    assert len(costs._own_matrices) < owns
+    assert len(costs._own_matrices) < owns and len(costs._own_bytes) < owns

@@ -215,7 +215,8 @@ def _boxes_2d(rng: np.random.Generator, members: int, extents: tuple[int, int]) 
 def test_stage_totals_equal_the_sums_of_the_stages_matrices(members, rows, cols, copies, seed):
     """`totals_both_ways` (each stage's elements in closed form, cell by cell) equals the
     sums of `redistribute_both_ways`' matrices, for random regions of a 2-d tensor (members
-    holding nothing, the whole, or two boxes) with and without replica classes."""
+    holding nothing, the whole, or two boxes) with and without replica classes; and
+    `all_reduce_totals` those of an all-reduce's and of a loss's."""
     rng = np.random.default_rng(seed)
     made, read = _boxes_2d(rng, members, (rows, cols)), _boxes_2d(rng, members, (rows, cols))
     replicas = [rng.integers(0, max(1, members // 2), members) if copies else None
@@ -225,3 +226,10 @@ def test_stage_totals_equal_the_sums_of_the_stages_matrices(members, rows, cols,
     for stages, (reduced, gathered) in zip(matrices, totals, strict=True):
         assert reduced == pytest.approx(stages.reduce.sum(), rel=1e-12, abs=1e-12)
         assert gathered == pytest.approx(stages.gather.sum(), rel=1e-12, abs=1e-12)
+    # an all-reduce, and a loss (no needs; its error back to every contributor), the same
+    reduced, gathered = redistribute_module.all_reduce_totals((rows, cols), made, replicas[0])
+    everyone = redistribute_module.redistribute((rows, cols), made, made, replicas[0])
+    loss = redistribute_module.redistribute((rows, cols), made, None, replicas[0])
+    for stages, back in ((everyone, everyone.gather), (loss, loss.returned())):
+        assert reduced == pytest.approx(stages.reduce.sum(), rel=1e-12, abs=1e-12)
+        assert gathered == pytest.approx(back.sum(), rel=1e-12, abs=1e-12)

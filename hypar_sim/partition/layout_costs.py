@@ -24,6 +24,7 @@ from hypar_sim.partition.node_layout import (
     layout,
     member_footprint_bytes,
     offered,
+    own_bytes,
     own_key,
     own_matrices,
     tensor_shape,
@@ -47,6 +48,7 @@ class Costs:
         self._layouts: dict[tuple, NodeLayout] = {}
         self._edge_bytes: dict[tuple[int, int], float] = {}
         self._own_matrices: dict[tuple, dict[str, Moved]] = {}
+        self._own_bytes: dict[tuple, float] = {}  # by `own_key`: `_own_steps`
         self._holdings: dict[tuple, int] = {}  # (geometry, column, hierarchy, index) -> id
         self._holding_ids: dict[tuple, int] = {}  # what the members hold -> id
         self._layers: dict[str, Layer | None] = {}  # node name -> its chain layer, if one
@@ -192,9 +194,21 @@ class Costs:
             return float(self.own_table(site, [column], hierarchy, is_output)[0])
         key = (site.geometry, column, hierarchy, is_output)
         if key not in self._own:
-            self._own[key] = self._total(self.own_matrices(site, column, hierarchy,
-                                                           is_output))
+            self._own[key] = self._own_steps(site, column, hierarchy, is_output)
         return self._own[key]
+
+    def _own_steps(self, site: Site, column: Column, hierarchy: Hierarchy,
+                   is_output: bool) -> float:
+        """Bytes of the node's own steps that a step runs (`_total` of `own_matrices`), in
+        closed form (`node_layout.own_bytes`), once per `node_layout.own_key`."""
+        own = self._layout(site, column, hierarchy)
+        key = own_key(own, is_output)
+        if key not in self._own_bytes:
+            stages = own_bytes(own, self.batch, self.word_bytes, is_output)
+            self._own_bytes[key] = float(sum(
+                value for stage, value in stages.items()
+                if not self.forward_only or stage in FORWARD_STAGES))
+        return self._own_bytes[key]
 
     def own_matrices(self, site: Site, column: Column, hierarchy: Hierarchy,
                      is_output: bool) -> dict[str, Moved]:

@@ -38,6 +38,7 @@ from hypar_sim.partition.member_boxes import MemberBoxes
 from hypar_sim.partition.moved import Moved
 from hypar_sim.partition.redistribute import (
     Region,
+    all_reduce_totals,
     redistribute,
     redistribute_both_ways,
     totals_both_ways,
@@ -360,6 +361,31 @@ def own_key(own: NodeLayout, is_output: bool) -> tuple:
             (desc.vectors, extent, tuple(vector_regions)) if desc.vectors else None,
             (own.site.node.shape, desc.pooled_ratio, tuple(own.outputs())) if is_output
             else None, None if own.replicas is None else own.replicas.tobytes())
+
+
+def own_bytes(own: NodeLayout, batch: int, word_bytes: int,
+              is_output: bool) -> dict[str, float]:
+    """The bytes of each of `own_matrices`' stages, in closed form
+    (`redistribute.all_reduce_totals`): a cost in bytes, without the matrices."""
+    desc = own.site.desc
+    parts = []  # (name, shape, regions, bytes per element of the reduce, of the gather)
+    scale = desc.weights.scale if desc.weights is not None else 0
+    if scale:
+        parts.append(("gradient", weight_shape(desc), weight_regions(own), word_bytes * scale,
+                      word_bytes * scale))
+    if desc.vectors:
+        extent, regions = _vector_regions(own)
+        parts.append(("vector", (extent,), regions, word_bytes * desc.vectors,
+                      word_bytes * desc.vectors))
+    if is_output:
+        parts.append(("loss", tensor_shape(own.site, batch), own.holding(None),
+                      word_bytes * desc.pooled_ratio, word_bytes))
+    result = {}
+    for name, shape, regions, reduce_scale, gather_scale in parts:
+        reduced, gathered = all_reduce_totals(shape, regions, own.replicas)
+        result[f"{name} reduce"] = reduced * reduce_scale
+        result[f"{name} gather"] = gathered * gather_scale
+    return result
 
 
 def own_matrices(own: NodeLayout, batch: int, word_bytes: int,

@@ -319,6 +319,16 @@ def totals_both_ways(extents: Sequence[int], made: Regions, read: Regions,
             stage_totals(need, contrib, volume, read_replicas))
 
 
+def all_reduce_totals(extents: Sequence[int], regions: Regions,
+                      replicas: np.ndarray | None) -> tuple[float, float]:
+    """(reduce, gather) elements of `redistribute(extents, regions, regions, replicas)`, an
+    all-reduce, in closed form (`stage_totals`). A loss's (`redistribute` with no needs,
+    then `Stages.returned`) moves the same: its reduce leaves each cell with the same
+    owners (every contributor), and its error goes back to every contributor."""
+    contrib, need, volume = _covers(extents, regions, regions)
+    return stage_totals(contrib, need, volume, replicas)
+
+
 def stage_totals(contrib: Cover, need: Cover, volume: np.ndarray,
                  replicas: np.ndarray | None) -> tuple[float, float]:
     """(elements of the reduce stage, of the gather stage): the sums of `_stages`' matrices,

@@ -131,6 +131,11 @@ class TimedCosts(layout_costs.Costs):
             self._compute[key] = self._value(cycles / sub, pj)
         return self._compute[key]
 
+    def _own_steps(self, site: Site, column: Column, hierarchy: Hierarchy,
+                   is_output: bool) -> float:
+        """The node's own steps timed (`_total` of its matrices)."""
+        return self._total(self.own_matrices(site, column, hierarchy, is_output))
+
     def own_parts(self, site: Site, column: Column, hierarchy: Hierarchy, is_output: bool
                   ) -> dict[str, float]:
         """The node's own steps apart: "gradient" (its reduce and its gather, once a
