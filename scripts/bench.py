@@ -242,16 +242,18 @@ def _measured(args: list[str], timeout_s: float, out: Path | None = None
     runs (`installed_env`): (wall seconds, its peak resident GB, its outcome: ok, the last
     line of its refusal, or killed at `timeout_s`)."""
     env = dict(installed_env())
+    own = _peak_kib(os.getpid()) or 0
     with tempfile.TemporaryFile("w+") as errors, \
             open(out or os.devnull, "w") as output:
         start = time.perf_counter()
         process = subprocess.Popen([sys.executable, "-m", "hypar_sim", *args, "--no-progress"],
                                    stdout=output, stderr=errors, env=env)
-        killed = False
+        killed, seen = False, 0
         while True:  # reaped here, not by Popen, for this child's own peak memory
             pid, status, usage = os.wait4(process.pid, os.WNOHANG)
             if pid:
                 break
+            seen = max(seen, _peak_kib(process.pid) or 0)
             if time.perf_counter() - start > timeout_s and not killed:
                 process.kill()
                 killed = True
@@ -262,7 +264,23 @@ def _measured(args: list[str], timeout_s: float, out: Path | None = None
     code = os.waitstatus_to_exitcode(status)
     outcome = f"killed at {timeout_s:g} s" if killed else "ok" if code == 0 else \
         f"exit {code}: {(lines or [''])[-1][:100]}"
-    return took, usage.ru_maxrss * 1024 / 1e9, outcome  # ru_maxrss: KiB
+    # A child's ru_maxrss (KiB) starts from this process's peak, which it had until it ran
+    # the command: below that, the peak its command reached as it was last seen running.
+    peak = usage.ru_maxrss if usage.ru_maxrss > own or not seen else seen
+    return took, peak * 1024 / 1e9, outcome
+
+
+def _peak_kib(pid: int) -> int | None:
+    """A process's peak resident memory since it last ran a program (`VmHWM`, KiB), where
+    /proc gives it."""
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
+    except OSError:
+        return None
+    return None
 
 
 def bench_large(timeout_s: float) -> None:
