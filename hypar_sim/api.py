@@ -57,7 +57,7 @@ def request(network: str | Network | Graph, strategy: str = "hypar", topology: s
             optimizer: str = "sgd", precision: str = "fp32", recompute: str = "none",
             zero: int = 0, pipeline: int = 1, microbatches: int = 1, schedule: str = "1f1b",
             stages: Sequence[str] | None = None, des_messages: int = DEFAULT_DES_MESSAGES,
-            **config_overrides: Any) -> RunRequest:
+            force_memory: bool = False, **config_overrides: Any) -> RunRequest:
     """The run's request, built as the command line builds it (`hypar_sim.request`):
     `accelerators` and `batch` None take the config file's, else 16 and 256; any other
     keyword is a hardware key (`hardware()`)."""
@@ -77,7 +77,7 @@ def request(network: str | Network | Graph, strategy: str = "hypar", topology: s
                             objective=objective, phases=phases, optimizer=optimizer,
                             precision=precision, recompute=recompute, zero=zero,
                             pipeline=pipeline, microbatches=microbatches, schedule=schedule,
-                            stages=stages,
+                            stages=stages, force_memory=force_memory,
                             sim=SimOptions(topology=topology, engine=engine,
                                            overlap_gradients=overlap_gradients, trace=trace,
                                            des_messages=des_messages))

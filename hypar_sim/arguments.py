@@ -59,7 +59,8 @@ def request_from_args(args: argparse.Namespace) -> RunRequest:
         phases=getattr(args, "phases", "training"), sim=sim, progress=_progress(args),
         optimizer=args.optimizer, precision=args.precision, recompute=args.recompute,
         zero=args.zero, pipeline=args.pipeline, microbatches=args.microbatches,
-        schedule=args.schedule, stages=args.stages)
+        schedule=args.schedule, stages=args.stages,
+        force_memory=getattr(args, "force_memory", False))
     if str(args.network).endswith(".onnx"):  # loaded once here, to say what the import chose
         graph = request.workload()
         for note in graph.notes:

@@ -61,6 +61,10 @@ def _add_plan_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-progress", action="store_true",
                         help="no progress bars on stderr (default: on a terminal, once a "
                              "search or a simulation has taken 2 s)")
+    parser.add_argument("--force-memory", action="store_true",
+                        help="plan and simulate even where the estimate of the memory needed "
+                             "is more than this process may use (default: refuse up front in "
+                             "one line; running out of memory then ends the command instead)")
     parser.add_argument("--hierarchy", default=None, metavar="SIZES",
                         help="level sizes, top first, e.g. 4x3x2 (product = accelerators; "
                              "default: the accelerator count's prime factors, largest first)")

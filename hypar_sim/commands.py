@@ -43,8 +43,7 @@ from hypar_sim.workload.network import (
 
 
 def cmd_run(args: argparse.Namespace) -> str:
-    from hypar_sim.request import plan_request
-    from hypar_sim.runner import simulate
+    from hypar_sim.runner import simulate_request
 
     outputs = [(path, flag) for path, flag in ((args.csv, "--csv"), (args.csv and
                f"{args.csv}.config.json", "--csv"), (args.trace, "--trace"),
@@ -59,9 +58,7 @@ def cmd_run(args: argparse.Namespace) -> str:
 
         figure_format(args.plot, "--plot")
     request = request_from_args(args)
-    workload = request.workload()
-    plan = plan_request(request, workload)
-    result = simulate(workload, plan, request.hardware, request.sim)
+    result = simulate_request(request, request.workload())
     files: dict[str, bytes] = {}  # written together at the end: all of them or none
     written = ""
     if args.csv:  # the layers, and the configuration once beside them (not on every row)

@@ -30,6 +30,7 @@ from hypar_sim.partition.kinds import parse_kinds
 from hypar_sim.planner.options import PlanOptions
 from hypar_sim.planner.traffic import DEFAULT_TRAFFIC_MODEL
 from hypar_sim.planner.training import AUTO, PRECISIONS, Training
+from hypar_sim.resources import memory_checks
 from hypar_sim.sim.options import SimOptions
 from hypar_sim.workload.graph import Graph
 from hypar_sim.workload.network import Network, as_graph, load_workload
@@ -57,6 +58,9 @@ class RunRequest:
     plan_text: str | None = None
     plan: PlanOptions = field(default_factory=PlanOptions)
     sim: SimOptions = field(default_factory=SimOptions)
+    #: Plan and simulate past the memory estimates that refuse up front (`--force-memory`:
+    #: `resources.check_memory`); running out of memory then ends it instead.
+    force_memory: bool = False
 
     @property
     def accelerators(self) -> int:
@@ -160,7 +164,8 @@ def make_request(network: str | Network | Graph, *, accelerators: int | None = N
                  progress: bool = False, optimizer: str = "sgd", precision: str = "fp32",
                  recompute: str = "none", zero: int | str = 0, pipeline: int | str = 1,
                  microbatches: int = 1, schedule: str = "1f1b",
-                 stages: Sequence[str] | str | None = None) -> RunRequest:
+                 stages: Sequence[str] | str | None = None,
+                 force_memory: bool = False) -> RunRequest:
     """The request of one run, every value checked (bad input: InputError, one line).
     `accelerators` and `batch` None: the config file's, else the defaults (16, 256);
     `kinds` None: HyPar's batch and in, or the strategy's paper's own; `plan_text` makes
@@ -205,7 +210,7 @@ def make_request(network: str | Network | Graph, *, accelerators: int | None = N
                        phases=phases, training=training, free_training=free)
     return RunRequest(network, array, batch, hardware,
                       "explicit" if plan_text is not None else strategy, seq, check_dims(dims),
-                      plan_text, plan, sim)
+                      plan_text, plan, sim, bool(force_memory))
 
 
 def chooses_training(strategy: str, objective: str) -> bool:
@@ -231,6 +236,7 @@ def plan_request(request: RunRequest, workload: Graph | None = None) -> Plan:
     from hypar_sim.planner.plan import make_plan
 
     workload = workload if workload is not None else request.workload()
-    return make_plan(workload, request.strategy, request.hierarchy, request.batch,
-                     request.plan_text, request.hardware.word_bytes, request.plan,
-                     request.hardware)
+    with memory_checks(not request.force_memory):
+        return make_plan(workload, request.strategy, request.hierarchy, request.batch,
+                         request.plan_text, request.hardware.word_bytes, request.plan,
+                         request.hardware)

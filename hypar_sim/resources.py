@@ -7,8 +7,15 @@ from __future__ import annotations
 import ctypes
 import os
 import resource
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 
 from hypar_sim.errors import InputError
+
+#: Whether `check_memory` refuses: off while a request that forces its way plans and runs
+#: (`memory_checks`; `--force-memory`). A context, so a worker's request sets its own.
+_CHECKS: ContextVar[bool] = ContextVar("hypar_sim_memory_checks", default=True)
 
 
 def memory_limit_bytes() -> int:
@@ -20,11 +27,22 @@ def memory_limit_bytes() -> int:
 
 
 def check_memory(need_bytes: float, what: str, advice: str) -> None:
-    """A one-line InputError if `what` would need more than `memory_limit_bytes()`."""
+    """A one-line InputError if `what` would need more than `memory_limit_bytes()`, unless
+    the checks are off (`memory_checks`)."""
     limit = memory_limit_bytes()
-    if need_bytes > limit:
+    if need_bytes > limit and _CHECKS.get():
         raise InputError(f"{what} would need {_size(need_bytes)} of memory; this process may "
-                         f"use {_size(limit)}; {advice}")
+                         f"use {_size(limit)}; {advice}; or --force-memory to try anyway")
+
+
+@contextmanager
+def memory_checks(enabled: bool) -> Iterator[None]:
+    """`check_memory` refusing (`enabled`) or not, within the block."""
+    token = _CHECKS.set(enabled)
+    try:
+        yield
+    finally:
+        _CHECKS.reset(token)
 
 
 def _size(value: float) -> str:

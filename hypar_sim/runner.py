@@ -13,6 +13,7 @@ from hypar_sim.hardware.topology import make_topology
 from hypar_sim.partition.hierarchy import Hierarchy
 from hypar_sim.planner.plan import Plan
 from hypar_sim.request import RunRequest, plan_request
+from hypar_sim.resources import memory_checks
 from hypar_sim.results import SimResult
 from hypar_sim.sim.analytic import simulate_analytic
 from hypar_sim.sim.des import simulate_des
@@ -51,7 +52,9 @@ def simulate_request(request: RunRequest, workload: Network | Graph | None = Non
     """Plan the request (`request.plan_request`), then simulate its plan (`workload`: the
     request's network, when the caller has it loaded already)."""
     workload = workload if workload is not None else request.workload()
-    return simulate(workload, plan_request(request, workload), request.hardware, request.sim)
+    plan = plan_request(request, workload)
+    with memory_checks(not request.force_memory):
+        return simulate(workload, plan, request.hardware, request.sim)
 
 
 def _run(schedule: Schedule, hierarchy: Hierarchy, config: HardwareConfig, options: SimOptions,

@@ -3,6 +3,8 @@ in one line naming the need and the limit, before it is built, not killed by the
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from hypar_sim import resources
@@ -41,11 +43,30 @@ def test_too_many_messages_are_refused_in_one_line(monkeypatch, limit, symmetry,
     with pytest.raises(InputError, match=match) as refused:
         simulate_request(request)
     assert "\n" not in str(refused.value) and "MiB of memory" in str(refused.value)
+    assert str(refused.value).endswith("or --force-memory to try anyway")
     if limit > 4 * 2**20:
         plan_request(request)
         quick = make_request("vgg_a", accelerators=64, batch=256,
                              sim=SimOptions(engine="analytic"))
         assert simulate_request(quick).traffic_bytes > 0
+
+
+def test_force_memory_plans_and_runs_past_the_estimates(monkeypatch, capsys):
+    """`--force-memory` (a request's `force_memory`) turns the up-front refusals off for that
+    request's planning and simulation, and for it alone: vgg_a on 64 refused at 3 MiB runs
+    to the same step as with the memory it needs."""
+    from hypar_sim import cli
+
+    args = ["run", "vgg_a", "--accelerators", "64", "--json"]
+    expected = simulate_request(make_request("vgg_a", accelerators=64)).latency_s
+    monkeypatch.setattr(resources, "memory_limit_bytes", lambda: 3 * 2**20)
+    assert cli.main(args) == 2 and "--force-memory" in capsys.readouterr().err
+    assert cli.main([*args, "--force-memory"]) == 0
+    assert json.loads(capsys.readouterr().out)["latency_s"] == expected
+    forced = make_request("vgg_a", accelerators=64, force_memory=True)
+    assert simulate_request(forced).latency_s == expected
+    with pytest.raises(InputError, match="--force-memory"):  # the checks are back
+        simulate_request(make_request("vgg_a", accelerators=64))
 
 
 def test_running_out_of_memory_is_one_line(monkeypatch, capsys):
