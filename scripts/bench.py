@@ -242,7 +242,6 @@ def _measured(args: list[str], timeout_s: float, out: Path | None = None
     runs (`installed_env`): (wall seconds, its peak resident GB, its outcome: ok, the last
     line of its refusal, or killed at `timeout_s`)."""
     env = dict(installed_env())
-    own = _peak_kib(os.getpid()) or 0
     with tempfile.TemporaryFile("w+") as errors, \
             open(out or os.devnull, "w") as output:
         start = time.perf_counter()
@@ -265,7 +264,9 @@ def _measured(args: list[str], timeout_s: float, out: Path | None = None
     outcome = f"killed at {timeout_s:g} s" if killed else "ok" if code == 0 else \
         f"exit {code}: {(lines or [''])[-1][:100]}"
     # A child's ru_maxrss (KiB) starts from this process's peak, which it had until it ran
-    # the command: below that, the peak its command reached as it was last seen running.
+    # the command (read after the child ends: at least what it inherited); at or below that,
+    # the peak its command reached as it was last seen running.
+    own = _peak_kib(os.getpid()) or 0
     peak = usage.ru_maxrss if usage.ru_maxrss > own or not seen else seen
     return took, peak * 1024 / 1e9, outcome
 

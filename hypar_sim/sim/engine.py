@@ -24,7 +24,9 @@ message has arrived.
 Past `--des-messages` messages, every communication step is one group operation instead
 (`sim.operations`): it starts when its last sender reaches it, takes the analytic
 engine's closed form, shares links two ways with the operations in flight, and then its
-receivers have their parts; members alike in everything are one class.
+receivers have their parts; members alike in everything are one class. Operations that
+start in the same cycle start in the order their classes reach them (SimPy's order of
+events at one time: deterministic, but not chosen by the operations, unlike `Lanes`').
 
 Messages use the vault channels through their own `Lanes`; a computation's DRAM
 traffic is already inside its piece's cycles (hardware.hmc), so messages and
