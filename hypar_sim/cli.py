@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import gc
 import os
 import signal
 import sys
@@ -13,7 +12,7 @@ from hypar_sim import __version__
 from hypar_sim.arguments import DEFAULT_LEVELS
 from hypar_sim.commands import COMMANDS
 from hypar_sim.errors import InputError, Terminated, Unfinished
-from hypar_sim.resources import keep_freed_memory, memory_limit_bytes
+from hypar_sim.resources import memory_limit_bytes, process_settings
 from hypar_sim.sim.defaults import (
     DEFAULT_BUCKET_MB,
     DEFAULT_CHUNK_BYTES,
@@ -378,13 +377,6 @@ def _add_simulation_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 
-#: Allocations between two collections of the youngest generation (Python's default: 700). A
-#: step allocates many short-lived objects that reference counting frees and few cycles, so
-#: the command collects less often. Measured (2026-12-07, garbage collection's own time):
-#: `run resnet50 --accelerators 64 --batch 256` 0.047-0.061 s at 10,000, 0.024-0.031 s at
-#: 50,000; `plan gpt2_small --accelerators 64` 0.061 s and 0.035 s; `run vgg_a` 0.014 s and
-#: 0.005 s (29 ms at Python's 700).
-GC_THRESHOLD = 50_000
 
 
 def _terminate(signum: int, frame: object) -> None:
@@ -402,8 +394,7 @@ def one_line(text: str) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    gc.set_threshold(GC_THRESHOLD)  # this process's settings (the command owns the process)
-    keep_freed_memory()
+    process_settings()  # the command owns the process
     argv = sys.argv[1:] if argv is None else list(argv)
     command = argv[0] if argv and argv[0] in _SUBCOMMANDS else ""  # "": the names alone
     args = build_parser(only=command).parse_args(argv)

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from hypar_sim import __version__
 from hypar_sim.errors import InputError, clip_value
-from hypar_sim.resources import keep_freed_memory
+from hypar_sim.resources import process_settings
 
 if TYPE_CHECKING:
     from hypar_sim.sweep import Case
@@ -54,9 +54,9 @@ _PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
 def _start_worker(parent: int | None) -> None:
-    """A pool worker's settings: interrupts left to `parent`, freed memory kept (as the
-    command line's own process does: a forked worker has them already, a spawned one not)."""
-    keep_freed_memory()
+    """A pool worker's settings: interrupts left to `parent`, the command line's process
+    settings (a forked worker has them already, a spawned one not)."""
+    process_settings()
     _leave_interrupts_to_the_parent(parent)
 
 

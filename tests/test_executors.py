@@ -21,6 +21,20 @@ def _square_or_stall(item: int) -> int:
     return item * item
 
 
+def _threshold(_: int) -> int:
+    import gc
+
+    return gc.get_threshold()[0]
+
+
+def test_workers_take_the_command_lines_process_settings():
+    """A pool's workers collect garbage as the command line does (`resources.process_settings`,
+    whatever this process's own threshold)."""
+    from hypar_sim.resources import GC_THRESHOLD
+
+    assert parallel_map(_threshold, [0, 1], 2) == [GC_THRESHOLD, GC_THRESHOLD]
+
+
 def test_results_come_in_order():
     assert parallel_map(_square_or_stall, [2, 3, 4, 5], 2) == [4, 9, 16, 25]
 
