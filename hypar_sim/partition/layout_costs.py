@@ -140,12 +140,10 @@ class Costs:
             alike = self.edge_key(producer, consumer, index, producer_column, column,
                                   hierarchy)
             if alike not in self._edge_bytes:
-                stages = edge_bytes(self._layout(producer, producer_column, hierarchy),
-                                    self._layout(consumer, column, hierarchy), index,
-                                    self.batch, self.word_bytes)
-                self._edge_bytes[alike] = float(sum(
-                    value for stage, value in stages.items()
-                    if not self.forward_only or stage in FORWARD_STAGES))
+                self._edge_bytes[alike] = self._run(edge_bytes(
+                    self._layout(producer, producer_column, hierarchy),
+                    self._layout(consumer, column, hierarchy), index, self.batch,
+                    self.word_bytes))
             self._edges[key] = self._edge_bytes[alike]
         return self._edges[key]
 
@@ -204,10 +202,8 @@ class Costs:
         own = self._layout(site, column, hierarchy)
         key = own_key(own, is_output)
         if key not in self._own_bytes:
-            stages = own_bytes(own, self.batch, self.word_bytes, is_output)
-            self._own_bytes[key] = float(sum(
-                value for stage, value in stages.items()
-                if not self.forward_only or stage in FORWARD_STAGES))
+            self._own_bytes[key] = self._run(own_bytes(own, self.batch, self.word_bytes,
+                                                       is_output))
         return self._own_bytes[key]
 
     def own_matrices(self, site: Site, column: Column, hierarchy: Hierarchy,
@@ -228,5 +224,10 @@ class Costs:
 
     def _total(self, matrices: dict[str, Moved]) -> float:
         """Bytes of the stages a step runs (an inference: `FORWARD_STAGES` alone)."""
-        return float(sum(m.sum() for stage, m in matrices.items()
+        return self._run({stage: m.sum() for stage, m in matrices.items()})
+
+    def _run(self, stages: dict[str, float]) -> float:
+        """The bytes of the stages (by name) that a step runs (an inference: the
+        `FORWARD_STAGES` alone)."""
+        return float(sum(value for stage, value in stages.items()
                          if not self.forward_only or stage in FORWARD_STAGES))

@@ -337,12 +337,6 @@ def _same_and_distinct(made: MemberBoxes | tuple[Region, ...],
     return made == read and len(set(made)) == len(made)
 
 
-def _all_reduce(shape: tuple[int, ...], regions: list[Region], scale: float,
-                name: str, replicas: np.ndarray | None) -> dict[str, Moved]:
-    stages = redistribute(shape, regions, regions, replicas)
-    return {f"{name} reduce": stages.reduce * scale, f"{name} gather": stages.gather * scale}
-
-
 def _vector_regions(own: NodeLayout) -> tuple[int, list[Region]]:
     """(output channels, every member's range of them): what a bias or a norm's scale and
     shift is held in."""
@@ -363,12 +357,13 @@ def own_key(own: NodeLayout, is_output: bool) -> tuple:
             else None, None if own.replicas is None else own.replicas.tobytes())
 
 
-def own_bytes(own: NodeLayout, batch: int, word_bytes: int,
-              is_output: bool) -> dict[str, float]:
-    """The bytes of each of `own_matrices`' stages, in closed form
-    (`redistribute.all_reduce_totals`): a cost in bytes, without the matrices."""
+def _own_parts(own: NodeLayout, batch: int, word_bytes: int, is_output: bool) -> list[tuple]:
+    """The node's own all-reduces: (name, tensor shape, every member's region, bytes per
+    element of the reduce, of the gather) of its weights' gradient, of its vectors (a bias
+    or a norm's scale and shift: one value per output channel each) and, an output of the
+    graph, of its loss (its partial values reduced before a folded pooling)."""
     desc = own.site.desc
-    parts = []  # (name, shape, regions, bytes per element of the reduce, of the gather)
+    parts = []
     scale = desc.weights.scale if desc.weights is not None else 0
     if scale:
         parts.append(("gradient", weight_shape(desc), weight_regions(own), word_bytes * scale,
@@ -380,8 +375,16 @@ def own_bytes(own: NodeLayout, batch: int, word_bytes: int,
     if is_output:
         parts.append(("loss", tensor_shape(own.site, batch), own.holding(None),
                       word_bytes * desc.pooled_ratio, word_bytes))
+    return parts
+
+
+def own_bytes(own: NodeLayout, batch: int, word_bytes: int,
+              is_output: bool) -> dict[str, float]:
+    """The bytes of each of `own_matrices`' stages, in closed form
+    (`redistribute.all_reduce_totals`): a cost in bytes, without the matrices."""
     result = {}
-    for name, shape, regions, reduce_scale, gather_scale in parts:
+    for name, shape, regions, reduce_scale, gather_scale in _own_parts(own, batch,
+                                                                      word_bytes, is_output):
         reduced, gathered = all_reduce_totals(shape, regions, own.replicas)
         result[f"{name} reduce"] = reduced * reduce_scale
         result[f"{name} gather"] = gathered * gather_scale
@@ -393,20 +396,11 @@ def own_matrices(own: NodeLayout, batch: int, word_bytes: int,
     """Bytes [src, dst] of a node's gradient all-reduce (weights, biases, a norm's scale
     and shift), and of the loss if it is an output of the graph (its partial values
     reduced wherever the reduction leaves them; the error goes back the same way)."""
-    desc = own.site.desc
     result = {}
-    scale = desc.weights.scale if desc.weights is not None else 0
-    if scale:
-        result.update(_all_reduce(weight_shape(desc), weight_regions(own), word_bytes * scale,
-                                  "gradient", own.replicas))
-    vectors = desc.vectors
-    if vectors:  # a bias or a norm's scale and shift: one value per output channel each
-        extent, regions = _vector_regions(own)
-        result.update(_all_reduce((extent,), regions, word_bytes * vectors, "vector",
-                                  own.replicas))
-    if is_output:
-        loss = redistribute(tensor_shape(own.site, batch), own.outputs(), None, own.replicas)
-        result.update({"loss reduce": loss.reduce * (word_bytes * desc.pooled_ratio),
-                       "loss gather": loss.returned()
-                       * word_bytes})
+    for name, shape, regions, reduce_scale, gather_scale in _own_parts(own, batch,
+                                                                      word_bytes, is_output):
+        loss = name == "loss"  # needed nowhere: its error goes back to its contributors
+        stages = redistribute(shape, regions, None if loss else regions, own.replicas)
+        result[f"{name} reduce"] = stages.reduce * reduce_scale
+        result[f"{name} gather"] = (stages.returned() if loss else stages.gather) * gather_scale
     return result

@@ -54,8 +54,7 @@ class Grid:
         return tuple(len(e) - 1 for e in self.edges)
 
 
-def _bounds(regions: Regions, axes: int
-            ) -> tuple[np.ndarray, np.ndarray]:
+def _bounds(regions: Regions, axes: int) -> tuple[np.ndarray, np.ndarray]:
     """Every box of every region: (its member, [boxes, axes, 2] bounds)."""
     if isinstance(regions, MemberBoxes):
         return regions.owned()
